@@ -1,0 +1,3 @@
+module github.com/ncclwatch/watchdog
+
+go 1.26

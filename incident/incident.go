@@ -1,0 +1,96 @@
+// Package incident holds the unit of alerting: one root cause (a culprit rank, node,
+// GPU or port) with its evidence and lifecycle. Rules produce findings, the detector turns
+// them into incidents, notifiers deliver their state changes.
+package incident
+
+import "time"
+
+// Kind names the root cause. The first seven are shared with `watchdog analyze`.
+type Kind string
+
+const (
+	KindMismatch      Kind = "mismatch"
+	KindHang          Kind = "hang"
+	KindP2PMismatch   Kind = "p2p_mismatch"
+	KindCrash         Kind = "crash"
+	KindStraggler     Kind = "straggler"
+	KindLink          Kind = "link"
+	KindGPU           Kind = "gpu"
+	KindLostNode      Kind = "lost_node"
+	KindStuckInFlight Kind = "stuck_in_flight"
+	KindMonitoring    Kind = "monitoring"
+)
+
+// Severity orders incidents for routing and display.
+type Severity string
+
+const (
+	SeverityCritical Severity = "critical"
+	SeverityWarning  Severity = "warning"
+	SeverityInfo     Severity = "info"
+)
+
+// Rank returns a sort key: lower is more severe.
+func (s Severity) Rank() int {
+	switch s {
+	case SeverityCritical:
+		return 0
+	case SeverityWarning:
+		return 1
+	default:
+		return 2
+	}
+}
+
+// State is where an incident is in its lifecycle.
+type State string
+
+const (
+	StateOpen     State = "open"
+	StateResolved State = "resolved"
+)
+
+// Culprit names what caused the incident. Rank is -1 for node- or port-level culprits.
+type Culprit struct {
+	Rank int    `json:"rank"`
+	Host string `json:"host"`
+	PID  int    `json:"pid,omitempty"`
+	GPU  string `json:"gpu,omitempty"`  // GPU index or PCI bus id
+	Port string `json:"port,omitempty"` // e.g. "mlx5_1:1" or "eth0"
+}
+
+// Op is a collective's signature as one rank issued it.
+type Op struct {
+	Op       string `json:"op"`
+	Count    uint64 `json:"count"`
+	Datatype string `json:"datatype"`
+	RedOp    string `json:"redop,omitempty"`
+	Root     int    `json:"root,omitempty"`
+}
+
+// Incident is one root cause, open or resolved.
+type Incident struct {
+	ID       string    `json:"id"`
+	Kind     Kind      `json:"kind"`
+	State    State     `json:"state"`
+	Severity Severity  `json:"severity"`
+	Job      string    `json:"job"`
+	Comm     string    `json:"comm,omitempty"`
+	Seq      int64     `json:"seq,omitempty"`
+	Culprits []Culprit `json:"culprits"`
+	// Victims counts ranks that were only waiting on the culprits.
+	Victims  int           `json:"victims,omitempty"`
+	Summary  string        `json:"summary"`
+	Evidence []string      `json:"evidence"`
+	Ops      map[string]Op `json:"ops,omitempty"`
+	// LagSeconds is the median arrival lag for stragglers.
+	LagSeconds float64    `json:"lag_seconds,omitempty"`
+	OpenedAt   time.Time  `json:"opened_at"`
+	LastSeen   time.Time  `json:"last_seen"`
+	ResolvedAt *time.Time `json:"resolved_at"`
+	// FaultAt is the best estimate of when the condition began (the culprit's last
+	// progress, the straggler's onset); OpenedAt-FaultAt is the detection latency.
+	FaultAt time.Time `json:"fault_at,omitzero"`
+	// Revision increases with every change a notifier should see (open, update, resolve).
+	Revision int `json:"revision"`
+}

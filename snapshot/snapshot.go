@@ -1,0 +1,201 @@
+// Package snapshot is the versioned JSON contract between a node's sidecar and the central
+// detector: what one node publishes at /ncclwatch/v1/jobs/<job>/nodes/<node>. The same types
+// describe a job reconstructed offline from log files, so the rules judge both alike.
+//
+// Field names are short because a 12,500-node job writes about 12,500 of these per second.
+package snapshot
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// SchemaVersion is bumped on any incompatible change; readers reject other versions.
+const SchemaVersion = 1
+
+// MaxNodeBytes is the hard cap on one encoded node snapshot, far below etcd's 1.5 MiB
+// request limit. Encoders shed detail (recent ops, then warnings) to stay under it.
+const MaxNodeBytes = 256 << 10
+
+// Micros is a wall-clock time in microseconds since the Unix epoch; 0 means unknown.
+type Micros int64
+
+// MicrosOf converts a time; the zero time maps to 0.
+func MicrosOf(t time.Time) Micros {
+	if t.IsZero() {
+		return 0
+	}
+	return Micros(t.UnixMicro())
+}
+
+// Time converts back; 0 maps to the zero time.
+func (m Micros) Time() time.Time {
+	if m == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(int64(m))
+}
+
+// Node is one node's state: its rank processes and their GPUs, ports and RAS view.
+type Node struct {
+	Schema    int       `json:"v"`
+	Job       string    `json:"job"`
+	Node      string    `json:"node"`
+	Seq       uint64    `json:"seq"`     // publish counter of this sidecar run
+	Time      Micros    `json:"t"`       // sidecar clock at publish
+	Started   Micros    `json:"started"` // sidecar start, to tell restarts apart
+	Processes []Process `json:"procs"`   // one per NCCL process (rank)
+	GPUs      []GPU     `json:"gpus,omitempty"`
+	Ports     []Port    `json:"ports,omitempty"`
+	RAS       *RAS      `json:"ras,omitempty"`
+	Shed      string    `json:"shed,omitempty"` // what was dropped to fit MaxNodeBytes
+}
+
+// Process is one rank's process as seen through its NCCL log (and /proc when visible).
+type Process struct {
+	Host string `json:"host"`
+	PID  int    `json:"pid"`
+	// Rank is the global rank: RANK from the environment, else the rank in the largest
+	// root communicator; -1 when unknown.
+	Rank      int    `json:"rank"`
+	LocalRank int    `json:"lrank"`
+	WorldSize int    `json:"world,omitempty"`
+	JobID     string `json:"jobid,omitempty"` // TORCHELASTIC_RUN_ID or SLURM_JOB_ID
+	File      string `json:"file,omitempty"`
+	// State is "running", "exited" (process gone), or "" when liveness is not checked.
+	State      string   `json:"state,omitempty"`
+	ExitedAt   Micros   `json:"exited,omitempty"`
+	NCCL       string   `json:"nccl,omitempty"` // NCCL version, e.g. "2.28.9"
+	Timestamps bool     `json:"ts,omitempty"`   // lines carry NCCL's own timestamps
+	CudaDev    int      `json:"cudadev"`
+	BusID      string   `json:"bus,omitempty"`     // PCI bus id as NCCL prints it, e.g. "1b000"
+	Network    string   `json:"net,omitempty"`     // "IB", "Socket", or a plugin name
+	NetDevs    []string `json:"netdevs,omitempty"` // e.g. "mlx5_0:1/IB", "eth0"
+	LastLine   Micros   `json:"last,omitempty"`    // time of the newest line read
+	Lines      int64    `json:"lines,omitempty"`
+	Comms      []Comm   `json:"comms,omitempty"`
+	Events     []Event  `json:"ev,omitempty"`  // recent WARN-class events, newest last
+	GPUState   string   `json:"gpu,omitempty"` // computing | waiting | idle | "" (unknown)
+}
+
+// Comm is one communicator as one rank sees it.
+type Comm struct {
+	// ID is the cross-rank identity: "0x<commId>" for root communicators; for split
+	// children without a commId, "<parent ID>/s<splitCount>c<color>".
+	ID      string `json:"id"`
+	Ptr     string `json:"ptr"`
+	Rank    int    `json:"rank"`
+	NRanks  int    `json:"n"`
+	CudaDev int    `json:"dev"`
+	BusID   string `json:"bus,omitempty"`
+	// State: "init" (START seen), "ready", "destroyed", "aborted", "revoked".
+	State string `json:"st,omitempty"`
+	// Count is the number of collectives issued: the last sequence position.
+	Count  int64  `json:"c"`
+	Last   *Op    `json:"last,omitempty"`
+	Recent []Op   `json:"recent,omitempty"` // latest ops, oldest first
+	Marks  []Mark `json:"marks,omitempty"`  // digests at aligned positions, oldest first
+	P2P    []P2P  `json:"p2p,omitempty"`
+	// Transports lists channel paths this rank set up, e.g. "P2P/CUMEM", "NET/IB/0/GDRDMA".
+	Transports []string `json:"tr,omitempty"`
+	Created    Micros   `json:"created,omitempty"`
+	// Waiting is true when this comm holds the rank's newest op and its GPU spins.
+	Waiting bool `json:"wait,omitempty"`
+}
+
+// Op is one collective at a sequence position.
+type Op struct {
+	Seq   int64  `json:"s"`
+	Op    string `json:"op"`
+	Count uint64 `json:"c"`
+	Dtype string `json:"dt"`
+	Red   string `json:"red,omitempty"`
+	Root  int    `json:"root,omitempty"`
+	T     Micros `json:"t"`
+}
+
+// Mark is the chained digest of all op signatures up to Seq, and Seq's arrival time.
+// Marks sit at positions that are multiples of 16, 256 and 4096, so two ranks far apart
+// still share one; equal digests at equal positions mean equal histories.
+type Mark struct {
+	Seq    int64  `json:"s"`
+	Digest string `json:"h"`
+	T      Micros `json:"t"`
+}
+
+// P2P counts point-to-point operations with one peer on one communicator.
+type P2P struct {
+	Peer     int    `json:"peer"`
+	Sends    int64  `json:"s,omitempty"`
+	Recvs    int64  `json:"r,omitempty"`
+	LastSend Micros `json:"ts,omitempty"`
+	LastRecv Micros `json:"tr,omitempty"`
+}
+
+// Event is a WARN-class line or liveness event worth keeping.
+type Event struct {
+	Kind string `json:"k"` // see the logparse event kinds, e.g. "ib_completion"
+	T    Micros `json:"t"`
+	Dev  string `json:"dev,omitempty"`  // HCA or interface
+	Port int    `json:"port,omitempty"` // HCA port
+	Peer string `json:"peer,omitempty"` // remote address, or local rank as "local:N"
+	Code int    `json:"code,omitempty"` // status / error number
+	Msg  string `json:"msg,omitempty"`  // the message, cut to 240 bytes
+}
+
+// Encode marshals a node snapshot, shedding detail until it fits MaxNodeBytes.
+func Encode(n *Node) ([]byte, error) {
+	n.Schema = SchemaVersion
+	b, err := json.Marshal(n)
+	if err != nil {
+		return nil, fmt.Errorf("encode node snapshot: %w", err)
+	}
+	if len(b) <= MaxNodeBytes {
+		return b, nil
+	}
+	shed := *n
+	shed.Processes = make([]Process, len(n.Processes))
+	copy(shed.Processes, n.Processes)
+	for i := range shed.Processes {
+		p := &shed.Processes[i]
+		comms := make([]Comm, len(p.Comms))
+		copy(comms, p.Comms)
+		for j := range comms {
+			comms[j].Recent = nil
+		}
+		p.Comms = comms
+	}
+	shed.Shed = "recent"
+	if b, err = json.Marshal(&shed); err == nil && len(b) <= MaxNodeBytes {
+		return b, nil
+	}
+	for i := range shed.Processes {
+		shed.Processes[i].Events = nil
+		comms := shed.Processes[i].Comms
+		for j := range comms {
+			comms[j].Marks = nil
+			comms[j].Transports = nil
+		}
+	}
+	shed.Shed = "recent,events,marks"
+	if b, err = json.Marshal(&shed); err != nil {
+		return nil, fmt.Errorf("encode node snapshot: %w", err)
+	}
+	if len(b) > MaxNodeBytes {
+		return nil, fmt.Errorf("node snapshot is %d bytes even without detail (cap %d)", len(b), MaxNodeBytes)
+	}
+	return b, nil
+}
+
+// Decode parses a node snapshot and checks its schema version.
+func Decode(b []byte) (*Node, error) {
+	var n Node
+	if err := json.Unmarshal(b, &n); err != nil {
+		return nil, fmt.Errorf("decode node snapshot: %w", err)
+	}
+	if n.Schema != SchemaVersion {
+		return nil, fmt.Errorf("node snapshot schema %d, want %d", n.Schema, SchemaVersion)
+	}
+	return &n, nil
+}
