@@ -24,6 +24,24 @@ type GPU struct {
 	PCIeReplays    uint64   `json:"pcierep,omitempty"`
 	// State is derived: "computing", "waiting" (NCCL kernel spinning: high util, low power), "idle".
 	State string `json:"state,omitempty"`
+	// Missing lists, by JSON name, the readings NVML could not give this time (not
+	// supported on this GPU, or failed), so a zero is never taken for a measurement.
+	Missing []string `json:"na,omitempty"`
+	// Err says why the GPU could not be read at all (e.g. "gpu is lost"); empty when read.
+	Err string `json:"err,omitempty"`
+}
+
+// Has reports whether the sample holds the reading with this JSON name, e.g. "util".
+func (g *GPU) Has(field string) bool {
+	if g.T == 0 || g.Err != "" {
+		return false
+	}
+	for _, m := range g.Missing {
+		if m == field {
+			return false
+		}
+	}
+	return true
 }
 
 // XID is one XID error event.

@@ -2,20 +2,31 @@ package snapshot
 
 // Port is one network port: an InfiniBand/RoCE HCA port or a net interface
 // (produced by heartbeat/ibport).
+//
+// Zero or empty values mean "unknown", not "zero": a field whose sysfs file could not be
+// read is left empty and counted in ReadErrs, so a rule never mistakes an unreadable rate
+// for a link that trained at 0 Gb/s.
 type Port struct {
-	Kind      string  `json:"k"`   // "ib" or "net"
+	Kind      string  `json:"k"`   // "ib" (InfiniBand or RoCE HCA port) or "net"
 	Device    string  `json:"dev"` // "mlx5_1" or "eth0"
 	Port      int     `json:"port,omitempty"`
-	State     string  `json:"state"`          // "ACTIVE", "DOWN", ... / operstate "up", "down"
-	PhysState string  `json:"phys,omitempty"` // "LinkUp", "Polling", ...
-	RateGbps  float64 `json:"gbps"`
+	LinkLayer string  `json:"ll,omitempty"`    // ib: "InfiniBand" or "Ethernet" (RoCE)
+	State     string  `json:"state"`           // "ACTIVE", "DOWN", ... / operstate "up", "down"
+	PhysState string  `json:"phys,omitempty"`  // "LinkUp", "Polling", ...
+	RateGbps  float64 `json:"gbps"`            // negotiated rate; 0 = unknown (net: speed -1)
 	Width     string  `json:"width,omitempty"` // "4X"
 	Speed     string  `json:"speed,omitempty"` // "NDR"
 	// Counter deltas since the previous sample and the sample interval.
+	// Keys are the sysfs file names (ib: counters/ and hw_counters/ entries such as
+	// "symbol_error" or "np_cnp_sent"; net: statistics/ entries and "carrier_changes").
+	// Values are in the kernel's units (port_xmit_data/port_rcv_data count 4-octet words).
+	// Zero deltas are left out; a counter that went backwards (reset) reports its new value.
 	IntervalS    float64           `json:"dt,omitempty"`
 	Deltas       map[string]uint64 `json:"d,omitempty"`
 	XmitGbps     float64           `json:"txgbps,omitempty"`
 	RecvGbps     float64           `json:"rxgbps,omitempty"`
 	XmitWaitPerS float64           `json:"waitps,omitempty"`
-	T            Micros            `json:"t"`
+	// ReadErrs counts the fields of this port that could not be read in this sample.
+	ReadErrs int    `json:"rerr,omitempty"`
+	T        Micros `json:"t"`
 }

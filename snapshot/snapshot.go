@@ -68,11 +68,16 @@ type Process struct {
 	ExitedAt   Micros   `json:"exited,omitempty"`
 	NCCL       string   `json:"nccl,omitempty"` // NCCL version, e.g. "2.28.9"
 	Timestamps bool     `json:"ts,omitempty"`   // lines carry NCCL's own timestamps
+	TSDigits   int      `json:"tsd,omitempty"`  // their sub-second digits (0: whole seconds)
 	CudaDev    int      `json:"cudadev"`
 	BusID      string   `json:"bus,omitempty"`     // PCI bus id as NCCL prints it, e.g. "1b000"
 	Network    string   `json:"net,omitempty"`     // "IB", "Socket", or a plugin name
 	NetDevs    []string `json:"netdevs,omitempty"` // e.g. "mlx5_0:1/IB", "eth0"
-	LastLine   Micros   `json:"last,omitempty"`    // time of the newest line read
+	// Addrs are the process's bootstrap and NET/Socket IP addresses, to name remote peers.
+	Addrs []string `json:"addrs,omitempty"`
+	// Transports lists the channel paths this rank set up, e.g. "P2P/CUMEM", "NET/IB/0/GDRDMA".
+	Transports []string `json:"tr,omitempty"`
+	LastLine   Micros   `json:"last,omitempty"` // time of the newest line read
 	Lines      int64    `json:"lines,omitempty"`
 	Comms      []Comm   `json:"comms,omitempty"`
 	Events     []Event  `json:"ev,omitempty"`  // recent WARN-class events, newest last
@@ -92,14 +97,12 @@ type Comm struct {
 	// State: "init" (START seen), "ready", "destroyed", "aborted", "revoked".
 	State string `json:"st,omitempty"`
 	// Count is the number of collectives issued: the last sequence position.
-	Count  int64  `json:"c"`
-	Last   *Op    `json:"last,omitempty"`
-	Recent []Op   `json:"recent,omitempty"` // latest ops, oldest first
-	Marks  []Mark `json:"marks,omitempty"`  // digests at aligned positions, oldest first
-	P2P    []P2P  `json:"p2p,omitempty"`
-	// Transports lists channel paths this rank set up, e.g. "P2P/CUMEM", "NET/IB/0/GDRDMA".
-	Transports []string `json:"tr,omitempty"`
-	Created    Micros   `json:"created,omitempty"`
+	Count   int64  `json:"c"`
+	Last    *Op    `json:"last,omitempty"`
+	Recent  []Op   `json:"recent,omitempty"` // latest ops, oldest first
+	Marks   []Mark `json:"marks,omitempty"`  // digests at aligned positions, oldest first
+	P2P     []P2P  `json:"p2p,omitempty"`
+	Created Micros `json:"created,omitempty"`
 	// Waiting is true when this comm holds the rank's newest op and its GPU spins.
 	Waiting bool `json:"wait,omitempty"`
 }
@@ -175,7 +178,6 @@ func Encode(n *Node) ([]byte, error) {
 		comms := shed.Processes[i].Comms
 		for j := range comms {
 			comms[j].Marks = nil
-			comms[j].Transports = nil
 		}
 	}
 	shed.Shed = "recent,events,marks"

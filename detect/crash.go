@@ -1,0 +1,192 @@
+package detect
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// Crash finds dead rank processes: an exited process whose communicators were not all
+// destroyed, a peer's "Connection closed by localRank N", the launcher's failure line. A
+// process that died after PyTorch timed it out while it only waited is a consequence, not a
+// root cause, and is not reported.
+func Crash(j *Job, cfg Config) []Finding {
+	type death struct {
+		proc     *Proc
+		evidence []string
+		when     int64
+	}
+	deaths := map[string]*death{}
+	var order []string
+	note := func(p *Proc, when int64, format string, args ...any) {
+		k := p.Key()
+		d := deaths[k]
+		if d == nil {
+			d = &death{proc: p}
+			deaths[k] = d
+			order = append(order, k)
+		}
+		if when != 0 && (d.when == 0 || when < d.when) {
+			d.when = when
+		}
+		if len(d.evidence) < 12 {
+			d.evidence = append(d.evidence, fmt.Sprintf(format, args...))
+		}
+	}
+	byHostLocal := map[string]*Proc{}
+	byPID := map[int][]*Proc{}
+	for _, p := range j.Procs {
+		if p.LocalRank >= 0 {
+			byHostLocal[p.Host+"/"+strconv.Itoa(p.LocalRank)] = p
+		}
+		byPID[p.PID] = append(byPID[p.PID], p)
+	}
+	for _, p := range j.Procs {
+		if p.State == "exited" && !cleanExit(p) {
+			note(p, int64(p.ExitedAt), "the process exited at %s with communicators still in use", fmtTime(p.ExitedAt.Time()))
+		}
+		for _, e := range p.Events {
+			if !recentEvent(j, cfg, int64(e.T)) {
+				continue
+			}
+			switch e.Kind {
+			case "conn_closed_local":
+				lr, err := strconv.Atoi(strings.TrimPrefix(e.Peer, "local:"))
+				if err != nil {
+					continue
+				}
+				if dead := byHostLocal[p.Host+"/"+strconv.Itoa(lr)]; dead != nil && dead != p {
+					note(dead, int64(e.T), "%s logged \"Connection closed by localRank %d\": the proxy connection to this process broke", p.Name(), lr)
+				}
+			case "launcher_exit":
+				pid := e.Port
+				for _, dead := range byPID[pid] {
+					if e.Code != 0 {
+						note(dead, int64(e.T), "the launcher reported local_rank %s (pid %d) failed with exit code %d", strings.TrimPrefix(e.Peer, "local:"), pid, e.Code)
+					}
+				}
+			}
+		}
+	}
+	var out []Finding
+	for _, k := range order {
+		d := deaths[k]
+		if timedOutItself(d.proc) {
+			continue
+		}
+		p := d.proc
+		f := Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical,
+			Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{k}, Key: "rank:" + k}
+		f.Summary = fmt.Sprintf("%s died", p.Name())
+		if c, peer := mostBehind(j, p); c != nil {
+			f.Comm, f.Seq = c.group.ID, c.member.Comm.Count+1
+			f.Summary += fmt.Sprintf(" after position %d of communicator %s (%s is at %d)",
+				c.member.Comm.Count, shortComm(c.group.ID), peer.Proc.Name(), peer.Comm.Count)
+			f.Victims = len(c.group.Members) - 1
+		} else if g := firstGroup(j, p); g != nil {
+			f.Comm = g.ID
+			f.Victims = len(g.Members) - 1
+		}
+		for _, e := range d.evidence {
+			f.addEvidence("%s", e)
+		}
+		if d.when != 0 {
+			f.FaultAt = snapshot.Micros(d.when).Time()
+		}
+		if p.LastLine != 0 && j.Offline {
+			f.addEvidence("its log has %d lines and stops there", p.Lines)
+		}
+		processEvidence(j, p, &f)
+		out = append(out, f)
+	}
+	return out
+}
+
+// cleanExit: a process that destroyed all its communicators finished normally.
+func cleanExit(p *Proc) bool {
+	if len(p.Comms) == 0 {
+		return false
+	}
+	for _, c := range p.Comms {
+		if c.State != "destroyed" {
+			return false
+		}
+	}
+	return true
+}
+
+// timedOutItself reports whether PyTorch's watchdog timed this process out: then it was
+// waiting on someone else, and its death is the watchdog's reaction.
+func timedOutItself(p *Proc) bool {
+	for _, e := range p.Events {
+		if e.Kind == "torch_timeout" {
+			return true
+		}
+	}
+	return false
+}
+
+func recentEvent(j *Job, cfg Config, t int64) bool {
+	if j.Offline || t == 0 || cfg.EventMaxAge == 0 {
+		return true
+	}
+	return j.Now.Sub(snapshot.Micros(t).Time()) <= cfg.EventMaxAge
+}
+
+// mostBehind finds the communicator where p lags its peers the most.
+func mostBehind(j *Job, p *Proc) (*behind, Member) {
+	var best *behind
+	var bestPeer Member
+	gap := int64(0)
+	for _, g := range j.Groups {
+		var mine *Member
+		var lead Member
+		for i, m := range g.Members {
+			if m.Proc == p {
+				mine = &g.Members[i]
+			} else if lead.Comm == nil || m.Comm.Count > lead.Comm.Count {
+				lead = m
+			}
+		}
+		if mine == nil || lead.Comm == nil {
+			continue
+		}
+		if d := lead.Comm.Count - mine.Comm.Count; d > gap {
+			gap = d
+			best = &behind{group: g, member: *mine, leader: lead}
+			bestPeer = lead
+		}
+	}
+	return best, bestPeer
+}
+
+func firstGroup(j *Job, p *Proc) *Group {
+	for _, g := range j.Groups {
+		for _, m := range g.Members {
+			if m.Proc == p {
+				return g
+			}
+		}
+	}
+	return nil
+}
+
+// sortFindings orders findings most severe first, then by kind and key.
+func sortFindings(fs []Finding) {
+	order := map[incident.Kind]int{incident.KindCrash: 0, incident.KindMismatch: 1, incident.KindHang: 2,
+		incident.KindP2PMismatch: 3, incident.KindStuckInFlight: 4, incident.KindLink: 5, incident.KindGPU: 6,
+		incident.KindLostNode: 7, incident.KindStraggler: 8, incident.KindMonitoring: 9}
+	sort.SliceStable(fs, func(a, b int) bool {
+		if ra, rb := fs[a].Severity.Rank(), fs[b].Severity.Rank(); ra != rb {
+			return ra < rb
+		}
+		if oa, ob := order[fs[a].Kind], order[fs[b].Kind]; oa != ob {
+			return oa < ob
+		}
+		return fs[a].Key < fs[b].Key
+	})
+}

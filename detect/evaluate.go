@@ -1,0 +1,233 @@
+package detect
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ncclwatch/watchdog/incident"
+)
+
+// Result is one evaluation of a job.
+type Result struct {
+	Findings []Finding
+	Notes    []string // what could not be judged and how to fix that
+	Paused   []string // communicators where all ranks are level and GPUs idle (live)
+}
+
+// Evaluate runs every rule and merges findings that share a root cause: a mismatch explains
+// the hang it causes, a crash the hang of its own ranks, a hang the point-to-point mismatch
+// of the same rank, a link fault the collective stuck on it.
+func Evaluate(j *Job, cfg Config, timing Timing) Result {
+	var r Result
+	mism := Mismatch(j)
+	hangs := Hang(j, cfg)
+	p2p := P2PMismatch(j, cfg)
+	crashes := Crash(j, cfg)
+	links := Link(j, cfg)
+	gpus := GPU(j, cfg)
+	stuck, paused := StuckInFlight(j, cfg)
+	r.Paused = paused
+	straggle := Straggler(j, cfg, timing)
+	switch timing {
+	case TimingNone:
+		r.Notes = append(r.Notes, "NCCL lines carry no timestamps, so arrival lag (stragglers) cannot be measured; "+TimestampHint)
+	case TimingCoarse:
+		r.Notes = append(r.Notes, "NCCL timestamps have whole-second resolution, too coarse for arrival lag; "+TimestampHint)
+	}
+
+	// A mismatch explains the hang and point-to-point stalls on its communicator.
+	mismatched := map[string]*Finding{}
+	for i := range mism {
+		mismatched[mism[i].Comm] = &mism[i]
+	}
+	absorb := func(into *Finding, f *Finding) {
+		into.addEvidence("also: %s", f.Summary)
+	}
+	var rest []Finding
+	for _, f := range append(hangs, p2p...) {
+		if m := mismatched[f.Comm]; m != nil {
+			absorb(m, &f)
+			continue
+		}
+		rest = append(rest, f)
+	}
+	// A crash explains the hang and point-to-point findings of the same rank.
+	byCulprit := map[string]*Finding{}
+	for i := range crashes {
+		for _, k := range crashes[i].culpritKeys {
+			byCulprit[k] = &crashes[i]
+		}
+	}
+	var kept []Finding
+	for _, f := range rest {
+		if len(f.culpritKeys) == 1 {
+			if c := byCulprit[f.culpritKeys[0]]; c != nil {
+				absorb(c, &f)
+				if c.Comm == "" || (f.Kind == incident.KindHang && c.Seq == 0) {
+					c.Comm, c.Seq = f.Comm, f.Seq
+				}
+				if c.FaultAt.IsZero() {
+					c.FaultAt = f.FaultAt
+				}
+				continue
+			}
+			if f.Kind == incident.KindP2PMismatch {
+				if h := findByKey(kept, f.Key, incident.KindHang); h != nil {
+					absorb(h, &f)
+					continue
+				}
+			}
+		}
+		kept = append(kept, f)
+	}
+	// A link fault on a node of a stuck communicator explains it.
+	var stuckKept []Finding
+	for _, s := range stuck {
+		if l := linkOn(links, s.culpritKeys); l != nil {
+			absorb(l, &s)
+			continue
+		}
+		stuckKept = append(stuckKept, s)
+	}
+	r.Findings = append(r.Findings, crashes...)
+	r.Findings = append(r.Findings, mism...)
+	r.Findings = append(r.Findings, kept...)
+	r.Findings = append(r.Findings, stuckKept...)
+	r.Findings = append(r.Findings, links...)
+	r.Findings = append(r.Findings, gpus...)
+	r.Findings = append(r.Findings, straggle...)
+	for i := range r.Findings {
+		torchEvidence(j, &r.Findings[i])
+	}
+	sortFindings(r.Findings)
+	return r
+}
+
+// torchEvidence adds PyTorch's own view: its watchdog times out on ranks that were only
+// waiting, which is why those ranks are not the culprits.
+func torchEvidence(j *Job, f *Finding) {
+	switch f.Kind {
+	case incident.KindHang, incident.KindMismatch, incident.KindCrash, incident.KindP2PMismatch:
+	default:
+		return
+	}
+	culprit := map[string]bool{}
+	for _, k := range f.culpritKeys {
+		culprit[k] = true
+	}
+	for _, p := range j.Procs {
+		for _, e := range p.Events {
+			if e.Kind != "torch_timeout" {
+				continue
+			}
+			role := "a waiting rank"
+			if culprit[p.Key()] {
+				role = "the culprit"
+			}
+			f.addEvidence("PyTorch's watchdog on %s (%s) timed out at its SeqNum %d: %s", p.Name(), role, e.Code, e.Msg)
+			break
+		}
+	}
+}
+
+func findByKey(fs []Finding, key string, kind incident.Kind) *Finding {
+	for i := range fs {
+		if fs[i].Key == key && fs[i].Kind == kind {
+			return &fs[i]
+		}
+	}
+	return nil
+}
+
+// linkOn returns a link finding that touches any of the given processes.
+func linkOn(links []Finding, procKeys []string) *Finding {
+	for i := range links {
+		for _, a := range links[i].culpritKeys {
+			for _, b := range procKeys {
+				if a == b {
+					return &links[i]
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// StuckInFlight finds communicators where every rank entered the same collective and none
+// moved past the hang window while their GPUs spin: the collective itself does not finish,
+// which points at the network path or a GPU. The same picture with idle GPUs is a pause
+// (checkpoint, data loader): reported as paused, never as an incident.
+func StuckInFlight(j *Job, cfg Config) ([]Finding, []string) {
+	if j.Offline {
+		return nil, nil
+	}
+	var out []Finding
+	var paused []string
+	for _, g := range j.Groups {
+		if len(g.Members) < 2 || len(g.Members) < g.NRanks {
+			continue
+		}
+		count := g.Members[0].Comm.Count
+		level := count > 0
+		for _, m := range g.Members {
+			level = level && m.Comm.Count == count
+		}
+		if !level {
+			continue
+		}
+		ok, still := stalled(j, g, cfg)
+		if !ok {
+			continue
+		}
+		waiting, idle, unknown := 0, 0, 0
+		for _, m := range g.Members {
+			switch gs := gpuOf(j, m.Proc); {
+			case gs == nil || gs.State == "":
+				unknown++
+			case gs.State == "waiting":
+				waiting++
+			default:
+				idle++
+			}
+		}
+		if waiting == 0 || waiting < len(g.Members)-unknown {
+			if idle > 0 {
+				paused = append(paused, g.ID)
+			}
+			continue
+		}
+		last := g.Members[0].Comm.Last
+		f := Finding{Kind: incident.KindStuckInFlight, Severity: incident.SeverityCritical, Comm: g.ID, Seq: count,
+			Victims: len(g.Members), Key: fmt.Sprintf("stuck:%s:%d", g.ID, count)}
+		op := "its last collective"
+		if last != nil {
+			op = describeOp(last)
+			f.Ops = map[string]incident.Op{"all": Op(last)}
+			f.FaultAt = last.T.Time()
+		}
+		f.Summary = fmt.Sprintf("all %d ranks of communicator %s entered %s at position %d and none completed it for %s while their GPUs spin: suspect the network path or a GPU",
+			len(g.Members), shortComm(g.ID), op, count, still.Round(time.Second))
+		nodes := map[string]bool{}
+		for _, m := range g.Members {
+			f.culpritKeys = append(f.culpritKeys, m.Proc.Key())
+			if !nodes[m.Proc.Node] {
+				nodes[m.Proc.Node] = true
+				f.Culprits = append(f.Culprits, m.Proc.Culprit())
+			}
+			if gs := gpuOf(j, m.Proc); gs != nil {
+				f.addEvidence("%s GPU: %s", m.Proc.Name(), describeGPU(gs))
+			}
+		}
+		out = append(out, f)
+	}
+	return out, paused
+}
+
+// Incident renders a finding as a new open incident of a job.
+func (f *Finding) Incident(job string, now time.Time) incident.Incident {
+	return incident.Incident{
+		Kind: f.Kind, State: incident.StateOpen, Severity: f.Severity, Job: job, Comm: f.Comm, Seq: f.Seq,
+		Culprits: f.Culprits, Victims: f.Victims, Summary: f.Summary, Evidence: f.Evidence, Ops: f.Ops,
+		LagSeconds: f.LagSeconds, OpenedAt: now, LastSeen: now, FaultAt: f.FaultAt,
+	}
+}

@@ -1,0 +1,323 @@
+package detect
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ncclwatch/watchdog/incident"
+)
+
+// errorCounters are the IB port counters whose growth means a sick link.
+var errorCounters = []string{"symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+	"local_link_integrity_errors", "excessive_buffer_overrun_errors", "port_xmit_discards"}
+
+// Link finds network trouble: a rank that fell back to NET/Socket where its peers use IB,
+// fewer IB devices than its peers, IB completion errors and port events from NCCL's log,
+// and (live) ports below the job's usual rate, not ACTIVE, with error counters or
+// xmit_wait rising. Findings name node, HCA and port and the ranks whose traffic uses it.
+func Link(j *Job, cfg Config) []Finding {
+	var out []Finding
+	out = append(out, networkFallback(j)...)
+	out = append(out, ibEvents(j, cfg)...)
+	out = append(out, portFindings(j, cfg)...)
+	return out
+}
+
+func networkFallback(j *Job) []Finding {
+	nets := map[string]int{}
+	devs := map[int]int{}
+	for _, p := range j.Procs {
+		if p.Network != "" {
+			nets[p.Network]++
+		}
+		if p.Network == "IB" {
+			devs[len(p.NetDevs)]++
+		}
+	}
+	var out []Finding
+	if nets["Socket"] > 0 && len(nets) > 1 {
+		usual := ""
+		for n, c := range nets {
+			if n != "Socket" && (usual == "" || c > nets[usual]) {
+				usual = n
+			}
+		}
+		for _, p := range j.Procs {
+			if p.Network != "Socket" {
+				continue
+			}
+			f := Finding{Kind: incident.KindLink, Severity: incident.SeverityWarning,
+				Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{p.Key()}, Key: "link:" + p.Key() + ":socket"}
+			f.Summary = fmt.Sprintf("%s uses NET/Socket while %d other rank(s) use %s: its InfiniBand path is missing, traffic crawls over TCP",
+				p.Name(), nets[usual], usual)
+			f.addEvidence("NCCL on %s printed \"Using network Socket\"", p.Host)
+			if len(p.NetDevs) > 0 {
+				f.addEvidence("its network devices: %s", strings.Join(p.NetDevs, " "))
+			}
+			out = append(out, f)
+		}
+	}
+	if len(devs) > 1 {
+		usual, most := 0, 0
+		for n, c := range devs {
+			if c > most || (c == most && n > usual) {
+				usual, most = n, c
+			}
+		}
+		for _, p := range j.Procs {
+			if p.Network == "IB" && len(p.NetDevs) < usual {
+				f := Finding{Kind: incident.KindLink, Severity: incident.SeverityWarning,
+					Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{p.Key()}, Key: "link:" + p.Key() + ":devices"}
+				f.Summary = fmt.Sprintf("%s sees %d IB devices where its peers see %d: an HCA or port is missing on %s",
+					p.Name(), len(p.NetDevs), usual, p.Host)
+				f.addEvidence("its devices: %s", strings.Join(p.NetDevs, " "))
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// ibEvents turns NCCL's IB completion errors and async port events into findings, one per
+// (host, HCA). When several hosts report errors with one peer, the peer is the suspect.
+func ibEvents(j *Job, cfg Config) []Finding {
+	type key struct{ host, dev string }
+	found := map[key]*Finding{}
+	var order []key
+	peerReporters := map[string]map[string]bool{} // peer ip -> reporting hosts
+	addrHost := addressBook(j)
+	for _, p := range j.Procs {
+		for _, e := range p.Events {
+			if (e.Kind != "ib_completion" && e.Kind != "ib_async") || !recentEvent(j, cfg, int64(e.T)) {
+				continue
+			}
+			dev := e.Dev
+			if e.Kind == "ib_async" && e.Port > 0 {
+				dev = e.Dev + ":" + strconv.Itoa(e.Port)
+			}
+			k := key{p.Host, dev}
+			f := found[k]
+			if f == nil {
+				f = &Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical,
+					Culprits: []incident.Culprit{{Rank: -1, Host: p.Host, Port: dev}}, Key: "link:" + p.Host + ":" + dev}
+				found[k] = f
+				order = append(order, k)
+			}
+			switch e.Kind {
+			case "ib_completion":
+				status := ibStatusName(e.Code)
+				f.addEvidence("%s: NET/IB completion error %s(%d) with peer %s on HCA %s", p.Name(), status, e.Code, e.Peer, orUnknown(e.Dev))
+				ip := peerIP(e.Peer)
+				if peerReporters[ip] == nil {
+					peerReporters[ip] = map[string]bool{}
+				}
+				peerReporters[ip][p.Host] = true
+				if f.Summary == "" {
+					f.Summary = fmt.Sprintf("IB completion error %s on %s HCA %s talking to %s: the link or the peer is failing",
+						status, p.Host, orUnknown(e.Dev), describePeer(e.Peer, addrHost))
+				}
+			case "ib_async":
+				f.addEvidence("%s: NCCL got IB async event %q on %s port %d", p.Name(), e.Peer, e.Dev, e.Port)
+				if f.Summary == "" {
+					f.Summary = fmt.Sprintf("IB port event %q on %s %s port %d", e.Peer, p.Host, e.Dev, e.Port)
+					if !strings.Contains(e.Peer, "error") && !strings.Contains(e.Msg, "fatal") {
+						f.Severity = incident.SeverityWarning
+					}
+				}
+			}
+			f.culpritKeys = appendUnique(f.culpritKeys, p.Key())
+		}
+	}
+	var out []Finding
+	var ips []string
+	for ip, hosts := range peerReporters {
+		if len(hosts) >= 2 {
+			ips = append(ips, ip)
+		}
+	}
+	sort.Strings(ips)
+	for _, ip := range ips {
+		host := addrHost[ip]
+		if host == "" {
+			host = ip
+		}
+		var hs []string
+		for h := range peerReporters[ip] {
+			hs = append(hs, h)
+		}
+		sort.Strings(hs)
+		f := Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical,
+			Culprits: []incident.Culprit{{Rank: -1, Host: host}}, Key: "link:peer:" + ip}
+		f.Summary = fmt.Sprintf("%d hosts (%s) report IB completion errors with %s: the fault is on its side", len(hs), strings.Join(hs, ", "), host)
+		out = append(out, f)
+	}
+	for _, k := range order {
+		out = append(out, *found[k])
+	}
+	return out
+}
+
+func appendUnique(s []string, v string) []string {
+	for _, x := range s {
+		if x == v {
+			return s
+		}
+	}
+	return append(s, v)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}
+
+func ibStatusName(code int) string {
+	names := [...]string{"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
+		"WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR",
+		"REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR",
+		"REM_INV_RD_REQ_ERR", "REM_ABORT_ERR", "INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR",
+		"RESP_TIMEOUT_ERR", "GENERAL_ERR"}
+	if code >= 0 && code < len(names) {
+		return "IBV_WC_" + names[code]
+	}
+	return "status"
+}
+
+// peerIP strips the "<port>" of "10.0.0.8<50123>".
+func peerIP(peer string) string {
+	if i := strings.IndexByte(peer, '<'); i >= 0 {
+		return peer[:i]
+	}
+	return peer
+}
+
+// addressBook maps bootstrap IPs to hosts.
+func addressBook(j *Job) map[string]string {
+	book := map[string]string{}
+	for _, p := range j.Procs {
+		for _, a := range p.Addrs {
+			book[peerIP(a)] = p.Host
+		}
+	}
+	return book
+}
+
+func describePeer(peer string, book map[string]string) string {
+	if h := book[peerIP(peer)]; h != "" {
+		return fmt.Sprintf("%s (%s)", h, peer)
+	}
+	return peer
+}
+
+// portFindings judges the sampled ports of every node (live).
+func portFindings(j *Job, cfg Config) []Finding {
+	usual := cfg.ExpectedIBGbps
+	if usual == 0 {
+		usual = usualRate(j)
+	}
+	var nodes []string
+	for n := range j.Nodes {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	var out []Finding
+	for _, name := range nodes {
+		n := j.Nodes[name]
+		for i := range n.Ports {
+			pt := &n.Ports[i]
+			if pt.Kind != "ib" {
+				continue
+			}
+			var problems []string
+			sev := incident.SeverityWarning
+			if pt.State != "" && pt.State != "ACTIVE" {
+				problems = append(problems, fmt.Sprintf("port state %s (%s)", pt.State, pt.PhysState))
+				sev = incident.SeverityCritical
+			} else if usual > 0 && pt.RateGbps > 0 && pt.RateGbps < usual*0.99 {
+				problems = append(problems, fmt.Sprintf("runs at %.0f of %.0f Gb/s (%s %s)", pt.RateGbps, usual, pt.Width, pt.Speed))
+				sev = incident.SeverityCritical
+			}
+			for _, c := range errorCounters {
+				if d := pt.Deltas[c]; d > 0 {
+					problems = append(problems, fmt.Sprintf("%s +%d in %.0f s", c, d, pt.IntervalS))
+				}
+			}
+			if cfg.XmitWaitPerSecond > 0 && pt.XmitWaitPerS > cfg.XmitWaitPerSecond {
+				problems = append(problems, fmt.Sprintf("port_xmit_wait growing at %.3g/s (congestion or a slow peer)", pt.XmitWaitPerS))
+			}
+			if len(problems) == 0 {
+				continue
+			}
+			port := pt.Device + ":" + strconv.Itoa(pt.Port)
+			f := Finding{Kind: incident.KindLink, Severity: sev, Key: "link:" + name + ":" + port}
+			ranks := ranksUsing(j, name, pt.Device, pt.Port)
+			f.Culprits = []incident.Culprit{{Rank: -1, Host: name, Port: port}}
+			for _, p := range ranks {
+				c := p.Culprit()
+				c.Port = port
+				f.Culprits = append(f.Culprits, c)
+				f.culpritKeys = append(f.culpritKeys, p.Key())
+			}
+			f.Summary = fmt.Sprintf("%s %s port %d %s", name, pt.Device, pt.Port, strings.Join(problems, "; "))
+			if len(ranks) > 0 {
+				var rs []string
+				for _, p := range ranks {
+					rs = append(rs, strconv.Itoa(p.Rank))
+				}
+				f.Summary += "; used by rank(s) " + strings.Join(rs, ",")
+			}
+			for _, pr := range problems {
+				f.addEvidence("%s", pr)
+			}
+			if pt.XmitGbps > 0 || pt.RecvGbps > 0 {
+				f.addEvidence("traffic: %.1f Gb/s out, %.1f Gb/s in", pt.XmitGbps, pt.RecvGbps)
+			}
+			if pt.T != 0 {
+				f.FaultAt = pt.T.Time()
+			}
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// usualRate is the most common rate of the job's ACTIVE IB ports.
+func usualRate(j *Job) float64 {
+	counts := map[float64]int{}
+	for _, n := range j.Nodes {
+		for _, pt := range n.Ports {
+			if pt.Kind == "ib" && pt.State == "ACTIVE" && pt.RateGbps > 0 {
+				counts[pt.RateGbps]++
+			}
+		}
+	}
+	best, most := 0.0, 0
+	for r, c := range counts {
+		if c > most || (c == most && r > best) {
+			best, most = r, c
+		}
+	}
+	return best
+}
+
+// ranksUsing lists the processes on a node whose NCCL uses the given HCA port.
+func ranksUsing(j *Job, node, dev string, port int) []*Proc {
+	want := dev + ":" + strconv.Itoa(port)
+	var out []*Proc
+	for _, p := range j.Procs {
+		if p.Node != node {
+			continue
+		}
+		for _, d := range p.NetDevs {
+			if strings.HasPrefix(d, want) {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,305 @@
+package detect
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// Mismatch finds, per communicator, the first position where ranks issued different
+// collectives (op, count, datatype, reduction op or root). With more than two ranks the
+// minority are the culprits; with two, the rank that broke its own repeating pattern is.
+// Where one rank's sequence is the other's with one op missing, it says which op was skipped.
+func Mismatch(j *Job) []Finding {
+	var out []Finding
+	for _, g := range j.Groups {
+		if len(g.Members) < 2 {
+			continue
+		}
+		if f, ok := mismatchInGroup(j, g); ok {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func mismatchInGroup(j *Job, g *Group) (Finding, bool) {
+	lo, hi := int64(1<<62), int64(0)
+	for _, m := range g.Members {
+		for _, o := range m.Comm.Recent {
+			lo, hi = min(lo, o.Seq), max(hi, o.Seq)
+		}
+		if m.Comm.Last != nil {
+			lo, hi = min(lo, m.Comm.Last.Seq), max(hi, m.Comm.Last.Seq)
+		}
+	}
+	for seq := lo; seq <= hi; seq++ {
+		ops := make([]*snapshot.Op, len(g.Members))
+		n := 0
+		for i, m := range g.Members {
+			if ops[i] = opAt(m.Comm, seq); ops[i] != nil {
+				n++
+			}
+		}
+		if n < 2 || allSame(ops) {
+			continue
+		}
+		return describeMismatch(j, g, seq, ops), true
+	}
+	if f, ok := markMismatch(j, g, lo); ok {
+		return f, true
+	}
+	return Finding{}, false
+}
+
+func allSame(ops []*snapshot.Op) bool {
+	var first *snapshot.Op
+	for _, o := range ops {
+		if o == nil {
+			continue
+		}
+		if first == nil {
+			first = o
+		} else if !SameSignature(first, o) {
+			return false
+		}
+	}
+	return true
+}
+
+// signatureKey groups equal signatures.
+func signatureKey(o *snapshot.Op) string {
+	return fmt.Sprintf("%s|%d|%s|%s|%d", o.Op, o.Count, o.Dtype, o.Red, o.Root)
+}
+
+func describeMismatch(j *Job, g *Group, seq int64, ops []*snapshot.Op) Finding {
+	f := Finding{Kind: incident.KindMismatch, Severity: incident.SeverityCritical, Comm: g.ID, Seq: seq,
+		Ops: map[string]incident.Op{}}
+	bySig := map[string][]int{}
+	var sigs []string
+	for i, o := range ops {
+		if o == nil {
+			continue
+		}
+		k := signatureKey(o)
+		if _, ok := bySig[k]; !ok {
+			sigs = append(sigs, k)
+		}
+		bySig[k] = append(bySig[k], i)
+		f.Ops[strconv.Itoa(g.Members[i].Comm.Rank)] = Op(o)
+	}
+	sort.SliceStable(sigs, func(a, b int) bool { return len(bySig[sigs[a]]) > len(bySig[sigs[b]]) })
+	culprits := map[int]bool{}
+	ambiguous := false
+	if len(bySig[sigs[0]]) == len(bySig[sigs[1]]) {
+		// No majority: the rank whose op breaks its own repeating pattern is the culprit.
+		for i, o := range ops {
+			if o != nil && breaksPattern(g.Members[i].Comm, seq) {
+				culprits[i] = true
+			}
+		}
+		if len(culprits) == 0 || len(culprits) == countNonNil(ops) {
+			clear(culprits)
+			ambiguous = true
+		}
+	}
+	if len(culprits) == 0 {
+		for _, k := range sigs[1:] {
+			for _, i := range bySig[k] {
+				culprits[i] = true
+			}
+		}
+	}
+	if ambiguous {
+		f.addEvidence("no majority and no repeating pattern tells which rank deviated: the ranks named are as suspect as the others")
+	}
+	idx := make([]int, 0, len(culprits))
+	for i := range culprits {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	var names []string
+	for _, i := range idx {
+		p := g.Members[i].Proc
+		f.Culprits = append(f.Culprits, p.Culprit())
+		f.culpritKeys = append(f.culpritKeys, p.Key())
+		names = append(names, p.Name())
+	}
+	f.Victims = countNonNil(ops) - len(idx)
+	refIdx := -1
+	for i, o := range ops {
+		if o != nil && !culprits[i] {
+			refIdx = i
+			break
+		}
+	}
+	// Skipped op or different op?
+	verdict := ""
+	if refIdx >= 0 && len(idx) > 0 {
+		ci := idx[0]
+		switch {
+		case alignedShift(g.Members[ci].Comm, g.Members[refIdx].Comm, seq):
+			verdict = fmt.Sprintf("%s skipped %s at position %d: its later ops match the others' shifted by one",
+				g.Members[ci].Proc.Name(), describeOp(ops[refIdx]), seq)
+		case alignedShift(g.Members[refIdx].Comm, g.Members[ci].Comm, seq):
+			verdict = fmt.Sprintf("%s issued an extra %s at position %d: the others' later ops match its own shifted by one",
+				g.Members[ci].Proc.Name(), describeOp(ops[ci]), seq)
+		}
+	}
+	var parts []string
+	for _, k := range sigs {
+		var rs []string
+		for _, i := range bySig[k] {
+			rs = append(rs, strconv.Itoa(g.Members[i].Comm.Rank))
+		}
+		parts = append(parts, fmt.Sprintf("%s on rank %s", describeOp(ops[bySig[k][0]]), strings.Join(rs, ",")))
+	}
+	f.Summary = fmt.Sprintf("collective mismatch at position %d of communicator %s (%d ranks): %s; culprit %s",
+		seq, shortComm(g.ID), g.NRanks, strings.Join(parts, " vs "), strings.Join(names, ", "))
+	if verdict != "" {
+		f.addEvidence("%s", verdict)
+	}
+	for i, o := range ops {
+		if o == nil {
+			continue
+		}
+		m := g.Members[i]
+		f.addEvidence("%s issued %s as op %d on %s (it has issued %d)", m.Proc.Name(), describeOp(o), seq, shortComm(g.ID), m.Comm.Count)
+	}
+	if len(idx) > 0 {
+		f.FaultAt = timeOf(ops[idx[0]].T)
+	}
+	f.Key = "mismatch:" + g.ID + ":" + strconv.FormatInt(seq, 10)
+	return f
+}
+
+func countNonNil(ops []*snapshot.Op) int {
+	n := 0
+	for _, o := range ops {
+		if o != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// alignedShift reports whether a's ops from seq on equal b's from seq+1 on: a skipped b's op at seq.
+func alignedShift(a, b *snapshot.Comm, seq int64) bool {
+	matched := 0
+	for s := seq; ; s++ {
+		oa, ob := opAt(a, s), opAt(b, s+1)
+		if oa == nil || ob == nil {
+			break
+		}
+		if !SameSignature(oa, ob) {
+			return false
+		}
+		matched++
+	}
+	return matched >= 1
+}
+
+// Period finds the smallest P such that the member's latest ops before seq repeat every P
+// positions (a training step issues the same collectives each iteration); 0 when none.
+// Only the tail is checked, so warm-up ops (an initial Broadcast) do not hide the pattern.
+func Period(c *snapshot.Comm, before int64) int64 {
+	var ops []*snapshot.Op
+	for i := range c.Recent {
+		if c.Recent[i].Seq < before {
+			ops = append(ops, &c.Recent[i])
+		}
+	}
+	for p := 1; p <= len(ops)/3; p++ {
+		pairs := min(len(ops)-p, max(2*p, 16))
+		ok := true
+		for i := len(ops) - pairs; i < len(ops); i++ {
+			if ops[i].Seq-ops[i-p].Seq != int64(p) || !SameSignature(ops[i], ops[i-p]) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return int64(p)
+		}
+	}
+	return 0
+}
+
+// breaksPattern reports whether the op at seq differs from the one a period earlier.
+func breaksPattern(c *snapshot.Comm, seq int64) bool {
+	p := Period(c, seq)
+	if p == 0 {
+		return false
+	}
+	cur, prev := opAt(c, seq), opAt(c, seq-p)
+	return cur != nil && prev != nil && !SameSignature(cur, prev)
+}
+
+// markMismatch compares the digests at aligned positions: equal digests mean equal histories,
+// so a difference before the recent window still shows, as an interval.
+func markMismatch(j *Job, g *Group, recentFrom int64) (Finding, bool) {
+	type mark struct {
+		digest string
+		member int
+	}
+	bySeq := map[int64][]mark{}
+	for i, m := range g.Members {
+		for _, mk := range m.Comm.Marks {
+			bySeq[mk.Seq] = append(bySeq[mk.Seq], mark{mk.Digest, i})
+		}
+	}
+	var seqs []int64
+	for s, ms := range bySeq {
+		if len(ms) >= 2 {
+			seqs = append(seqs, s)
+		}
+	}
+	sort.Slice(seqs, func(a, b int) bool { return seqs[a] < seqs[b] })
+	lastEqual := int64(0)
+	for _, s := range seqs {
+		ms := bySeq[s]
+		counts := map[string][]int{}
+		for _, mk := range ms {
+			counts[mk.digest] = append(counts[mk.digest], mk.member)
+		}
+		if len(counts) == 1 {
+			lastEqual = s
+			continue
+		}
+		if s >= recentFrom && recentFrom > 0 {
+			return Finding{}, false // the op-by-op comparison covers it
+		}
+		f := Finding{Kind: incident.KindMismatch, Severity: incident.SeverityCritical, Comm: g.ID, Seq: lastEqual + 1}
+		// Minority digests are the culprits.
+		var best []int
+		for _, members := range counts {
+			if len(members) > len(best) {
+				best = members
+			}
+		}
+		inBest := map[int]bool{}
+		for _, i := range best {
+			inBest[i] = true
+		}
+		var names []string
+		for _, mk := range ms {
+			if inBest[mk.member] && len(counts) > 1 && len(best)*2 > len(ms) {
+				continue
+			}
+			p := g.Members[mk.member].Proc
+			f.Culprits = append(f.Culprits, p.Culprit())
+			f.culpritKeys = append(f.culpritKeys, p.Key())
+			names = append(names, p.Name())
+		}
+		f.Summary = fmt.Sprintf("collective mismatch on communicator %s between positions %d and %d: the ranks' op histories differ; culprit %s",
+			shortComm(g.ID), lastEqual+1, s, strings.Join(names, ", "))
+		f.addEvidence("op-history digests agree up to position %d and differ at position %d; the exact op is older than the recent ops kept", lastEqual, s)
+		f.Key = "mismatch:" + g.ID + ":" + strconv.FormatInt(lastEqual+1, 10)
+		return f, true
+	}
+	return Finding{}, false
+}

@@ -1,0 +1,243 @@
+package detect
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// Timing says whether arrival times can be trusted for lag claims.
+type Timing int
+
+const (
+	// TimingOK: NCCL timestamps with sub-second digits, or live read times.
+	TimingOK Timing = iota
+	// TimingNone: offline logs without NCCL timestamps: no lag can be measured.
+	TimingNone
+	// TimingCoarse: NCCL timestamps with whole seconds only.
+	TimingCoarse
+)
+
+// TimestampHint tells the user how to make lag measurable.
+const TimestampHint = "set NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (or ALL) and NCCL_DEBUG_TIMESTAMP_FORMAT='[%F %T.%6f] ' (NCCL 2.26+; on 2.26.3+ '[%F_%T.%6f]_' avoids spaces in the value)"
+
+// JobTiming judges the job's timing source. Live jobs are timed by the sidecar's read time
+// when NCCL prints no timestamp, which is good to ~10 ms.
+func JobTiming(j *Job) Timing {
+	if !j.Offline {
+		return TimingOK
+	}
+	worst := TimingOK
+	for _, p := range j.Procs {
+		if !p.Timestamps {
+			return TimingNone
+		}
+		if p.TSDigits == 0 {
+			worst = TimingCoarse
+		}
+	}
+	return worst
+}
+
+type lagSample struct {
+	seq int64
+	lag int64 // µs behind the first rank to arrive
+}
+
+// Straggler measures, per communicator and position, each rank's arrival lag behind the
+// first rank; a rank whose median lag over the window exceeds max(StragglerMinLag,
+// StragglerFraction × step period) is a straggler, with the position where it began.
+func Straggler(j *Job, cfg Config, timing Timing) []Finding {
+	if timing != TimingOK {
+		return nil
+	}
+	type verdict struct {
+		proc      *Proc
+		group     *Group
+		median    int64
+		threshold int64
+		onset     lagSample
+		samples   int
+		period    time.Duration
+	}
+	best := map[string]*verdict{}
+	var order []string
+	for _, g := range j.Groups {
+		if len(g.Members) < 2 {
+			continue
+		}
+		series, firstArrival := lagSeries(g)
+		if len(firstArrival) < cfg.StragglerMinSamples {
+			continue
+		}
+		period := stepPeriod(g, firstArrival)
+		threshold := max(cfg.StragglerMinLag.Microseconds(), int64(cfg.StragglerFraction*float64(period.Microseconds())))
+		for i, m := range g.Members {
+			s := series[i]
+			if len(s) > cfg.StragglerWindow && cfg.StragglerWindow > 0 {
+				s = s[len(s)-cfg.StragglerWindow:]
+			}
+			if len(s) < cfg.StragglerMinSamples {
+				continue
+			}
+			med := medianLag(s)
+			if med <= threshold {
+				continue
+			}
+			k := m.Proc.Key()
+			v := best[k]
+			if v == nil {
+				order = append(order, k)
+			} else if v.median >= med {
+				continue
+			}
+			best[k] = &verdict{proc: m.Proc, group: g, median: med, threshold: threshold,
+				onset: onset(series[i], threshold), samples: len(s), period: period}
+		}
+	}
+	var out []Finding
+	for _, k := range order {
+		v := best[k]
+		p := v.proc
+		f := Finding{Kind: incident.KindStraggler, Severity: incident.SeverityWarning, Comm: v.group.ID,
+			Seq: v.onset.seq, Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{k},
+			LagSeconds: float64(v.median) / 1e6, Key: "straggler:" + k, Victims: len(v.group.Members) - 1}
+		f.Summary = fmt.Sprintf("%s is a straggler: it arrives %s late at the collectives of communicator %s (median over %d positions), since position %d",
+			p.Name(), time.Duration(v.median)*time.Microsecond, shortComm(v.group.ID), v.samples, v.onset.seq)
+		f.addEvidence("median arrival lag %s behind the first rank, threshold %s", time.Duration(v.median)*time.Microsecond, time.Duration(v.threshold)*time.Microsecond)
+		if v.period > 0 {
+			f.addEvidence("step period %s", v.period.Round(time.Millisecond))
+		}
+		if o := opAt(memberOf(v.group, p).Comm, v.onset.seq); o != nil && o.T != 0 {
+			f.FaultAt = o.T.Time()
+			f.addEvidence("onset at position %d (%s), lag %s", v.onset.seq, fmtTime(o.T.Time()), time.Duration(v.onset.lag)*time.Microsecond)
+		}
+		if g := gpuOf(j, p); g != nil {
+			f.addEvidence("its GPU %d: %s", g.Index, describeGPU(g))
+			for _, x := range g.XIDs {
+				f.addEvidence("XID %d on its GPU at %s", x.Code, fmtTime(x.T.Time()))
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func memberOf(g *Group, p *Proc) Member {
+	for _, m := range g.Members {
+		if m.Proc == p {
+			return m
+		}
+	}
+	return Member{}
+}
+
+// lagSeries returns, per member, lags at the positions every member has a time for, and
+// the first arrival time per such position.
+func lagSeries(g *Group) ([][]lagSample, map[int64]int64) {
+	times := make([]map[int64]int64, len(g.Members))
+	var seqs []int64
+	for i, m := range g.Members {
+		times[i] = map[int64]int64{}
+		for _, o := range m.Comm.Recent {
+			if o.T != 0 {
+				times[i][o.Seq] = int64(o.T)
+			}
+		}
+		for _, mk := range m.Comm.Marks {
+			if mk.T != 0 {
+				if _, ok := times[i][mk.Seq]; !ok {
+					times[i][mk.Seq] = int64(mk.T)
+				}
+			}
+		}
+	}
+	for s := range times[0] {
+		seqs = append(seqs, s)
+	}
+	sort.Slice(seqs, func(a, b int) bool { return seqs[a] < seqs[b] })
+	series := make([][]lagSample, len(g.Members))
+	first := map[int64]int64{}
+	for _, s := range seqs {
+		lo := int64(1 << 62)
+		all := true
+		for i := range times {
+			t, ok := times[i][s]
+			if !ok {
+				all = false
+				break
+			}
+			lo = min(lo, t)
+		}
+		if !all {
+			continue
+		}
+		first[s] = lo
+		for i := range times {
+			series[i] = append(series[i], lagSample{seq: s, lag: times[i][s] - lo})
+		}
+	}
+	return series, first
+}
+
+// stepPeriod estimates the training step time from the repeating op pattern.
+func stepPeriod(g *Group, first map[int64]int64) time.Duration {
+	var leader *snapshot.Comm
+	for _, m := range g.Members {
+		if leader == nil || m.Comm.Count > leader.Count {
+			leader = m.Comm
+		}
+	}
+	p := Period(leader, leader.Count+1)
+	if p == 0 {
+		return 0
+	}
+	var d []int64
+	for s, t := range first {
+		if t0, ok := first[s-p]; ok && t > t0 {
+			d = append(d, t-t0)
+		}
+	}
+	if len(d) == 0 {
+		return 0
+	}
+	sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+	return time.Duration(d[len(d)/2]) * time.Microsecond
+}
+
+func medianLag(s []lagSample) int64 {
+	v := make([]int64, len(s))
+	for i, x := range s {
+		v[i] = x.lag
+	}
+	sort.Slice(v, func(a, b int) bool { return v[a] < v[b] })
+	return v[len(v)/2]
+}
+
+// onset is the first position from which at least 80% of the lags exceed the threshold.
+func onset(s []lagSample, threshold int64) lagSample {
+	above := 0
+	for _, x := range s {
+		if x.lag > threshold {
+			above++
+		}
+	}
+	// Walk forward; suffix counts shrink as we pass samples.
+	suffixAbove, suffixLen := above, len(s)
+	for _, x := range s {
+		if x.lag > threshold && suffixAbove*5 >= suffixLen*4 {
+			return x
+		}
+		if x.lag > threshold {
+			suffixAbove--
+		}
+		suffixLen--
+	}
+	if len(s) > 0 {
+		return s[len(s)-1]
+	}
+	return lagSample{}
+}

@@ -1,0 +1,198 @@
+// Package logparse turns NCCL (2.18-2.30) and PyTorch ProcessGroupNCCL log lines into typed
+// events, and tracks per process what they say: communicators, sequence positions, recent
+// ops, point-to-point counters and warnings.
+//
+// Parse is the hot path: it allocates nothing, and the byte slices in a Line point into the
+// caller's buffer, valid until that buffer changes. Formats follow
+// ../shared/reference/nccl-log-formats.md and the real captures under testdata/.
+package logparse
+
+// Kind classifies a line.
+type Kind uint8
+
+const (
+	KindUnknown          Kind = iota // not an NCCL or PyTorch line we know: counted, never fatal
+	KindBlank                        // empty line (NCCL prints one before every WARN)
+	KindContinuation                 // unprefixed text right after a WARN (plugin multi-line WARN)
+	KindInfo                         // an NCCL INFO/TRACE line with no meaning for us
+	KindVersion                      // NCCL version X.Y.Z+cudaA.B
+	KindInit                         // Init START / COMPLETE
+	KindCommInfo                     // comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d
+	KindColl                         // per-op line (collective, Send/Recv, one-sided)
+	KindTuning                       // rank-0 algorithm/protocol choice
+	KindChannel                      // channel transport line (P2P, SHM, NET, CollNet)
+	KindRing                         // rank-0 ring dump (Channel NN/NN : r r r)
+	KindUsingNetwork                 // Using network IB|Socket|<plugin>
+	KindNetIBDevices                 // NET/IB : Using [0]mlx5_0:1/IB ...
+	KindNetIBNone                    // NET/IB : No device found.
+	KindNetSocketDevices             // NET/Socket : Using [0]eth0:10.1.0.7<0>
+	KindBootstrap                    // Bootstrap: Using eth0:10.1.0.7<0>
+	KindDestroy                      // Destroy/Abort/Revoke START/COMPLETE
+	KindIBCompletion                 // NET/IB Got completion from peer ... with error/status
+	KindIBAsync                      // NET/IB : dev:port async event
+	KindSocketError                  // socket progress/connect errors
+	KindConnClosedRemote             // Connection closed by remote peer X
+	KindConnClosedLocal              // [Service thread] Connection closed by localRank N
+	KindProxyError                   // proxy thread / service errors
+	KindCudaError                    // Cuda failure '...'
+	KindSystemError                  // Call to X failed, config errors (duplicate GPU, version mismatch)
+	KindBreadcrumb                   // file:line -> N error propagation
+	KindRASPeerDead                  // RAS declaring peer X as DEAD
+	KindWarn                         // any other WARN
+	KindTorchTimeout                 // Watchdog caught collective operation timeout
+	KindTorchWorkStatus              // last enqueued/completed work
+	KindTorchTerminate               // the process is being taken down / watchdog thread terminated
+	KindTorchNCCLError               // NCCL error surfaced by torch
+	KindTorchCommCreated             // ProcessGroupNCCL created ncclComm_ 0x...
+	KindLauncherExit                 // torchrun: failed (exitcode: N) local_rank: R (pid: P)
+	NumKinds
+)
+
+var kindNames = [NumKinds]string{
+	"unknown", "blank", "continuation", "info", "version", "init", "comm_info", "coll", "tuning",
+	"channel", "ring", "using_network", "net_ib_devices", "net_ib_none", "net_socket_devices",
+	"bootstrap", "destroy", "ib_completion", "ib_async", "socket_error", "conn_closed_remote",
+	"conn_closed_local", "proxy_error", "cuda_error", "system_error", "breadcrumb", "ras_peer_dead",
+	"warn", "torch_timeout", "torch_work_status", "torch_terminate", "torch_nccl_error",
+	"torch_comm_created", "launcher_exit",
+}
+
+func (k Kind) String() string {
+	if k < NumKinds {
+		return kindNames[k]
+	}
+	return "invalid"
+}
+
+// Level is the NCCL log level of a line.
+type Level uint8
+
+const (
+	LevelNone Level = iota
+	LevelInfo
+	LevelWarn
+	LevelTrace
+	LevelCall
+)
+
+// Line is one parsed line. Byte slices alias the input.
+type Line struct {
+	Kind  Kind
+	Level Level
+
+	// LauncherRank is the rank from a launcher prefix ([rank3]:, [default3]:, "3: "), or -1.
+	LauncherRank int
+
+	// Prefix fields (NCCL lines).
+	HasTime bool
+	Time    Timestamp // NCCL's timestamp, when the default layout [%F %T(.%Nf)] is used
+	Host    []byte
+	PID     int
+	TID     int
+	Dev     int    // cudaDev in [..], -1 when absent
+	File    []byte // WARN file:line
+	FileLn  int
+	Msg     []byte // the message after "NCCL <LEVEL> "
+
+	// Per-kind fields; only those of Kind are set.
+	Coll    Coll
+	Init    Init
+	Comm    uint64 // communicator pointer (KindCommInfo, KindDestroy, KindTorchCommCreated)
+	Rank    int    // KindCommInfo, KindDestroy
+	NRanks  int
+	NNodes  int
+	LocalRk int // KindCommInfo localRank; KindConnClosedLocal the closed local rank
+	Phase   Phase
+	Channel Channel
+	Text    []byte // free text: network name, device list, peer, event string, version
+	Dev2    []byte // HCA or interface (IB completion hca, async event dev)
+	Port    int
+	Code    int // status / result / exit code
+	Fatal   bool
+	Torch   Torch
+}
+
+// Phase of a lifecycle line.
+type Phase uint8
+
+const (
+	PhaseNone Phase = iota
+	PhaseInitStart
+	PhaseInitComplete
+	PhaseDestroy
+	PhaseAbortStart
+	PhaseAbort
+	PhaseRevokeStart
+	PhaseRevoke
+)
+
+// Coll is a per-op line.
+type Coll struct {
+	Op       OpCode
+	OpName   []byte
+	OpCount  uint64 // hex in the log; a hint only, never a sequence number
+	Count    uint64
+	Datatype Datatype
+	RedOp    int64
+	Root     int // the peer for Send/Recv
+	Comm     uint64
+	NRanks   int
+}
+
+// Init is an Init START/COMPLETE line.
+type Init struct {
+	API        []byte // ncclCommInitRank, ncclCommSplit, ... (2.21+)
+	JobRank    int    // [Rank N] prefix (2.29+), -1 otherwise
+	Comm       uint64
+	Rank       int
+	NRanks     int
+	CudaDev    int
+	NvmlDev    int
+	BusID      uint64
+	IsSplit    bool // has a parent
+	Parent     uint64
+	SplitCount int // splitCount / childCount, -1 when not printed
+	Color      int
+	Key        int
+	HasCommID  bool
+	CommID     uint64
+}
+
+// Channel is a transport line: one channel between two ranks.
+type Channel struct {
+	Channel   int
+	From, To  int
+	Transport []byte // everything after "via ", e.g. "P2P/CUMEM/read", "NET/IB/0/GDRDMA"
+	Net       []byte // NET plugin name ("IB", "Socket", "AWS Libfabric"), empty for P2P/SHM
+	NetDev    int
+	ProxyRank int // PXN proxy rank, -1 when absent
+	Send      bool
+	Recv      bool
+	GDR       bool
+}
+
+// Torch holds PyTorch ProcessGroupNCCL fields.
+type Torch struct {
+	Rank      int // [Rank N] or PG prefix rank, -1 when absent
+	SeqNum    int64
+	OpType    []byte
+	NumelIn   int64
+	NumelOut  int64
+	TimeoutMs int64
+	RanForMs  int64
+	Enqueued  int64
+	Completed int64
+	PGDesc    []byte // default_pg, ...
+	PID       int    // launcher exit: the failed child's pid
+}
+
+// Timestamp is a calendar time without a zone, as NCCL prints it (local time of its host).
+type Timestamp struct {
+	Year, Month, Day, Hour, Min, Sec int
+	Nanos                            int
+	Digits                           int // sub-second digits printed (0: whole seconds)
+}
+
+func (l *Line) reset() {
+	*l = Line{LauncherRank: -1, Dev: -1}
+}

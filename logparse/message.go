@@ -1,0 +1,544 @@
+package logparse
+
+import "bytes"
+
+// parseMessage classifies the message of a prefixed NCCL line.
+func parseMessage(l *Line) {
+	m := l.Msg
+	if l.Level == LevelWarn {
+		parseWarn(l)
+		return
+	}
+	l.Kind = KindInfo
+	if len(m) == 0 || l.Level != LevelInfo {
+		return
+	}
+	// The per-op line is by far the most frequent: test it first and cheaply.
+	if c := bytes.IndexByte(m, ':'); c > 0 && c < 16 {
+		if hasPrefix(m[c:], ": opCount ") {
+			parseColl(l, c)
+			return
+		}
+		if c+2 < len(m) && m[c+1] == ' ' && isDigit(m[c+2]) && contains(m[c:], " Bytes -> ") {
+			l.Kind = KindTuning
+			return
+		}
+	}
+	switch m[0] {
+	case 'C':
+		if hasPrefix(m, "Channel ") {
+			parseChannel(l)
+			return
+		}
+		if hasPrefix(m, "CollNet ") {
+			s := scanner{b: m}
+			if s.skipTo(" via ") {
+				l.Kind = KindChannel
+				l.Channel.ProxyRank = -1
+				l.Channel.Transport = s.rest()
+				l.Channel.Send = contains(m, "[send]")
+				l.Channel.Recv = contains(m, "[receive]")
+			}
+			return
+		}
+	case 'U':
+		if hasPrefix(m, "Using network ") {
+			l.Kind = KindUsingNetwork
+			l.Text = m[len("Using network "):]
+			return
+		}
+	case 'N':
+		if hasPrefix(m, "NCCL version ") {
+			l.Kind = KindVersion
+			l.Text = versionText(m)
+			return
+		}
+		if hasPrefix(m, "NET/IB : Using") || hasPrefix(m, "NET/IB: Using") {
+			l.Kind = KindNetIBDevices
+			l.Text = deviceList(m)
+			return
+		}
+		if hasPrefix(m, "NET/IB : No device found") {
+			l.Kind = KindNetIBNone
+			return
+		}
+		if hasPrefix(m, "NET/Socket : Using") {
+			l.Kind = KindNetSocketDevices
+			l.Text = deviceList(m)
+			return
+		}
+		if hasPrefix(m, "NET/IB") && contains(m, "Got completion from peer") {
+			parseIBCompletion(l)
+			return
+		}
+	case 'B':
+		if hasPrefix(m, "Bootstrap: Using") || hasPrefix(m, "Bootstrap : Using") {
+			l.Kind = KindBootstrap
+			l.Text = trimSpace(m[bytes.Index(m, []byte("Using"))+len("Using"):])
+			return
+		}
+	case 'R':
+		if hasPrefix(m, "RAS declaring peer ") {
+			l.Kind = KindRASPeerDead
+			s := scanner{b: m, i: len("RAS declaring peer ")}
+			l.Text = s.word()
+			return
+		}
+	case '[':
+		if hasPrefix(m, "[Service thread] Connection closed by localRank ") {
+			s := scanner{b: m, i: len("[Service thread] Connection closed by localRank ")}
+			if r, ok := s.int(); ok {
+				l.Kind = KindConnClosedLocal
+				l.LocalRk = r
+			}
+			return
+		}
+		if hasPrefix(m, "[Rank ") && hasSuffix(m, " Init START") {
+			parseInit(l)
+			return
+		}
+	}
+	if hasSuffix(m, "Init START") || hasSuffix(m, "Init COMPLETE") {
+		parseInit(l)
+		return
+	}
+	if hasPrefix(m, "comm 0x") {
+		if parseCommInfo(l) {
+			return
+		}
+		parseDestroy(l)
+		return
+	}
+	if contains(m, "Connection closed by remote peer ") {
+		parseConnClosedRemote(l)
+		return
+	}
+	parseBreadcrumb(l)
+}
+
+// parseColl reads "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d
+// root %d comm %p [nranks=%d] stream %p" (RCCL appends more: not anchored at the end).
+func parseColl(l *Line, colon int) {
+	m := l.Msg
+	c := &l.Coll
+	c.OpName = m[:colon]
+	c.Op = ParseOpName(c.OpName)
+	s := scanner{b: m, i: colon + len(": opCount ")}
+	var ok bool
+	if c.OpCount, ok = s.hex(); !ok || !s.lit(" sendbuff ") {
+		return
+	}
+	if _, ok = s.ptr(); !ok || !s.lit(" recvbuff ") {
+		return
+	}
+	if _, ok = s.ptr(); !ok || !s.lit(" count ") {
+		return
+	}
+	if c.Count, ok = s.udec(); !ok || !s.lit(" datatype ") {
+		return
+	}
+	dt, ok := s.int()
+	if !ok || !s.lit(" op ") {
+		return
+	}
+	c.Datatype = Datatype(dt)
+	if dt < 0 || dt > 127 {
+		c.Datatype = -1
+	}
+	if c.RedOp, ok = s.dec(); !ok || !s.lit(" root ") {
+		return
+	}
+	if c.Root, ok = s.int(); !ok || !s.lit(" comm ") {
+		return
+	}
+	if c.Comm, ok = s.ptr(); !ok || !s.lit(" [nranks=") {
+		return
+	}
+	if c.NRanks, ok = s.int(); !ok || !s.lit("]") {
+		return
+	}
+	l.Kind = KindColl
+}
+
+// parseInit reads every Init START/COMPLETE form of 2.18-2.30.
+func parseInit(l *Line) {
+	m := l.Msg
+	in := &l.Init
+	in.JobRank, in.SplitCount = -1, -1
+	s := scanner{b: m}
+	if s.lit("[Rank ") {
+		r, ok := s.int()
+		if !ok || !s.lit("] ") {
+			return
+		}
+		in.JobRank = r
+	}
+	if hasPrefix(s.rest(), "nccl") {
+		in.API = s.word()
+		if !s.space() {
+			return
+		}
+	}
+	var ok bool
+	if !s.lit("comm ") {
+		return
+	}
+	if in.Comm, ok = s.ptr(); !ok || !s.space() {
+		return
+	}
+	if v, ok := s.field("rank"); ok && s.space() {
+		in.Rank = int(v)
+	} else {
+		return
+	}
+	if v, ok := s.field("nranks"); ok && s.space() {
+		in.NRanks = int(v)
+	} else {
+		return
+	}
+	if v, ok := s.field("cudaDev"); ok && s.space() {
+		in.CudaDev = int(v)
+	} else {
+		return
+	}
+	if v, ok := s.field("nvmlDev"); ok && s.space() {
+		in.NvmlDev = int(v)
+	} else {
+		return
+	}
+	if !s.lit("busId ") {
+		return
+	}
+	if in.BusID, ok = s.hex(); !ok || !s.space() {
+		return
+	}
+	if s.lit("parent ") {
+		in.IsSplit = true
+		if in.Parent, ok = s.ptr(); !ok || !s.space() {
+			return
+		}
+		if s.lit("splitCount ") || s.lit("childCount ") {
+			if in.SplitCount, ok = s.int(); !ok || !s.space() {
+				return
+			}
+		}
+		if v, ok := s.field("color"); ok && s.space() {
+			in.Color = int(v)
+		} else {
+			return
+		}
+		if v, ok := s.field("key"); ok {
+			in.Key = int(v)
+		} else {
+			return
+		}
+		s.space() // 2.23+ START prints "key %d- Init START"
+	}
+	if s.lit("commId 0x") {
+		if in.CommID, ok = s.hex(); !ok || !s.space() {
+			return
+		}
+		in.HasCommID = true
+	}
+	switch {
+	case s.lit("- Init START"):
+		l.Phase = PhaseInitStart
+	case s.lit("- Init COMPLETE"):
+		l.Phase = PhaseInitComplete
+	default:
+		return
+	}
+	l.Kind = KindInit
+	l.Comm = in.Comm
+}
+
+// parseCommInfo reads "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d".
+func parseCommInfo(l *Line) bool {
+	s := scanner{b: l.Msg, i: len("comm ")}
+	comm, ok := s.ptr()
+	if !ok || !s.space() {
+		return false
+	}
+	rank, ok := s.field("rank")
+	if !ok || !s.space() {
+		return false
+	}
+	nr, ok := s.field("nRanks")
+	if !ok || !s.space() {
+		return false
+	}
+	nn, ok := s.field("nNodes")
+	if !ok || !s.space() {
+		return false
+	}
+	if _, ok = s.field("localRanks"); !ok || !s.space() {
+		return false
+	}
+	lr, ok := s.field("localRank")
+	if !ok {
+		return false
+	}
+	l.Kind = KindCommInfo
+	l.Comm, l.Rank, l.NRanks, l.NNodes, l.LocalRk = comm, int(rank), int(nr), int(nn), int(lr)
+	return true
+}
+
+// parseDestroy reads "comm %p rank %d nranks|nRanks %d cudaDev %d busId %lx - <What> <PHASE>".
+func parseDestroy(l *Line) {
+	m := l.Msg
+	s := scanner{b: m, i: len("comm ")}
+	comm, ok := s.ptr()
+	if !ok || !s.space() {
+		return
+	}
+	rank, ok := s.field("rank")
+	if !ok || !s.space() {
+		return
+	}
+	if !s.lit("nranks ") && !s.lit("nRanks ") {
+		return
+	}
+	nr, ok := s.dec()
+	if !ok || !s.skipTo(" - ") {
+		return
+	}
+	rest := s.rest()
+	switch {
+	case hasPrefix(rest, "Destroy COMPLETE"):
+		l.Phase = PhaseDestroy
+	case hasPrefix(rest, "Abort START"):
+		l.Phase = PhaseAbortStart
+	case hasPrefix(rest, "Abort COMPLETE"):
+		l.Phase = PhaseAbort
+	case hasPrefix(rest, "Revoke START"):
+		l.Phase = PhaseRevokeStart
+	case hasPrefix(rest, "Revoke COMPLETE"):
+		l.Phase = PhaseRevoke
+	default:
+		return
+	}
+	l.Kind = KindDestroy
+	l.Comm, l.Rank, l.NRanks = comm, int(rank), int(nr)
+}
+
+// parseChannel reads the P2P, SHM and NET channel lines and recognises the ring dump.
+func parseChannel(l *Line) {
+	m := l.Msg
+	ch := &l.Channel
+	ch.ProxyRank = -1
+	s := scanner{b: m, i: len("Channel ")}
+	var ok bool
+	if ch.Channel, ok = s.int(); !ok {
+		return
+	}
+	if s.lit("/") {
+		if _, ok = s.int(); !ok {
+			return
+		}
+	}
+	if !s.lit(" : ") {
+		return
+	}
+	if ch.From, ok = s.int(); !ok {
+		return
+	}
+	if !s.lit("[") {
+		// "Channel 00/24 :    0   1": the rank-0 ring dump.
+		l.Kind = KindRing
+		return
+	}
+	if !s.skipTo("] -> ") {
+		return
+	}
+	if ch.To, ok = s.int(); !ok || !s.skipTo("] ") {
+		return
+	}
+	if s.lit("[send] ") {
+		ch.Send = true
+	} else if s.lit("[receive] ") {
+		ch.Recv = true
+	}
+	if !s.lit("via ") {
+		return
+	}
+	ch.Transport = s.rest()
+	l.Kind = KindChannel
+	if !hasPrefix(ch.Transport, "NET/") {
+		return
+	}
+	// NET/<name>/<dev>[(<proxy>)][/GDRDMA][(PCI)][/Shared]; the name may contain spaces.
+	t := ch.Transport[len("NET/"):]
+	for i := 0; i < len(t); i++ {
+		if t[i] != '/' || i+1 >= len(t) || !isDigit(t[i+1]) {
+			continue
+		}
+		j := i + 1
+		for j < len(t) && isDigit(t[j]) {
+			j++
+		}
+		if j < len(t) && t[j] != '(' && t[j] != '/' && t[j] != ' ' {
+			continue
+		}
+		ch.Net = t[:i]
+		ch.NetDev, _ = atoi(t[i+1 : j])
+		tail := t[j:]
+		if len(tail) > 0 && tail[0] == '(' && !hasPrefix(tail, "(PCI)") {
+			ps := scanner{b: tail, i: 1}
+			if p, ok := ps.int(); ok {
+				ch.ProxyRank = p
+			}
+		}
+		ch.GDR = contains(tail, "/GDRDMA")
+		return
+	}
+}
+
+// deviceList returns the text between "Using" and "; OOB" (or the end).
+func deviceList(m []byte) []byte {
+	i := bytes.Index(m, []byte("Using"))
+	if i < 0 {
+		return nil
+	}
+	rest := m[i+len("Using"):]
+	if j := bytes.IndexByte(rest, ';'); j >= 0 {
+		rest = rest[:j]
+	}
+	return trimSpace(rest)
+}
+
+// parseWarn classifies a WARN by family.
+func parseWarn(l *Line) {
+	m := l.Msg
+	l.Kind = KindWarn
+	switch {
+	case hasPrefix(m, "NET/IB") && contains(m, "Got completion from peer"):
+		parseIBCompletion(l)
+	case hasPrefix(m, "NET/IB") && (contains(m, "async") || contains(m, "event") || contains(m, "GID table")):
+		parseIBAsync(l)
+	case contains(m, "Connection closed by remote peer "):
+		parseConnClosedRemote(l)
+	case contains(m, "Connection closed by localRank "):
+		s := scanner{b: m}
+		s.skipTo("Connection closed by localRank ")
+		if r, ok := s.int(); ok {
+			l.Kind = KindConnClosedLocal
+			l.LocalRk = r
+		}
+	case hasPrefix(m, "socket") || hasPrefix(m, "ncclOsSocket") || hasPrefix(m, "NET/Socket") ||
+		hasPrefix(m, "Bootstrap") || contains(m, ": connect to ") || contains(m, "connect returned") ||
+		hasPrefix(m, "Message truncated") || contains(m, "Connect to "):
+		l.Kind = KindSocketError
+	case hasPrefix(m, "[Service thread]") || hasPrefix(m, "[Proxy Service") ||
+		hasPrefix(m, "ncclProxyCallBlockingUDS") || hasPrefix(m, "Socket recv failed while polling") ||
+		hasPrefix(m, "hostStreamPlanCallback") || (hasPrefix(m, "Comm 0x") && contains(m, "abort state")) ||
+		hasPrefix(m, "proxy") || hasPrefix(m, "Proxy"):
+		l.Kind = KindProxyError
+	case hasPrefix(m, "Cuda failure"):
+		l.Kind = KindCudaError
+		if i := bytes.IndexByte(m, '\''); i >= 0 {
+			l.Text = bytes.Trim(m[i:], "'")
+		}
+	case hasPrefix(m, "Call to ") || hasPrefix(m, "Mismatched NCCL version") ||
+		hasPrefix(m, "Duplicate GPU detected") || hasPrefix(m, "Multiple Ranks are using the same GPU") ||
+		contains(m, "communicator encountered a fatal error") || hasPrefix(m, "ncclCommSetAsyncError") ||
+		hasPrefix(m, "commReclaim") || hasPrefix(m, "Error : ring"):
+		l.Kind = KindSystemError
+		l.Fatal = contains(m, "fatal")
+	}
+}
+
+// parseIBCompletion reads every version of the IB completion-error WARN:
+// "NET/IB( : |: |/GIN: )Got completion from peer P with (error N,|status=[NAME(]N[)]) opcode[= ]..."
+func parseIBCompletion(l *Line) {
+	m := l.Msg
+	s := scanner{b: m}
+	if !s.skipTo("Got completion from peer ") {
+		return
+	}
+	l.Kind = KindIBCompletion
+	l.Text = s.word()
+	if !s.lit(" with ") {
+		return
+	}
+	if s.lit("error ") {
+		l.Code, _ = s.int()
+	} else if s.lit("status=") {
+		if !isDigit(s.b[min(s.i, len(s.b)-1)]) {
+			if !s.skipTo("(") {
+				return
+			}
+		}
+		l.Code, _ = s.int()
+	}
+	if i := bytes.LastIndex(m, []byte(" hca ")); i >= 0 {
+		hs := scanner{b: m, i: i + len(" hca ")}
+		l.Dev2 = hs.word()
+	}
+	l.Fatal = true
+}
+
+// parseIBAsync reads "NET/IB : dev:port <event text>" in its version forms.
+func parseIBAsync(l *Line) {
+	m := l.Msg
+	l.Kind = KindIBAsync
+	s := scanner{b: m}
+	if !s.lit("NET/IB : ") && !s.lit("NET/IB: ") {
+		return
+	}
+	// 2.18-2.19: "NET/IB : Got async event : %s" has no device.
+	if !hasPrefix(s.rest(), "Got async") {
+		dp := s.word()
+		if c := bytes.LastIndexByte(dp, ':'); c > 0 {
+			l.Dev2 = dp[:c]
+			l.Port, _ = atoi(dp[c+1:])
+		}
+		s.space()
+	}
+	rest := s.rest()
+	l.Fatal = contains(rest, "fatal") && !contains(rest, "non-fatal")
+	if c := bytes.LastIndex(rest, []byte(": ")); c >= 0 {
+		l.Text = rest[c+2:]
+	} else {
+		l.Text = rest
+	}
+	// 2.29+ prints "port error(10)": keep the name only.
+	if p := bytes.IndexByte(l.Text, '('); p > 0 && l.Text[len(l.Text)-1] == ')' {
+		l.Code, _ = atoi(l.Text[p+1 : len(l.Text)-1])
+		l.Text = l.Text[:p]
+	}
+}
+
+func parseConnClosedRemote(l *Line) {
+	s := scanner{b: l.Msg}
+	s.skipTo("Connection closed by remote peer ")
+	l.Kind = KindConnClosedRemote
+	l.Text = s.word()
+}
+
+// parseBreadcrumb reads "file.cc:123 -> 6", "file.cc:123 (func) -> 6 [Progress Thread]".
+func parseBreadcrumb(l *Line) {
+	m := l.Msg
+	s := scanner{b: m}
+	w := s.word()
+	c := bytes.LastIndexByte(w, ':')
+	if c <= 0 || (!contains(w[:c], ".cc") && !contains(w[:c], ".h") && !contains(w[:c], ".c")) {
+		return
+	}
+	if _, ok := atoi(w[c+1:]); !ok || !s.space() {
+		return
+	}
+	if hasPrefix(s.rest(), "(") {
+		s.word()
+		s.space()
+	}
+	if !s.lit("-> ") {
+		return
+	}
+	code, ok := s.int()
+	if !ok {
+		return
+	}
+	l.Kind = KindBreadcrumb
+	l.Code = code
+	l.File = w[:c]
+}

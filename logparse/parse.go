@@ -1,0 +1,262 @@
+package logparse
+
+import "bytes"
+
+// Parse classifies one line (without its trailing newline) into l. It never fails: what it
+// does not recognise is KindUnknown. It allocates nothing.
+func Parse(line []byte, l *Line) {
+	l.reset()
+	line = trimRight(line)
+	if len(line) == 0 {
+		l.Kind = KindBlank
+		return
+	}
+	line = stripLauncher(line, l)
+	if len(line) == 0 {
+		l.Kind = KindBlank
+		return
+	}
+	if ncclAt, level := findLevel(line); ncclAt >= 0 {
+		if parsePrefix(line[:ncclAt], l) {
+			l.Level = level
+			msg := line[ncclAt+len("NCCL ")+levelLen(level):]
+			if len(msg) > 0 && msg[0] == ' ' {
+				msg = msg[1:]
+			}
+			l.Msg = msg
+			parseMessage(l)
+			return
+		}
+	}
+	// Unprefixed NCCL output: the bare version line (2.18-2.21 stdout, 2.22+ at WARN level).
+	if hasPrefix(line, "NCCL version ") {
+		l.Kind = KindVersion
+		l.Msg = line
+		l.Text = versionText(line)
+		return
+	}
+	parseTorch(line, l)
+}
+
+func trimRight(b []byte) []byte {
+	for len(b) > 0 {
+		switch b[len(b)-1] {
+		case '\n', '\r', ' ', '\t', 0:
+			b = b[:len(b)-1]
+			continue
+		}
+		break
+	}
+	return b
+}
+
+// stripLauncher removes launcher prefixes: torchrun --tee "[default3]:", PyTorch "[rank3]:",
+// srun --label "3: ". They can stack ("0: [rank0]:").
+func stripLauncher(b []byte, l *Line) []byte {
+	for {
+		switch {
+		case hasPrefix(b, "[rank") || hasPrefix(b, "[default"):
+			j := 5
+			if b[1] == 'd' {
+				j = 8
+			}
+			k := j
+			for k < len(b) && isDigit(b[k]) {
+				k++
+			}
+			if k == j || k+1 >= len(b) || b[k] != ']' || b[k+1] != ':' {
+				return b
+			}
+			if r, ok := atoi(b[j:k]); ok {
+				l.LauncherRank = r
+			}
+			b = b[k+2:]
+			if len(b) > 0 && b[0] == ' ' {
+				b = b[1:]
+			}
+		case len(b) > 2 && isDigit(b[0]):
+			k := 0
+			for k < len(b) && k < 7 && isDigit(b[k]) {
+				k++
+			}
+			if k+1 >= len(b) || b[k] != ':' || b[k+1] != ' ' {
+				return b
+			}
+			// "12: " could also start a custom timestamp like "12:34:56"; that has no space.
+			r, _ := atoi(b[:k])
+			l.LauncherRank = r
+			b = b[k+2:]
+		default:
+			return b
+		}
+	}
+}
+
+var levelTokens = [...]struct {
+	tok   string
+	level Level
+}{{"INFO", LevelInfo}, {"WARN", LevelWarn}, {"TRACE", LevelTrace}, {"CALL", LevelCall}}
+
+func levelLen(l Level) int {
+	switch l {
+	case LevelInfo, LevelWarn, LevelCall:
+		return 4
+	case LevelTrace:
+		return 5
+	}
+	return 0
+}
+
+// findLevel returns the index of the first "NCCL <LEVEL>" token that follows a space.
+func findLevel(b []byte) (int, Level) {
+	off := 0
+	for {
+		j := bytes.Index(b[off:], []byte(" NCCL "))
+		if j < 0 {
+			return -1, LevelNone
+		}
+		at := off + j + 1
+		rest := b[at+5:]
+		for _, t := range levelTokens {
+			if hasPrefix(rest, t.tok) && (len(rest) == len(t.tok) || rest[len(t.tok)] == ' ') {
+				return at, t.level
+			}
+		}
+		off = at + 5
+	}
+}
+
+// parsePrefix reads "[ts] host:pid:tid [dev] [ms] [file:line [(func)]] " right to left, so
+// that any custom timestamp before host:pid:tid is tolerated.
+func parsePrefix(p []byte, l *Line) bool {
+	p = trimRight(p)
+	// Split into tokens from the right until the host:pid:tid token.
+	end := len(p)
+	var tokens [4][]byte
+	n := 0
+	for end > 0 && n < 5 {
+		start := bytes.LastIndexByte(p[:end], ' ') + 1
+		tok := p[start:end]
+		if host, pid, tid, ok := hostPidTid(tok); ok {
+			l.Host, l.PID, l.TID = host, pid, tid
+			for i := n - 1; i >= 0; i-- {
+				t := tokens[i]
+				switch {
+				case len(t) > 2 && t[0] == '[' && t[len(t)-1] == ']':
+					if d, ok := atoiSigned(t[1 : len(t)-1]); ok {
+						l.Dev = d
+					}
+				case len(t) > 2 && t[0] == '(' && t[len(t)-1] == ')':
+					// 2.30.7 WARN function name: nothing we need.
+				default:
+					if c := bytes.LastIndexByte(t, ':'); c > 0 {
+						if ln, ok := atoi(t[c+1:]); ok {
+							l.File, l.FileLn = t[:c], ln
+						}
+					}
+				}
+			}
+			if start > 0 {
+				parseTimestamp(p[:start-1], l)
+			}
+			return true
+		}
+		if n == len(tokens) {
+			return false
+		}
+		tokens[n] = tok
+		n++
+		end = start - 1
+		if end < 0 {
+			break
+		}
+	}
+	return false
+}
+
+func atoiSigned(b []byte) (int, bool) {
+	if len(b) > 0 && b[0] == '-' {
+		v, ok := atoi(b[1:])
+		return -v, ok
+	}
+	return atoi(b)
+}
+
+// hostPidTid splits "host:pid:tid". The host holds no ':' (NCCL cuts it at the first '.').
+func hostPidTid(t []byte) ([]byte, int, int, bool) {
+	c2 := bytes.LastIndexByte(t, ':')
+	if c2 <= 0 {
+		return nil, 0, 0, false
+	}
+	c1 := bytes.LastIndexByte(t[:c2], ':')
+	if c1 <= 0 {
+		return nil, 0, 0, false
+	}
+	pid, ok1 := atoi(t[c1+1 : c2])
+	tid, ok2 := atoi(t[c2+1:])
+	if !ok1 || !ok2 {
+		return nil, 0, 0, false
+	}
+	host := t[:c1]
+	if bytes.IndexByte(host, ':') >= 0 || bytes.IndexByte(host, '[') >= 0 {
+		return nil, 0, 0, false
+	}
+	return host, pid, tid, true
+}
+
+// parseTimestamp reads NCCL's default layout "[%F %T]" or "[%F %T.%Nf]". Other layouts are
+// opaque: the line is then timed by its read time.
+func parseTimestamp(t []byte, l *Line) {
+	t = trimSpace(t)
+	if len(t) < 21 || t[0] != '[' || t[len(t)-1] != ']' {
+		return
+	}
+	t = t[1 : len(t)-1]
+	// 2006-01-02 15:04:05[.frac]
+	if len(t) < 19 || t[4] != '-' || t[7] != '-' || (t[10] != ' ' && t[10] != 'T') || t[13] != ':' || t[16] != ':' {
+		return
+	}
+	var ts Timestamp
+	var ok bool
+	if ts.Year, ok = atoi(t[0:4]); !ok {
+		return
+	}
+	if ts.Month, ok = atoi(t[5:7]); !ok || ts.Month < 1 || ts.Month > 12 {
+		return
+	}
+	if ts.Day, ok = atoi(t[8:10]); !ok || ts.Day < 1 || ts.Day > 31 {
+		return
+	}
+	if ts.Hour, ok = atoi(t[11:13]); !ok || ts.Hour > 23 {
+		return
+	}
+	if ts.Min, ok = atoi(t[14:16]); !ok || ts.Min > 59 {
+		return
+	}
+	if ts.Sec, ok = atoi(t[17:19]); !ok || ts.Sec > 60 {
+		return
+	}
+	if len(t) > 19 {
+		if t[19] != '.' || len(t) == 20 || len(t) > 29 {
+			return
+		}
+		frac := t[20:]
+		n, ok := atoi(frac)
+		if !ok {
+			return
+		}
+		for i := len(frac); i < 9; i++ {
+			n *= 10
+		}
+		ts.Nanos, ts.Digits = n, len(frac)
+	}
+	l.Time, l.HasTime = ts, true
+}
+
+func versionText(b []byte) []byte {
+	s := scanner{b: b}
+	if !s.skipTo("NCCL version ") {
+		return nil
+	}
+	return s.word()
+}

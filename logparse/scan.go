@@ -1,0 +1,179 @@
+package logparse
+
+import "bytes"
+
+// scanner walks a message left to right. Every method reports failure through ok=false and
+// leaves the position unspecified; callers give up on the line kind then.
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) rest() []byte { return s.b[s.i:] }
+
+func (s *scanner) eof() bool { return s.i >= len(s.b) }
+
+// lit consumes a literal.
+func (s *scanner) lit(p string) bool {
+	if len(s.b)-s.i < len(p) || string(s.b[s.i:s.i+len(p)]) != p {
+		return false
+	}
+	s.i += len(p)
+	return true
+}
+
+// word consumes bytes up to (not including) the next space or the end.
+func (s *scanner) word() []byte {
+	j := s.i
+	for j < len(s.b) && s.b[j] != ' ' {
+		j++
+	}
+	w := s.b[s.i:j]
+	s.i = j
+	return w
+}
+
+func (s *scanner) space() bool { return s.lit(" ") }
+
+// dec consumes an optionally signed decimal integer.
+func (s *scanner) dec() (int64, bool) {
+	neg := false
+	if s.i < len(s.b) && s.b[s.i] == '-' {
+		neg = true
+		s.i++
+	}
+	start := s.i
+	var v int64
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		if c < '0' || c > '9' {
+			break
+		}
+		if v > (1<<62)/10 {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+		s.i++
+	}
+	if s.i == start {
+		return 0, false
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
+}
+
+func (s *scanner) int() (int, bool) {
+	v, ok := s.dec()
+	return int(v), ok
+}
+
+// udec consumes an unsigned decimal that may use all 64 bits (counts print with %zu).
+func (s *scanner) udec() (uint64, bool) {
+	start := s.i
+	var v uint64
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		if c < '0' || c > '9' {
+			break
+		}
+		if v > (^uint64(0)-9)/10 {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+		s.i++
+	}
+	return v, s.i > start
+}
+
+// hex consumes hex digits (no prefix).
+func (s *scanner) hex() (uint64, bool) {
+	start := s.i
+	var v uint64
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return v, s.i > start && s.i-start <= 16
+		}
+		v = v<<4 | uint64(d)
+		s.i++
+	}
+	return v, s.i > start && s.i-start <= 16
+}
+
+// ptr consumes a %p value: 0x... or (nil).
+func (s *scanner) ptr() (uint64, bool) {
+	if s.lit("(nil)") {
+		return 0, true
+	}
+	if !s.lit("0x") {
+		return 0, false
+	}
+	return s.hex()
+}
+
+// skipTo advances past the next occurrence of p.
+func (s *scanner) skipTo(p string) bool {
+	j := bytes.Index(s.b[s.i:], []byte(p))
+	if j < 0 {
+		return false
+	}
+	s.i += j + len(p)
+	return true
+}
+
+// field consumes "name value" where value is a decimal: e.g. "rank 3".
+func (s *scanner) field(name string) (int64, bool) {
+	if !s.lit(name) || !s.space() {
+		return 0, false
+	}
+	return s.dec()
+}
+
+func hasPrefix(b []byte, p string) bool {
+	return len(b) >= len(p) && string(b[:len(p)]) == p
+}
+
+func hasSuffix(b []byte, p string) bool {
+	return len(b) >= len(p) && string(b[len(b)-len(p):]) == p
+}
+
+func contains(b []byte, p string) bool { return bytes.Contains(b, []byte(p)) }
+
+func index(b []byte, p string) int { return bytes.Index(b, []byte(p)) }
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// atoi parses a whole slice as a non-negative decimal.
+func atoi(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	v := 0
+	for _, c := range b {
+		if !isDigit(c) {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v, true
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\r' || b[len(b)-1] == '\n' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	return b
+}

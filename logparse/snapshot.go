@@ -1,0 +1,106 @@
+package logparse
+
+import (
+	"sort"
+	"strconv"
+
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// SnapshotOptions say how much detail Snapshot includes.
+type SnapshotOptions struct {
+	// Recent is how many of each communicator's latest ops to include; -1 includes the
+	// whole ring (offline analysis).
+	Recent int
+	// RecentSince includes recent ops only for communicators that moved at or after this
+	// time (µs); idle communicators then carry their count and last op only. 0 disables.
+	RecentSince int64
+}
+
+// Snapshot renders the tracker in the published schema.
+func (t *Tracker) Snapshot(o SnapshotOptions) snapshot.Process {
+	p := snapshot.Process{
+		Host:       t.Host,
+		PID:        t.PID,
+		Rank:       t.GlobalRank(),
+		LocalRank:  t.LocalRank,
+		NCCL:       t.Version,
+		Timestamps: t.TimestampDigits >= 0,
+		TSDigits:   max(t.TimestampDigits, 0),
+		Network:    t.Network,
+		NetDevs:    t.NetDevs,
+		Transports: t.Transports,
+		Addrs:      t.Addrs,
+		LastLine:   snapshot.Micros(t.LastTime),
+		Lines:      t.Lines,
+	}
+	dev, bus := t.Device()
+	p.CudaDev = dev
+	if bus != 0 {
+		p.BusID = strconv.FormatUint(bus, 16)
+	}
+	p.Comms = make([]snapshot.Comm, 0, len(t.all))
+	for _, c := range t.all {
+		p.Comms = append(p.Comms, c.snapshot(o))
+	}
+	for _, e := range t.Events() {
+		p.Events = append(p.Events, snapshot.Event{
+			Kind: e.Kind.String(), T: snapshot.Micros(e.T), Dev: e.Dev, Port: e.Port,
+			Peer: e.Peer, Code: e.Code, Msg: e.Msg,
+		})
+	}
+	return p
+}
+
+func (c *Comm) snapshot(o SnapshotOptions) snapshot.Comm {
+	sc := snapshot.Comm{
+		ID: c.ID, Ptr: "0x" + strconv.FormatUint(c.Ptr, 16), Rank: c.Rank, NRanks: c.NRanks,
+		CudaDev: c.CudaDev, State: c.State, Count: c.Count, Created: snapshot.Micros(c.Created),
+	}
+	if c.BusID != 0 {
+		sc.BusID = strconv.FormatUint(c.BusID, 16)
+	}
+	if last, ok := c.Last(); ok {
+		op := SnapshotOp(last)
+		sc.Last = &op
+	}
+	n := o.Recent
+	if n != 0 && (o.RecentSince == 0 || c.LastT >= o.RecentSince) {
+		recent := c.Recent()
+		if n > 0 && len(recent) > n {
+			recent = recent[len(recent)-n:]
+		}
+		sc.Recent = make([]snapshot.Op, len(recent))
+		for i, r := range recent {
+			sc.Recent[i] = SnapshotOp(r)
+		}
+	}
+	for _, m := range c.Marks() {
+		sc.Marks = append(sc.Marks, snapshot.Mark{Seq: m.Seq, Digest: strconv.FormatUint(m.Digest, 16), T: snapshot.Micros(m.T)})
+	}
+	if len(c.P2P) > 0 {
+		peers := make([]int, 0, len(c.P2P))
+		for peer := range c.P2P {
+			peers = append(peers, peer)
+		}
+		sort.Ints(peers)
+		for _, peer := range peers {
+			pc := c.P2P[peer]
+			sc.P2P = append(sc.P2P, snapshot.P2P{Peer: peer, Sends: pc.Sends, Recvs: pc.Recvs,
+				LastSend: snapshot.Micros(pc.LastSend), LastRecv: snapshot.Micros(pc.LastRecv)})
+		}
+	}
+	return sc
+}
+
+// SnapshotOp renders an op record.
+func SnapshotOp(r OpRecord) snapshot.Op {
+	op := snapshot.Op{Seq: r.Seq, Op: r.Op.String(), Count: r.Count, Dtype: r.Dtype.String(), T: snapshot.Micros(r.T)}
+	if r.Op.Reduces() {
+		op.Red = RedOpName(r.RedOp)
+	}
+	if r.Op.Rooted() {
+		op.Root = int(r.Root)
+	}
+	return op
+}

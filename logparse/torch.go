@@ -1,0 +1,133 @@
+package logparse
+
+import "bytes"
+
+// parseTorch recognises PyTorch ProcessGroupNCCL lines and torchrun's failure line. The c10
+// prefix "[E1121 22:51:18.197257951 ProcessGroupNCCL.cpp:689] " (or "[E ProcessGroupNCCL.cpp:1316] ")
+// is skipped; launcher prefixes were already stripped.
+func parseTorch(b []byte, l *Line) {
+	l.Torch.Rank = -1
+	l.Kind = KindUnknown
+	if len(b) > 3 && b[0] == '[' && (b[1] == 'E' || b[1] == 'W' || b[1] == 'I' || b[1] == 'F') {
+		if j := bytes.Index(b, []byte("] ")); j > 0 && j < 80 {
+			b = b[j+2:]
+		}
+	}
+	l.Msg = b
+	t := &l.Torch
+	switch {
+	case contains(b, "Watchdog caught collective operation timeout: WorkNCCL("):
+		l.Kind = KindTorchTimeout
+		t.Rank = bracketRank(b)
+		s := scanner{b: b}
+		s.skipTo("WorkNCCL(")
+		inner := s.rest()
+		t.SeqNum = keyValue(inner, "SeqNum=")
+		t.OpType = keyWord(inner, "OpType=")
+		t.NumelIn = keyValue(inner, "NumelIn=")
+		t.NumelOut = keyValue(inner, "NumelOut=")
+		t.TimeoutMs = keyValue(inner, "Timeout(ms)=")
+		t.RanForMs = keyValue(inner, "ran for ")
+	case contains(b, "failure detected by watchdog at work sequence id: "):
+		l.Kind = KindTorchWorkStatus
+		pgPrefix(b, t)
+		t.SeqNum = keyValue(b, "work sequence id: ")
+		t.Enqueued = keyValue(b, "last enqueued work: ")
+		t.Completed = keyValue(b, "last completed work: ")
+	case contains(b, "Last enqueued NCCL work: "):
+		l.Kind = KindTorchWorkStatus
+		pgPrefix(b, t)
+		t.SeqNum = -1
+		t.Enqueued = keyValue(b, "Last enqueued NCCL work: ")
+		t.Completed = keyValue(b, "last completed NCCL work: ")
+	case contains(b, "Process group watchdog thread terminated with exception") ||
+		contains(b, "we are taking the entire process down") ||
+		hasPrefix(b, "terminate called after throwing") ||
+		contains(b, "Heartbeat monitor timed out"):
+		l.Kind = KindTorchTerminate
+		if hasPrefix(b, "[PG ") {
+			pgPrefix(b, t)
+		} else {
+			t.Rank = bracketRank(b)
+		}
+	case contains(b, "ProcessGroupNCCL created ncclComm_ 0x"):
+		l.Kind = KindTorchCommCreated
+		pgPrefix(b, t)
+		s := scanner{b: b}
+		s.skipTo("ncclComm_ 0x")
+		l.Comm, _ = s.hex()
+	case hasPrefix(b, "NCCL error") || contains(b, "NCCL error in: ") || contains(b, "DistBackendError: NCCL error"):
+		l.Kind = KindTorchNCCLError
+	case contains(b, "failed (exitcode: ") && contains(b, "local_rank: "):
+		// torchrun: "E1121 ... api.py:986] failed (exitcode: 3) local_rank: 1 (pid: 1211) of binary: ..."
+		l.Kind = KindLauncherExit
+		l.Code = int(keyValue(b, "exitcode: "))
+		l.LocalRk = int(keyValue(b, "local_rank: "))
+		t.PID = int(keyValue(b, "(pid: "))
+	}
+}
+
+// bracketRank reads the "[Rank N]" of a torch message; -1 when absent.
+func bracketRank(b []byte) int {
+	s := scanner{b: b}
+	if !s.skipTo("[Rank ") {
+		return -1
+	}
+	r, ok := s.int()
+	if !ok {
+		return -1
+	}
+	return r
+}
+
+// pgPrefix reads "[PG ID <id> PG GUID <guid>(<desc>) Rank <rank>]".
+func pgPrefix(b []byte, t *Torch) {
+	s := scanner{b: b}
+	if !s.skipTo("[PG ID ") {
+		return
+	}
+	end := bytes.IndexByte(b[s.i:], ']')
+	if end < 0 {
+		return
+	}
+	pg := b[s.i : s.i+end]
+	if o := bytes.IndexByte(pg, '('); o >= 0 {
+		if c := bytes.IndexByte(pg[o:], ')'); c > 0 {
+			t.PGDesc = pg[o+1 : o+c]
+		}
+	}
+	if r := bytes.LastIndex(pg, []byte(" Rank ")); r >= 0 {
+		if v, ok := atoi(pg[r+len(" Rank "):]); ok {
+			t.Rank = v
+		}
+	}
+}
+
+// keyValue returns the decimal after key, or -1.
+func keyValue(b []byte, key string) int64 {
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return -1
+	}
+	s := scanner{b: b, i: i + len(key)}
+	v, ok := s.dec()
+	if !ok {
+		return -1
+	}
+	return v
+}
+
+// keyWord returns the word after key up to ',' ')' or space.
+func keyWord(b []byte, key string) []byte {
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return nil
+	}
+	w := b[i+len(key):]
+	for j, c := range w {
+		if c == ',' || c == ')' || c == ' ' {
+			return w[:j]
+		}
+	}
+	return w
+}

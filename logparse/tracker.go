@@ -1,0 +1,667 @@
+package logparse
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// TrackerOptions bound what a Tracker keeps.
+type TrackerOptions struct {
+	// RingSize is how many recent ops each communicator keeps (default 64).
+	RingSize int
+	// MaxComms caps communicators kept per process; destroyed ones are dropped first
+	// (default 1024).
+	MaxComms int
+	// MaxEvents caps the WARN-class events kept (default 32).
+	MaxEvents int
+	// Location is the zone of NCCL timestamps, which NCCL prints in its host's local time
+	// (default time.Local).
+	Location *time.Location
+}
+
+func (o *TrackerOptions) defaults() {
+	if o.RingSize <= 0 {
+		o.RingSize = 64
+	}
+	if o.MaxComms <= 0 {
+		o.MaxComms = 1024
+	}
+	if o.MaxEvents <= 0 {
+		o.MaxEvents = 32
+	}
+	if o.Location == nil {
+		o.Location = time.Local
+	}
+}
+
+// maxTransports bounds the distinct channel paths kept per process.
+const maxTransports = 16
+
+// maxPeers bounds the point-to-point peers tracked per communicator.
+const maxPeers = 4096
+
+// Tracker follows one NCCL process through its log: what it says about communicators,
+// sequence positions, recent ops and trouble. Not safe for concurrent use.
+type Tracker struct {
+	opts TrackerOptions
+
+	Host    string
+	PID     int
+	Version string
+	// TimestampDigits is the largest sub-second precision seen on NCCL timestamps; -1 when
+	// no line carried one.
+	TimestampDigits int
+	LocalRank       int // from the comm info line, -1 when unknown
+	NNodes          int
+	Network         string   // Using network X
+	NetDevs         []string // IB devices ("mlx5_0:1/IB") or socket interfaces ("eth0")
+	IBNone          bool     // NET/IB : No device found
+	BootstrapAddr   string   // e.g. eth0:10.0.0.7<0>
+	Transports      []string // distinct channel paths, e.g. "P2P/CUMEM", "NET/IB/0/GDRDMA"
+	Addrs           []string // IP addresses of bootstrap and socket interfaces
+	LauncherRank    int      // rank from a launcher prefix, -1 when none
+
+	comms    map[uint64]*Comm // live communicators by pointer
+	all      []*Comm          // every communicator kept, creation order
+	splitSeq map[splitKey]int // split occurrences when NCCL does not print splitCount
+
+	events     []Event // ring of MaxEvents
+	eventHead  int
+	eventTotal int64
+	lastWarn   bool
+
+	Lines     int64
+	Kinds     [NumKinds]int64
+	FirstTime int64 // µs of the first timed line
+	LastTime  int64 // µs of the newest line
+
+	line Line // scratch, so Observe allocates nothing
+}
+
+type splitKey struct {
+	parent string
+	color  int
+}
+
+// Comm is one communicator in one process.
+type Comm struct {
+	Ptr        uint64
+	ID         string // cross-rank identity (see snapshot.Comm.ID)
+	Rank       int
+	NRanks     int
+	CudaDev    int
+	NvmlDev    int
+	BusID      uint64
+	API        string
+	Parent     uint64
+	SplitCount int
+	Color      int
+	State      string // init, ready, destroyed, aborted, revoked
+	Created    int64
+
+	Count  int64 // collectives issued: the sequence position of the newest
+	LastT  int64
+	Digest uint64 // chained digest of all signatures up to Count
+	ring   []OpRecord
+	marks  [len(markLevels)][marksPerLevel]Mark
+	marksN [len(markLevels)]int
+	P2P    map[int]*P2PCount
+}
+
+// OpRecord is one collective at its sequence position.
+type OpRecord struct {
+	Seq   int64
+	T     int64 // µs
+	Count uint64
+	RedOp int64
+	Root  int32
+	Op    OpCode
+	Dtype Datatype
+}
+
+// Mark is the digest at an aligned sequence position.
+type Mark struct {
+	Seq    int64
+	Digest uint64
+	T      int64
+}
+
+// P2PCount counts Send/Recv with one peer.
+type P2PCount struct {
+	Sends, Recvs       int64
+	LastSend, LastRecv int64
+	LastSendOp         OpRecord
+	LastRecvOp         OpRecord
+}
+
+// Event is a WARN-class occurrence worth reporting.
+type Event struct {
+	Kind  Kind
+	T     int64
+	Dev   string
+	Port  int
+	Peer  string
+	Code  int
+	Fatal bool
+	Msg   string
+}
+
+var markLevels = [...]int64{16, 256, 4096}
+
+const marksPerLevel = 4
+
+// NewTracker returns a tracker for one process's log.
+func NewTracker(opts TrackerOptions) *Tracker {
+	opts.defaults()
+	return &Tracker{
+		opts:            opts,
+		TimestampDigits: -1,
+		LocalRank:       -1,
+		LauncherRank:    -1,
+		comms:           make(map[uint64]*Comm),
+		splitSeq:        make(map[splitKey]int),
+		events:          make([]Event, 0, opts.MaxEvents),
+	}
+}
+
+// Observe parses one line and applies it. readAt times lines that carry no NCCL timestamp.
+// It returns the parsed line, valid until the next call.
+func (t *Tracker) Observe(raw []byte, readAt time.Time) *Line {
+	Parse(raw, &t.line)
+	return t.Apply(&t.line, raw, readAt)
+}
+
+// Apply applies a line parsed by the caller (who routed it to this process).
+func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
+	t.Lines++
+	if l.Kind == KindUnknown && t.lastWarn {
+		l.Kind = KindContinuation
+	}
+	t.Kinds[l.Kind]++
+	if l.Kind == KindBlank {
+		return l // NCCL's blank line before a WARN does not end a WARN run
+	}
+	ts := t.timeOf(l, readAt)
+	if ts != 0 {
+		if t.FirstTime == 0 {
+			t.FirstTime = ts
+		}
+		if ts > t.LastTime {
+			t.LastTime = ts
+		}
+	}
+	if l.Host != nil && t.Host == "" {
+		t.Host = string(l.Host)
+		t.PID = l.PID
+	}
+	if l.LauncherRank >= 0 {
+		t.LauncherRank = l.LauncherRank
+	}
+	wasWarn := t.lastWarn
+	t.lastWarn = false
+	switch l.Kind {
+	case KindColl:
+		t.observeColl(l, ts)
+	case KindInit:
+		t.observeInit(l, ts)
+	case KindCommInfo:
+		t.LocalRank, t.NNodes = l.LocalRk, l.NNodes
+	case KindDestroy:
+		t.observeDestroy(l, ts)
+	case KindChannel:
+		t.observeChannel(l)
+	case KindVersion:
+		if t.Version == "" {
+			t.Version = versionNumber(string(l.Text))
+		}
+	case KindUsingNetwork:
+		t.Network = string(l.Text)
+	case KindNetIBDevices:
+		if devs := parseDeviceList(string(l.Text)); len(devs) > 0 {
+			t.NetDevs = devs
+		}
+	case KindNetIBNone:
+		t.IBNone = true
+	case KindNetSocketDevices:
+		if t.Network == "" || t.Network == "Socket" || len(t.NetDevs) == 0 {
+			t.NetDevs = parseDeviceList(string(l.Text))
+		}
+		t.addAddrs(string(l.Text))
+	case KindBootstrap:
+		t.BootstrapAddr = string(l.Text)
+		t.addAddrs(t.BootstrapAddr)
+	case KindContinuation:
+		t.lastWarn = true
+		if n := len(t.events); n > 0 {
+			e := &t.events[(t.eventHead+n-1)%n]
+			if len(e.Msg) < 240 {
+				e.Msg = truncate(e.Msg+" | "+string(trimSpace(raw)), 240)
+			}
+		}
+	case KindIBCompletion, KindIBAsync, KindSocketError, KindConnClosedRemote, KindConnClosedLocal,
+		KindProxyError, KindCudaError, KindSystemError, KindRASPeerDead, KindWarn,
+		KindTorchTimeout, KindTorchTerminate, KindTorchNCCLError, KindLauncherExit:
+		t.lastWarn = l.Level == LevelWarn
+		t.addEvent(l, ts)
+	case KindBreadcrumb:
+		// A run of "-> N" lines marks one failure path: keep its first line only.
+		if !wasWarn && l.Code != 0 {
+			t.addEvent(l, ts)
+		}
+		t.lastWarn = true
+	}
+	return l
+}
+
+func (t *Tracker) timeOf(l *Line, readAt time.Time) int64 {
+	if l.HasTime {
+		ts := l.Time
+		if ts.Digits > t.TimestampDigits {
+			t.TimestampDigits = ts.Digits
+		} else if t.TimestampDigits < 0 {
+			t.TimestampDigits = 0
+		}
+		return time.Date(ts.Year, time.Month(ts.Month), ts.Day, ts.Hour, ts.Min, ts.Sec, ts.Nanos, t.opts.Location).UnixMicro()
+	}
+	if readAt.IsZero() {
+		return 0
+	}
+	return readAt.UnixMicro()
+}
+
+func (t *Tracker) observeColl(l *Line, ts int64) {
+	c := t.comms[l.Coll.Comm]
+	if c == nil {
+		c = t.placeholder(l.Coll.Comm, l.Coll.NRanks, ts)
+	}
+	c.LastT = ts
+	rec := OpRecord{T: ts, Count: l.Coll.Count, RedOp: l.Coll.RedOp, Root: int32(l.Coll.Root),
+		Op: l.Coll.Op, Dtype: l.Coll.Datatype}
+	if !l.Coll.Op.Collective() {
+		t.observeP2P(c, l, rec)
+		return
+	}
+	c.Count++
+	rec.Seq = c.Count
+	c.ring[int((c.Count-1)%int64(len(c.ring)))] = rec
+	c.Digest = chainDigest(c.Digest, &rec)
+	for i, every := range markLevels {
+		if c.Count%every != 0 {
+			break
+		}
+		c.marks[i][c.marksN[i]%marksPerLevel] = Mark{Seq: c.Count, Digest: c.Digest, T: ts}
+		c.marksN[i]++
+	}
+}
+
+func (t *Tracker) observeP2P(c *Comm, l *Line, rec OpRecord) {
+	peer := l.Coll.Root
+	p := c.P2P[peer]
+	if p == nil {
+		if len(c.P2P) >= maxPeers {
+			return
+		}
+		if c.P2P == nil {
+			c.P2P = make(map[int]*P2PCount)
+		}
+		p = &P2PCount{}
+		c.P2P[peer] = p
+	}
+	switch l.Coll.Op {
+	case OpSend, OpPutSignal, OpSignal:
+		p.Sends++
+		rec.Seq = p.Sends
+		p.LastSend, p.LastSendOp = rec.T, rec
+	default:
+		p.Recvs++
+		rec.Seq = p.Recvs
+		p.LastRecv, p.LastRecvOp = rec.T, rec
+	}
+}
+
+// chainDigest folds one signature into the running FNV-1a digest. User reduction ops are
+// mangled per communicator, so they are folded as one value.
+func chainDigest(d uint64, r *OpRecord) uint64 {
+	const prime = 1099511628211
+	if d == 0 {
+		d = 14695981039346656037
+	}
+	red := r.RedOp
+	if red >= 5 {
+		red = 5
+	}
+	if !r.Op.Reduces() {
+		red = 0
+	}
+	root := int64(r.Root)
+	if !r.Op.Rooted() {
+		root = 0
+	}
+	for _, v := range [...]uint64{uint64(r.Op), r.Count, uint64(r.Dtype), uint64(red), uint64(root)} {
+		for i := 0; i < 8; i++ {
+			d ^= v & 0xff
+			d *= prime
+			v >>= 8
+		}
+	}
+	return d
+}
+
+// SameSignature reports whether two ops are the same call as NCCL requires across ranks.
+func SameSignature(a, b *OpRecord) bool {
+	if a.Op != b.Op || a.Count != b.Count || a.Dtype != b.Dtype {
+		return false
+	}
+	if a.Op.Reduces() && min(a.RedOp, 5) != min(b.RedOp, 5) {
+		return false
+	}
+	if a.Op.Rooted() && a.Root != b.Root {
+		return false
+	}
+	return true
+}
+
+func (t *Tracker) placeholder(ptr uint64, nranks int, ts int64) *Comm {
+	c := t.newComm(ptr, ts)
+	c.NRanks = nranks
+	c.Rank = -1
+	c.State = "unknown"
+	c.ID = fmt.Sprintf("unjoined:%s:%d:0x%x", t.Host, t.PID, ptr)
+	return c
+}
+
+func (t *Tracker) newComm(ptr uint64, ts int64) *Comm {
+	if len(t.all) >= t.opts.MaxComms {
+		t.evictOne()
+	}
+	c := &Comm{Ptr: ptr, Created: ts, SplitCount: -1, ring: make([]OpRecord, t.opts.RingSize)}
+	t.comms[ptr] = c
+	t.all = append(t.all, c)
+	return c
+}
+
+// evictOne drops the oldest destroyed communicator, else the oldest one.
+func (t *Tracker) evictOne() {
+	victim := 0
+	for i, c := range t.all {
+		if c.State == "destroyed" || c.State == "aborted" || c.State == "revoked" {
+			victim = i
+			break
+		}
+	}
+	c := t.all[victim]
+	if t.comms[c.Ptr] == c {
+		delete(t.comms, c.Ptr)
+	}
+	t.all = append(t.all[:victim], t.all[victim+1:]...)
+}
+
+func (t *Tracker) observeInit(l *Line, ts int64) {
+	in := &l.Init
+	c := t.comms[in.Comm]
+	switch {
+	case c != nil && c.State == "init" && l.Phase == PhaseInitComplete:
+		c.State = "ready"
+		return
+	case c != nil && c.State == "unknown":
+		// Ops were seen before the Init line (a log joined late): adopt the communicator.
+	default:
+		c = t.newComm(in.Comm, ts) // a new communicator, or a reused pointer
+	}
+	c.Rank, c.NRanks, c.CudaDev, c.NvmlDev, c.BusID = in.Rank, in.NRanks, in.CudaDev, in.NvmlDev, in.BusID
+	c.API = string(in.API)
+	c.Parent, c.SplitCount, c.Color = in.Parent, in.SplitCount, in.Color
+	c.State = "init"
+	if l.Phase == PhaseInitComplete {
+		c.State = "ready"
+	}
+	c.ID = t.commID(in)
+}
+
+// commID is the cross-rank identity of a communicator: its commId, or for split children
+// the parent's identity plus splitCount (or the occurrence of its color) and color.
+func (t *Tracker) commID(in *Init) string {
+	if in.HasCommID {
+		return "0x" + strconv.FormatUint(in.CommID, 16)
+	}
+	parent := "unjoined:" + t.Host + ":" + strconv.Itoa(t.PID) + ":0x" + strconv.FormatUint(in.Parent, 16)
+	if p := t.comms[in.Parent]; p != nil {
+		parent = p.ID
+	}
+	n := in.SplitCount
+	if n < 0 {
+		k := splitKey{parent: parent, color: in.Color}
+		t.splitSeq[k]++
+		n = t.splitSeq[k]
+		if len(t.splitSeq) > 4*t.opts.MaxComms {
+			clear(t.splitSeq)
+		}
+		return parent + "/c" + strconv.Itoa(in.Color) + "#" + strconv.Itoa(n)
+	}
+	return parent + "/s" + strconv.Itoa(n) + "c" + strconv.Itoa(in.Color)
+}
+
+func (t *Tracker) observeDestroy(l *Line, ts int64) {
+	c := t.comms[l.Comm]
+	if c == nil {
+		return
+	}
+	switch l.Phase {
+	case PhaseDestroy:
+		c.State = "destroyed"
+	case PhaseAbortStart, PhaseAbort:
+		c.State = "aborted"
+		t.addEvent(l, ts)
+	case PhaseRevoke, PhaseRevokeStart:
+		c.State = "revoked"
+	}
+}
+
+func (t *Tracker) observeChannel(l *Line) {
+	// Channel lines carry no communicator pointer, and lazy connections print them long
+	// after Init: keep them per process.
+	tr := transportKey(l.Channel)
+	for _, have := range t.Transports {
+		if have == tr {
+			return
+		}
+	}
+	if len(t.Transports) < maxTransports {
+		t.Transports = append(t.Transports, tr)
+	}
+}
+
+// transportKey names a channel's path without the per-channel detail.
+func transportKey(ch Channel) string {
+	if len(ch.Net) > 0 {
+		s := "NET/" + string(ch.Net) + "/" + strconv.Itoa(ch.NetDev)
+		if ch.GDR {
+			s += "/GDRDMA"
+		}
+		return s
+	}
+	tr := string(ch.Transport)
+	if i := strings.IndexByte(tr, ' '); i >= 0 {
+		tr = tr[:i]
+	}
+	return tr
+}
+
+func (t *Tracker) addEvent(l *Line, ts int64) {
+	e := Event{Kind: l.Kind, T: ts, Code: l.Code, Fatal: l.Fatal, Port: l.Port}
+	switch l.Kind {
+	case KindConnClosedLocal:
+		e.Peer = "local:" + strconv.Itoa(l.LocalRk)
+	case KindLauncherExit:
+		e.Peer = "local:" + strconv.Itoa(l.LocalRk)
+		e.Code = l.Code
+		e.Port = l.Torch.PID
+	case KindDestroy:
+		e.Kind = KindDestroy
+		e.Peer = "0x" + strconv.FormatUint(l.Comm, 16)
+	case KindTorchTimeout:
+		e.Code = int(l.Torch.SeqNum)
+	default:
+		e.Peer = string(l.Text)
+	}
+	e.Dev = string(l.Dev2)
+	e.Msg = truncate(string(l.Msg), 240)
+	t.eventTotal++
+	if len(t.events) < cap(t.events) {
+		t.events = append(t.events, e)
+		return
+	}
+	t.events[t.eventHead] = e
+	t.eventHead = (t.eventHead + 1) % len(t.events)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// versionNumber turns "2.28.9+cuda13.0" into "2.28.9".
+func versionNumber(v string) string {
+	if i := strings.IndexByte(v, '+'); i >= 0 {
+		return v[:i]
+	}
+	return v
+}
+
+// parseDeviceList reads " [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]" (also merged "{...}" forms and
+// socket "[0]eth0:10.0.0.7<0>") into device names.
+func parseDeviceList(s string) []string {
+	var out []string
+	for _, f := range strings.Fields(s) {
+		if f == "[RO]" || !strings.HasPrefix(f, "[") {
+			if strings.HasPrefix(f, "mlx") || strings.Contains(f, "/IB") || strings.Contains(f, "/RoCE") {
+				out = append(out, strings.TrimRight(strings.TrimPrefix(f, "{"), ",}"))
+			}
+			continue
+		}
+		if i := strings.IndexByte(f, ']'); i >= 0 {
+			f = f[i+1:]
+		}
+		f = strings.TrimRight(strings.TrimPrefix(f, "={"), ",}")
+		if f == "" || f == "={" {
+			continue
+		}
+		// Socket form "eth0:10.1.0.7<0>": keep the interface.
+		if j := strings.IndexByte(f, '<'); j >= 0 {
+			if k := strings.IndexByte(f, ':'); k >= 0 && k < j {
+				f = f[:k]
+			}
+		}
+		out = append(out, f)
+		if len(out) >= 64 {
+			break
+		}
+	}
+	return out
+}
+
+// addAddrs collects the IPs of "[0]eth0:10.1.0.7<0> eth1:10.2.0.7<0>" style lists.
+func (t *Tracker) addAddrs(list string) {
+	for _, f := range strings.Fields(list) {
+		lt := strings.IndexByte(f, '<')
+		colon := strings.IndexByte(f, ':')
+		if lt < 0 || colon < 0 || colon > lt {
+			continue
+		}
+		ip := f[colon+1 : lt]
+		dup := false
+		for _, a := range t.Addrs {
+			dup = dup || a == ip
+		}
+		if !dup && len(t.Addrs) < 8 {
+			t.Addrs = append(t.Addrs, ip)
+		}
+	}
+}
+
+// Comms returns the communicators kept, in creation order.
+func (t *Tracker) Comms() []*Comm { return t.all }
+
+// Events returns the kept events, oldest first.
+func (t *Tracker) Events() []Event {
+	out := make([]Event, 0, len(t.events))
+	for i := range t.events {
+		out = append(out, t.events[(t.eventHead+i)%len(t.events)])
+	}
+	return out
+}
+
+// Recent returns the kept ops, oldest first.
+func (c *Comm) Recent() []OpRecord {
+	n := min(c.Count, int64(len(c.ring)))
+	out := make([]OpRecord, 0, n)
+	for s := c.Count - n + 1; s <= c.Count; s++ {
+		out = append(out, c.ring[int((s-1)%int64(len(c.ring)))])
+	}
+	return out
+}
+
+// Last returns the newest op, if any.
+func (c *Comm) Last() (OpRecord, bool) {
+	if c.Count == 0 {
+		return OpRecord{}, false
+	}
+	return c.ring[int((c.Count-1)%int64(len(c.ring)))], true
+}
+
+// Marks returns the kept marks, ordered by position, without duplicates.
+func (c *Comm) Marks() []Mark {
+	var out []Mark
+	for lvl := range markLevels {
+		n := min(c.marksN[lvl], marksPerLevel)
+		for i := 0; i < n; i++ {
+			out = append(out, c.marks[lvl][i])
+		}
+	}
+	sortMarks(out)
+	dedup := out[:0]
+	for i, m := range out {
+		if i > 0 && m.Seq == dedup[len(dedup)-1].Seq {
+			continue
+		}
+		dedup = append(dedup, m)
+	}
+	return dedup
+}
+
+func sortMarks(m []Mark) {
+	for i := 1; i < len(m); i++ {
+		for j := i; j > 0 && m[j].Seq < m[j-1].Seq; j-- {
+			m[j], m[j-1] = m[j-1], m[j]
+		}
+	}
+}
+
+// GlobalRank is the process's rank in the job: the launcher's rank when known, else its
+// rank in the largest root communicator, else -1.
+func (t *Tracker) GlobalRank() int {
+	if t.LauncherRank >= 0 {
+		return t.LauncherRank
+	}
+	best, rank := 0, -1
+	for _, c := range t.all {
+		if c.Parent == 0 && c.Rank >= 0 && c.NRanks > best {
+			best, rank = c.NRanks, c.Rank
+		}
+	}
+	return rank
+}
+
+// CudaDev and BusID of the process: from its first communicator.
+func (t *Tracker) Device() (cudaDev int, busID uint64) {
+	for _, c := range t.all {
+		if c.Rank >= 0 {
+			return c.CudaDev, c.BusID
+		}
+	}
+	return -1, 0
+}
