@@ -24,6 +24,10 @@ func parseMessage(l *Line) {
 			return
 		}
 	}
+	if isTuning(m) {
+		l.Kind = KindTuning
+		return
+	}
 	switch m[0] {
 	case 'C':
 		if hasPrefix(m, "Channel ") {
@@ -114,6 +118,20 @@ func parseMessage(l *Line) {
 		return
 	}
 	parseBreadcrumb(l)
+}
+
+// isTuning recognises the rank-0 tuning lines of every version: "%ld Bytes -> Algo" (2.20),
+// "<Op>: %ld Bytes -> ..." (2.23+), "<Op> [Symmetric]: ...", "<Op> [Copy Engine]: ...".
+func isTuning(m []byte) bool {
+	i := index(m, " Bytes -> ")
+	if i < 0 || i > 64 {
+		return false
+	}
+	if isDigit(m[0]) {
+		return true
+	}
+	sp := bytes.IndexAny(m[:i], ": ")
+	return sp > 0 && ParseOpName(m[:sp]) != OpUnknown
 }
 
 // parseColl reads "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d
@@ -504,7 +522,7 @@ func parseIBAsync(l *Line) {
 	// 2.29+ prints "port error(10)": keep the name only.
 	if p := bytes.IndexByte(l.Text, '('); p > 0 && l.Text[len(l.Text)-1] == ')' {
 		l.Code, _ = atoi(l.Text[p+1 : len(l.Text)-1])
-		l.Text = l.Text[:p]
+		l.Text = trimSpace(l.Text[:p])
 	}
 }
 
@@ -541,4 +559,5 @@ func parseBreadcrumb(l *Line) {
 	l.Kind = KindBreadcrumb
 	l.Code = code
 	l.File = w[:c]
+	l.FileLn, _ = atoi(w[c+1:])
 }

@@ -1,36 +1,83 @@
-// Package xid explains NVIDIA XID error codes for incident evidence.
+// Package xid explains NVIDIA XID error codes for incident evidence. It is pure, so the
+// detector can use it without NVML.
 package xid
 
-// Meaning returns a short explanation of an XID and whether it usually means the GPU or
-// its job is broken (as opposed to an application fault).
-func Meaning(code int) (text string, severe bool) {
-	if m, ok := table[code]; ok {
-		return m.text, m.severe
+import "fmt"
+
+// xidInfoOf holds the XIDs a training fleet meets, after NVIDIA's Xid catalog
+// (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html) and the driver's
+// nverror.h. severe marks a fault of the GPU, its memory, links or firmware that needs a
+// GPU reset, a reboot or service (the catalog's RESET_GPU / RESTART_BM / workflow
+// buckets): evidence against the hardware. The others are raised by an application
+// fault or follow another error: they explain a dead rank but do not blame the GPU.
+func xidInfoOf(code int) (text string, severe bool, known bool) {
+	switch code {
+	case 8:
+		return "GPU stopped processing (channel idle timeout)", false, true
+	case 13:
+		return "graphics engine exception (often an out-of-range access by the application)", false, true
+	case 31:
+		return "GPU memory page fault (MMU fault, usually an illegal address in the application)", false, true
+	case 32:
+		return "invalid or corrupted push buffer stream (PBDMA error)", false, true
+	case 38:
+		return "driver firmware error", true, true
+	case 43:
+		return "GPU stopped processing: a channel was reset after an application fault", false, true
+	case 44:
+		return "graphics engine fault during context switch", true, true
+	case 45:
+		return "preemptive cleanup after a previous error (channel torn down)", false, true
+	case 48:
+		return "double-bit ECC error (uncorrectable memory error)", true, true
+	case 61:
+		return "internal micro-controller (PMU) breakpoint", true, true
+	case 62:
+		return "internal micro-controller (PMU) halt", true, true
+	case 63:
+		return "ECC page retirement or row remapping recorded (reset the GPU to apply)", false, true
+	case 64:
+		return "ECC page retirement or row remapping failure", true, true
+	case 69:
+		return "graphics engine class error", false, true
+	case 74:
+		return "NVLink error", true, true
+	case 79:
+		return "GPU has fallen off the bus", true, true
+	case 92:
+		return "high single-bit ECC error rate", false, true
+	case 94:
+		return "contained uncorrectable memory error (the affected application must restart)", true, true
+	case 95:
+		return "uncontained uncorrectable memory error (GPU reset required)", true, true
+	case 109:
+		return "context switch timeout", false, true
+	case 119:
+		return "GSP RPC timeout (GPU firmware not answering)", true, true
+	case 120:
+		return "GSP firmware error", true, true
+	case 121:
+		return "C2C (chip-to-chip) link error", true, true
+	case 140:
+		return "unrecovered ECC error", true, true
+	case 154:
+		return "GPU recovery action changed (says what another XID needs: reset, reboot, drain)", false, true
+	case 155:
+		return "NVLink software-defined error", true, true
+	case 156:
+		return "resource retirement event", false, true
+	case 157:
+		return "resource retirement failure", true, true
 	}
-	return "see NVIDIA's XID catalog", false
+	return "", false, false
 }
 
-type meaning struct {
-	text   string
-	severe bool
-}
-
-var table = map[int]meaning{
-	13:  {"graphics engine exception (often an application fault: out-of-range access)", false},
-	31:  {"GPU memory page fault (application or driver bug, or bad memory)", false},
-	43:  {"GPU stopped processing (a user application fault, the GPU recovered)", false},
-	45:  {"preemptive cleanup after a previous error or a killed process", false},
-	48:  {"double-bit ECC error: uncorrectable memory error, the GPU needs a reset", true},
-	61:  {"internal micro-controller breakpoint/warning", true},
-	62:  {"internal micro-controller halt", true},
-	63:  {"ECC page retirement or row remapping recorded", false},
-	64:  {"ECC page retirement or row remapping failed", true},
-	74:  {"NVLink error", true},
-	79:  {"GPU has fallen off the bus", true},
-	92:  {"high single-bit ECC error rate", false},
-	94:  {"contained ECC error: the application was killed, the GPU continues", true},
-	95:  {"uncontained ECC error: all applications on the GPU were affected, reset required", true},
-	119: {"GSP RPC timeout", true},
-	120: {"GSP error", true},
-	140: {"unrecovered ECC error", true},
+// Meaning is a short meaning of an XID code and whether it blames the GPU hardware,
+// firmware or driver (severe) rather than the application. Unknown codes get a generic
+// text and severe=false.
+func Meaning(code int) (text string, severe bool) {
+	if text, severe, ok := xidInfoOf(code); ok {
+		return text, severe
+	}
+	return fmt.Sprintf("XID %d (not in the watchdog's table; see NVIDIA's Xid catalog)", code), false
 }
