@@ -1,0 +1,308 @@
+package proc
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeProc is a /proc tree in a temporary directory.
+type fakeProc struct {
+	t    *testing.T
+	root string
+}
+
+const fakeBoot = 1_700_000_000 // btime of the fake /proc/stat
+
+func newFakeProc(t *testing.T) *fakeProc {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "stat"),
+		[]byte("cpu  1 2 3 4\nintr 0\nbtime "+strconv.Itoa(fakeBoot)+"\nprocesses 9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &fakeProc{t, root}
+}
+
+func (f *fakeProc) set(pid int, comm string, state byte, start uint64, environ string) {
+	f.t.Helper()
+	dir := filepath.Join(f.root, strconv.Itoa(pid))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(statLine(pid, comm, state, start)), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	if environ != "" {
+		if err := os.WriteFile(filepath.Join(dir, "environ"), []byte(environ), 0o400); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+func (f *fakeProc) remove(pid int) {
+	if err := os.RemoveAll(filepath.Join(f.root, strconv.Itoa(pid))); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// exits records onExit calls.
+type exits struct {
+	mu  sync.Mutex
+	got []int
+	at  []time.Time
+	ch  chan int
+}
+
+func newExits() *exits { return &exits{ch: make(chan int, 100)} }
+
+func (e *exits) onExit(pid int, at time.Time) {
+	e.mu.Lock()
+	e.got = append(e.got, pid)
+	e.at = append(e.at, at)
+	e.mu.Unlock()
+	e.ch <- pid
+}
+
+func (e *exits) take() []int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	got := e.got
+	e.got, e.at = nil, nil
+	return got
+}
+
+func TestWatcherFakeProc(t *testing.T) {
+	fp := newFakeProc(t)
+	now := time.Date(2026, 11, 21, 23, 0, 0, 0, time.UTC)
+	w := New(Options{ProcRoot: fp.root, Now: func() time.Time { return now }})
+
+	env := "HOME=/root\x00RANK=1\x00LOCAL_RANK=1\x00WORLD_SIZE=2\x00TORCHELASTIC_RUN_ID=none\x00"
+	fp.set(100, "pt_main) (thread 1", 'S', 5000, env) // comm with ") (" and spaces
+	fp.set(200, "python3", 'R', 6000, env)
+	fp.set(300, "python3", 'S', 7000, "")
+	fp.set(400, "python3", 'Z', 8000, "") // already a zombie when first seen
+
+	info, err := w.Watch(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Info{
+		PID: 100, State: Running, Comm: "pt_main) (thread 1", StartTicks: 5000,
+		Started:  time.Unix(fakeBoot+50, 0),
+		Env:      Env{Rank: 1, LocalRank: 1, WorldSize: 2, GroupRank: -1, RunID: "none"},
+		EnvKnown: true,
+	}
+	if !reflect.DeepEqual(info, want) {
+		t.Errorf("Watch(100) = %+v\nwant %+v", info, want)
+	}
+	for _, pid := range []int{200, 300, 400} {
+		if _, err := w.Watch(pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if info, _ := w.Info(300); info.EnvKnown || info.Env != UnknownEnv || info.State != Running {
+		t.Errorf("no environ file: %+v", info)
+	}
+	if info, _ := w.Info(400); info.State != Exited || !info.ExitedAt.Equal(now) {
+		t.Errorf("zombie at Watch: %+v", info)
+	}
+
+	// Another pid namespace: the pid is not in our /proc.
+	info, err = w.Watch(999)
+	if err != nil || info.State != NotVisible || info.State.String() != "" {
+		t.Errorf("Watch(999) = %+v, %v; want NotVisible", info, err)
+	}
+	if _, ok := w.Info(999); ok {
+		t.Error("a pid not visible is watched")
+	}
+	if _, err := w.Watch(0); err == nil {
+		t.Error("Watch(0) succeeded")
+	}
+
+	ex := newExits()
+	w.Check(ex.onExit)
+	if got := ex.take(); !reflect.DeepEqual(got, []int{400}) {
+		t.Errorf("first check: exits %v, want [400] (zombie seen at Watch)", got)
+	}
+
+	now = now.Add(time.Second)
+	fp.remove(100)                        // exited and reaped
+	fp.set(200, "python3", 'S', 6001, "") // pid reused by a later process
+	fp.set(300, "python3", 'Z', 7000, "") // exited, parent has not reaped it
+	w.Check(ex.onExit)
+	if got := ex.take(); !reflect.DeepEqual(got, []int{100, 200, 300}) {
+		t.Errorf("exits %v, want [100 200 300]", got)
+	}
+	for _, pid := range []int{100, 200, 300} {
+		info, ok := w.Info(pid)
+		if !ok || info.State != Exited || info.State.String() != "exited" || !info.ExitedAt.Equal(now) {
+			t.Errorf("Info(%d) = %+v, %v", pid, info, ok)
+		}
+	}
+	w.Check(ex.onExit)
+	if got := ex.take(); got != nil {
+		t.Errorf("exits reported twice: %v", got)
+	}
+
+	// Watch of an exited pid keeps the old answer; after Unwatch it looks again.
+	if info, _ := w.Watch(200); info.State != Exited {
+		t.Errorf("re-Watch of exited pid: %+v", info)
+	}
+	w.Unwatch(200)
+	if info, _ := w.Watch(200); info.State != Running || info.StartTicks != 6001 {
+		t.Errorf("Watch after Unwatch: %+v", info)
+	}
+}
+
+func TestWatcherEnvironPermission(t *testing.T) {
+	fp := newFakeProc(t)
+	fp.set(100, "python3", 'S', 5000, "RANK=3\x00")
+	fp.set(200, "python3", 'S', 5000, "RANK=3\x00")
+	w := New(Options{ProcRoot: fp.root})
+	// Tests run as root, which reads every environ: refuse like the kernel does for
+	// another user's process.
+	w.readFile = func(path string) ([]byte, error) {
+		if strings.HasSuffix(path, "environ") {
+			return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrPermission}
+		}
+		if strings.Contains(path, "/200/") {
+			return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrPermission}
+		}
+		return readLimited(path)
+	}
+	info, err := w.Watch(100)
+	if err != nil || info.State != Running || info.EnvKnown || info.Env != UnknownEnv {
+		t.Errorf("environ denied: %+v, %v", info, err)
+	}
+	// hidepid=1: the directory is there, its files are not readable.
+	info, err = w.Watch(200)
+	if err != nil || info.State != NotVisible {
+		t.Errorf("stat denied: %+v, %v", info, err)
+	}
+}
+
+func TestWatcherCap(t *testing.T) {
+	fp := newFakeProc(t)
+	for pid := 1; pid <= 3; pid++ {
+		fp.set(pid, "p", 'S', 10, "")
+	}
+	w := New(Options{ProcRoot: fp.root, MaxPIDs: 2})
+	for pid := 1; pid <= 2; pid++ {
+		if _, err := w.Watch(pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Watch(3); !errors.Is(err, ErrFull) {
+		t.Fatalf("third Watch: %v, want ErrFull", err)
+	}
+	fp.remove(1)
+	w.Check(nil)
+	if info, err := w.Watch(3); err != nil || info.State != Running {
+		t.Fatalf("Watch after an exit: %+v, %v", info, err)
+	}
+	if _, ok := w.Info(1); ok {
+		t.Error("the exited pid was not evicted")
+	}
+}
+
+func TestWatcherRunFake(t *testing.T) {
+	fp := newFakeProc(t)
+	fp.set(100, "python3", 'S', 5000, "")
+	w := New(Options{ProcRoot: fp.root, Every: 10 * time.Millisecond})
+	if _, err := w.Watch(100); err != nil {
+		t.Fatal(err)
+	}
+	ex := newExits()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx, ex.onExit) }()
+	fp.remove(100)
+	select {
+	case pid := <-ex.ch:
+		if pid != 100 {
+			t.Errorf("exit of %d", pid)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("no exit within 1s")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("Run did not stop")
+	}
+}
+
+// A real child process: watched, killed, its exit noticed within 1 s. The child is not
+// reaped until the exit is seen, so this also covers the zombie case.
+func TestWatcherRealChild(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	cmd := exec.Command("sleep", "30")
+	cmd.Env = append(os.Environ(), "RANK=5", "LOCAL_RANK=1", "WORLD_SIZE=8", "SLURM_JOB_ID=4242")
+	if err := cmd.Start(); err != nil {
+		t.Skip("cannot start sleep:", err)
+	}
+	reaped := false
+	defer func() {
+		if !reaped {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}()
+	pid := cmd.Process.Pid
+
+	w := New(Options{}) // the real /proc, default 250 ms period
+	info, err := w.Watch(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != Running || !info.EnvKnown || info.Env.Rank != 5 || info.Env.WorldSize != 8 || info.Env.JobID() != "4242" {
+		t.Fatalf("Watch(child) = %+v", info)
+	}
+	if !info.Started.IsZero() {
+		if d := time.Since(info.Started); d < -2*time.Second || d > time.Minute {
+			t.Errorf("child started %v ago", d)
+		}
+	}
+
+	ex := newExits()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx, ex.onExit) }()
+
+	time.Sleep(50 * time.Millisecond) // let Run see it alive once
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	select {
+	case got := <-ex.ch:
+		if got != pid {
+			t.Errorf("exit of pid %d, want %d", got, pid)
+		}
+		if d := time.Since(killed); d > time.Second {
+			t.Errorf("exit noticed after %v", d)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("exit not noticed within 1s")
+	}
+	cmd.Wait()
+	reaped = true
+	cancel()
+	<-done
+	if info, _ := w.Info(pid); info.State != Exited {
+		t.Errorf("after exit: %+v", info)
+	}
+}
