@@ -77,6 +77,14 @@ const (
 
 // Line is one parsed line. Byte slices alias the input.
 type Line struct {
+	Fields
+	// cache keeps the previous line's host:pid:tid token and timestamp date-hour, which
+	// repeat on nearly every line of one process's log; reset keeps it.
+	cache prefixCache
+}
+
+// Fields are what Parse sets on every line.
+type Fields struct {
 	Kind  Kind
 	Level Level
 
@@ -110,6 +118,15 @@ type Line struct {
 	Code    int // status / result / exit code
 	Fatal   bool
 	Torch   Torch
+}
+
+type prefixCache struct {
+	tok      [80]byte
+	tokLen   int
+	pid, tid int
+	hour     [14]byte // "YYYY-MM-DD HH:"
+	hourOK   bool
+	ts       Timestamp
 }
 
 // Phase of a lifecycle line.
@@ -194,5 +211,5 @@ type Timestamp struct {
 }
 
 func (l *Line) reset() {
-	*l = Line{LauncherRank: -1, Dev: -1}
+	l.Fields = Fields{LauncherRank: -1, Dev: -1}
 }

@@ -143,33 +143,35 @@ func parseColl(l *Line, colon int) {
 	c.Op = ParseOpName(c.OpName)
 	s := scanner{b: m, i: colon + len(": opCount ")}
 	var ok bool
-	if c.OpCount, ok = s.hex(); !ok || !s.lit(" sendbuff ") {
+	if c.OpCount, ok = s.hex(); !ok || !s.key(" sendbuff ") {
 		return
 	}
-	if _, ok = s.ptr(); !ok || !s.lit(" recvbuff ") {
+	// Fast path: NCCL prints the two buffers, then "count".
+	// The buffers are not needed: skip them without decoding.
+	if s.word(); !s.key(" recvbuff ") {
 		return
 	}
-	if _, ok = s.ptr(); !ok || !s.lit(" count ") {
+	if s.word(); !s.key(" count ") {
 		return
 	}
-	if c.Count, ok = s.udec(); !ok || !s.lit(" datatype ") {
+	if c.Count, ok = s.udec(); !ok || !s.key(" datatype ") {
 		return
 	}
 	dt, ok := s.int()
-	if !ok || !s.lit(" op ") {
+	if !ok || !s.key(" op ") {
 		return
 	}
 	c.Datatype = Datatype(dt)
 	if dt < 0 || dt > 127 {
 		c.Datatype = -1
 	}
-	if c.RedOp, ok = s.dec(); !ok || !s.lit(" root ") {
+	if c.RedOp, ok = s.dec(); !ok || !s.key(" root ") {
 		return
 	}
-	if c.Root, ok = s.int(); !ok || !s.lit(" comm ") {
+	if c.Root, ok = s.int(); !ok || !s.key(" comm ") {
 		return
 	}
-	if c.Comm, ok = s.ptr(); !ok || !s.lit(" [nranks=") {
+	if c.Comm, ok = s.ptr(); !ok || !s.key(" [nranks=") {
 		return
 	}
 	if c.NRanks, ok = s.int(); !ok || !s.lit("]") {

@@ -16,6 +16,12 @@ func Parse(line []byte, l *Line) {
 		l.Kind = KindBlank
 		return
 	}
+	if msg, ok := fastPrefix(line, l); ok {
+		l.Level = LevelInfo
+		l.Msg = msg
+		parseMessage(l)
+		return
+	}
 	if ncclAt, level := findLevel(line); ncclAt >= 0 {
 		if parsePrefix(line[:ncclAt], l) {
 			l.Level = level
@@ -36,6 +42,56 @@ func Parse(line []byte, l *Line) {
 		return
 	}
 	parseTorch(line, l)
+}
+
+// fastPrefix parses the common INFO layout "[%F %T.%Nf] host:pid:tid [dev] NCCL INFO " left
+// to right. Any other layout (WARN, TRACE, custom timestamps) takes the general path.
+func fastPrefix(b []byte, l *Line) ([]byte, bool) {
+	i := 0
+	if b[0] == '[' {
+		end := bytes.IndexByte(b, ']')
+		if end < 20 || end > 31 || end+1 >= len(b) || b[end+1] != ' ' {
+			return nil, false
+		}
+		parseTimestampCached(b[:end+1], l)
+		if !l.HasTime {
+			return nil, false
+		}
+		i = end + 2
+	}
+	sp := bytes.IndexByte(b[i:], ' ')
+	if sp < 0 {
+		l.HasTime, l.Time = false, Timestamp{}
+		return nil, false
+	}
+	tok := b[i : i+sp]
+	var host []byte
+	var pid, tid int
+	ok := false
+	if c := &l.cache; c.tokLen > 0 && c.tokLen == len(tok) && string(c.tok[:c.tokLen]) == string(tok) {
+		host, pid, tid, ok = tok[:bytes.IndexByte(tok, ':')], c.pid, c.tid, true
+	} else if host, pid, tid, ok = hostPidTid(tok); ok && len(tok) <= len(c.tok) {
+		c.tokLen = copy(c.tok[:], tok)
+		c.pid, c.tid = pid, tid
+	}
+	j := i + sp + 1
+	if ok && j < len(b) && b[j] == '[' {
+		k := bytes.IndexByte(b[j:], ']')
+		if k < 2 || j+k+1 >= len(b) || b[j+k+1] != ' ' {
+			ok = false
+		} else if d, ok2 := atoiSigned(b[j+1 : j+k]); ok2 {
+			l.Dev = d
+			j += k + 2
+		} else {
+			ok = false
+		}
+	}
+	if !ok || !hasPrefix(b[j:], "NCCL INFO ") {
+		l.HasTime, l.Time, l.Dev = false, Timestamp{}, -1
+		return nil, false
+	}
+	l.Host, l.PID, l.TID = host, pid, tid
+	return b[j+len("NCCL INFO "):], true
 }
 
 func trimRight(b []byte) []byte {
@@ -251,6 +307,45 @@ func parseTimestamp(t []byte, l *Line) {
 		ts.Nanos, ts.Digits = n, len(frac)
 	}
 	l.Time, l.HasTime = ts, true
+}
+
+// parseTimestampCached is parseTimestamp for "[YYYY-MM-DD HH:MM:SS(.f)]" that reuses the
+// date and hour of the previous line when they match.
+func parseTimestampCached(t []byte, l *Line) {
+	c := &l.cache
+	if c.hourOK && len(t) >= 21 && len(t) <= 31 && string(t[1:15]) == string(c.hour[:]) &&
+		isDigit(t[15]) && isDigit(t[16]) && t[17] == ':' && isDigit(t[18]) && isDigit(t[19]) && t[len(t)-1] == ']' {
+		ts := c.ts
+		ts.Min = int(t[15]-'0')*10 + int(t[16]-'0')
+		ts.Sec = int(t[18]-'0')*10 + int(t[19]-'0')
+		ts.Nanos, ts.Digits = 0, 0
+		if len(t) > 21 {
+			frac := t[21 : len(t)-1]
+			if t[20] != '.' || len(frac) == 0 || len(frac) > 9 {
+				return
+			}
+			n, ok := atoi(frac)
+			if !ok {
+				return
+			}
+			for i := len(frac); i < 9; i++ {
+				n *= 10
+			}
+			ts.Nanos, ts.Digits = n, len(frac)
+		} else if t[20] != ']' {
+			return
+		}
+		if ts.Min > 59 || ts.Sec > 60 {
+			return
+		}
+		l.Time, l.HasTime = ts, true
+		return
+	}
+	parseTimestamp(t, l)
+	if l.HasTime && len(t) >= 15 {
+		copy(c.hour[:], t[1:15])
+		c.hourOK, c.ts = true, l.Time
+	}
 }
 
 func versionText(b []byte) []byte {

@@ -22,6 +22,18 @@ func (s *scanner) lit(p string) bool {
 	return true
 }
 
+// key consumes a field label of the per-op line, checking its length and its first and
+// last bytes only: once "<Op>: opCount" matched, the layout is fixed, and this is the
+// parser's hottest path.
+func (s *scanner) key(p string) bool {
+	n := len(p)
+	if len(s.b)-s.i < n || s.b[s.i] != p[0] || s.b[s.i+1] != p[1] || s.b[s.i+n-1] != p[n-1] {
+		return false
+	}
+	s.i += n
+	return true
+}
+
 // word consumes bytes up to (not including) the next space or the end.
 func (s *scanner) word() []byte {
 	j := s.i
@@ -35,29 +47,26 @@ func (s *scanner) word() []byte {
 
 func (s *scanner) space() bool { return s.lit(" ") }
 
-// dec consumes an optionally signed decimal integer.
+// dec consumes an optionally signed decimal integer of at most 18 digits.
 func (s *scanner) dec() (int64, bool) {
-	neg := false
-	if s.i < len(s.b) && s.b[s.i] == '-' {
-		neg = true
-		s.i++
+	b, i := s.b, s.i
+	neg := i < len(b) && b[i] == '-'
+	if neg {
+		i++
 	}
-	start := s.i
+	start := i
 	var v int64
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		if c < '0' || c > '9' {
+	for ; i < len(b) && i-start < 19; i++ {
+		c := b[i] - '0'
+		if c > 9 {
 			break
 		}
-		if v > (1<<62)/10 {
-			return 0, false
-		}
-		v = v*10 + int64(c-'0')
-		s.i++
+		v = v*10 + int64(c)
 	}
-	if s.i == start {
+	if i == start || i-start > 18 {
 		return 0, false
 	}
+	s.i = i
 	if neg {
 		v = -v
 	}

@@ -1,6 +1,7 @@
 package logparse
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -24,6 +25,13 @@ type TrackerOptions struct {
 func (o *TrackerOptions) defaults() {
 	if o.RingSize <= 0 {
 		o.RingSize = 64
+	}
+	// A power of two, so positions map to slots with a mask.
+	for n := 1; ; n <<= 1 {
+		if n >= o.RingSize {
+			o.RingSize = n
+			break
+		}
 	}
 	if o.MaxComms <= 0 {
 		o.MaxComms = 1024
@@ -77,7 +85,11 @@ type Tracker struct {
 	FirstTime int64 // µs of the first timed line
 	LastTime  int64 // µs of the newest line
 
-	line Line // scratch, so Observe allocates nothing
+	lastComm *Comm  // the communicator of the previous op: consecutive ops often share one
+	hourKey  [4]int // the hour of the previous timestamp and its µs, to skip time.Date
+	hourUS   int64
+	line     Line     // scratch, so Observe allocates nothing
+	scratch  [96]byte // scratch for keys
 }
 
 type splitKey struct {
@@ -263,7 +275,12 @@ func (t *Tracker) timeOf(l *Line, readAt time.Time) int64 {
 		} else if t.TimestampDigits < 0 {
 			t.TimestampDigits = 0
 		}
-		return time.Date(ts.Year, time.Month(ts.Month), ts.Day, ts.Hour, ts.Min, ts.Sec, ts.Nanos, t.opts.Location).UnixMicro()
+		key := [4]int{ts.Year, ts.Month, ts.Day, ts.Hour}
+		if key != t.hourKey || t.hourUS == 0 {
+			t.hourKey = key
+			t.hourUS = time.Date(ts.Year, time.Month(ts.Month), ts.Day, ts.Hour, 0, 0, 0, t.opts.Location).UnixMicro()
+		}
+		return t.hourUS + int64(ts.Min*60+ts.Sec)*1e6 + int64(ts.Nanos/1000)
 	}
 	if readAt.IsZero() {
 		return 0
@@ -272,9 +289,13 @@ func (t *Tracker) timeOf(l *Line, readAt time.Time) int64 {
 }
 
 func (t *Tracker) observeColl(l *Line, ts int64) {
-	c := t.comms[l.Coll.Comm]
-	if c == nil {
-		c = t.placeholder(l.Coll.Comm, l.Coll.NRanks, ts)
+	c := t.lastComm
+	if c == nil || c.Ptr != l.Coll.Comm {
+		c = t.comms[l.Coll.Comm]
+		if c == nil {
+			c = t.placeholder(l.Coll.Comm, l.Coll.NRanks, ts)
+		}
+		t.lastComm = c
 	}
 	c.LastT = ts
 	rec := OpRecord{T: ts, Count: l.Coll.Count, RedOp: l.Coll.RedOp, Root: int32(l.Coll.Root),
@@ -285,10 +306,10 @@ func (t *Tracker) observeColl(l *Line, ts int64) {
 	}
 	c.Count++
 	rec.Seq = c.Count
-	c.ring[int((c.Count-1)%int64(len(c.ring)))] = rec
+	c.ring[int(c.Count-1)&(len(c.ring)-1)] = rec
 	c.Digest = chainDigest(c.Digest, &rec)
 	for i, every := range markLevels {
-		if c.Count%every != 0 {
+		if c.Count&(every-1) != 0 { // levels are powers of two
 			break
 		}
 		c.marks[i][c.marksN[i]%marksPerLevel] = Mark{Seq: c.Count, Digest: c.Digest, T: ts}
@@ -321,13 +342,10 @@ func (t *Tracker) observeP2P(c *Comm, l *Line, rec OpRecord) {
 	}
 }
 
-// chainDigest folds one signature into the running FNV-1a digest. User reduction ops are
-// mangled per communicator, so they are folded as one value.
+// chainDigest folds one signature into the running digest (a multiply-xorshift mix per
+// field: cheap, and stable across ranks and versions). User reduction ops are mangled per
+// communicator, so they are folded as one value.
 func chainDigest(d uint64, r *OpRecord) uint64 {
-	const prime = 1099511628211
-	if d == 0 {
-		d = 14695981039346656037
-	}
 	red := r.RedOp
 	if red >= 5 {
 		red = 5
@@ -339,14 +357,14 @@ func chainDigest(d uint64, r *OpRecord) uint64 {
 	if !r.Op.Rooted() {
 		root = 0
 	}
-	for _, v := range [...]uint64{uint64(r.Op), r.Count, uint64(r.Dtype), uint64(red), uint64(root)} {
-		for i := 0; i < 8; i++ {
-			d ^= v & 0xff
-			d *= prime
-			v >>= 8
-		}
-	}
-	return d
+	d = mix(d, uint64(r.Op)|uint64(uint8(r.Dtype))<<8|uint64(red)<<16|uint64(root)<<24)
+	return mix(d, r.Count)
+}
+
+func mix(d, v uint64) uint64 {
+	d ^= v + 0x9e3779b97f4a7c15
+	d *= 0xbf58476d1ce4e5b9
+	return d ^ d>>31
 }
 
 // SameSignature reports whether two ops are the same call as NCCL requires across ranks.
@@ -376,6 +394,7 @@ func (t *Tracker) newComm(ptr uint64, ts int64) *Comm {
 	if len(t.all) >= t.opts.MaxComms {
 		t.evictOne()
 	}
+	t.lastComm = nil
 	c := &Comm{Ptr: ptr, Created: ts, SplitCount: -1, ring: make([]OpRecord, t.opts.RingSize)}
 	t.comms[ptr] = c
 	t.all = append(t.all, c)
@@ -392,6 +411,7 @@ func (t *Tracker) evictOne() {
 		}
 	}
 	c := t.all[victim]
+	t.lastComm = nil
 	if t.comms[c.Ptr] == c {
 		delete(t.comms, c.Ptr)
 	}
@@ -462,31 +482,35 @@ func (t *Tracker) observeDestroy(l *Line, ts int64) {
 func (t *Tracker) observeChannel(l *Line) {
 	// Channel lines carry no communicator pointer, and lazy connections print them long
 	// after Init: keep them per process.
-	tr := transportKey(l.Channel)
+	key := appendTransportKey(t.scratch[:0], l.Channel)
 	for _, have := range t.Transports {
-		if have == tr {
+		if have == string(key) {
 			return
 		}
 	}
 	if len(t.Transports) < maxTransports {
-		t.Transports = append(t.Transports, tr)
+		t.Transports = append(t.Transports, string(key))
 	}
 }
 
-// transportKey names a channel's path without the per-channel detail.
-func transportKey(ch Channel) string {
+// appendTransportKey names a channel's path without the per-channel detail, e.g.
+// "P2P/CUMEM/read" or "NET/IB/3/GDRDMA".
+func appendTransportKey(b []byte, ch Channel) []byte {
 	if len(ch.Net) > 0 {
-		s := "NET/" + string(ch.Net) + "/" + strconv.Itoa(ch.NetDev)
+		b = append(b, "NET/"...)
+		b = append(b, ch.Net...)
+		b = append(b, '/')
+		b = strconv.AppendInt(b, int64(ch.NetDev), 10)
 		if ch.GDR {
-			s += "/GDRDMA"
+			b = append(b, "/GDRDMA"...)
 		}
-		return s
+		return b
 	}
-	tr := string(ch.Transport)
-	if i := strings.IndexByte(tr, ' '); i >= 0 {
+	tr := ch.Transport
+	if i := bytes.IndexByte(tr, ' '); i >= 0 {
 		tr = tr[:i]
 	}
-	return tr
+	return append(b, tr...)
 }
 
 func (t *Tracker) addEvent(l *Line, ts int64) {

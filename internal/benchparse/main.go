@@ -1,0 +1,160 @@
+// Command benchparse measures the log parser against grep on a large log built from real
+// capture lines: `make bench-parse`. It prints MB/s, lines/s and allocations per line for
+// the parser (parse + track, one core) and for `grep -c opCount` on the same file.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/ncclwatch/watchdog/logparse"
+)
+
+func main() {
+	src := flag.String("capture", "testdata/captures/nccl-2.28.9-2xH200/multicomm/nccl.vm.607.log", "real log whose per-step lines are repeated")
+	out := flag.String("out", "bin/bench-parse.log", "where to build the large log")
+	size := flag.Int64("mb", 128, "size of the large log in MB")
+	runs := flag.Int("runs", 3, "timed runs; the best is reported")
+	flag.Parse()
+	runtime.GOMAXPROCS(1)
+	if err := build(*src, *out, *size<<20); err != nil {
+		fail(err)
+	}
+	st, err := os.Stat(*out)
+	if err != nil {
+		fail(err)
+	}
+	mb := float64(st.Size()) / (1 << 20)
+
+	var best time.Duration
+	var lines int64
+	var allocs float64
+	for i := 0; i < *runs; i++ {
+		d, n, a, err := parse(*out)
+		if err != nil {
+			fail(err)
+		}
+		if best == 0 || d < best {
+			best = d
+		}
+		lines, allocs = n, a
+	}
+	var grepBest time.Duration
+	var grepCount string
+	for i := 0; i < *runs; i++ {
+		t0 := time.Now()
+		cmd := exec.Command("grep", "-c", "opCount", *out)
+		cmd.Env = append(os.Environ(), "LC_ALL=C")
+		o, err := cmd.Output()
+		if err != nil {
+			fail(fmt.Errorf("grep: %w", err))
+		}
+		d := time.Since(t0)
+		if grepBest == 0 || d < grepBest {
+			grepBest = d
+		}
+		grepCount = strings.TrimSpace(string(o))
+	}
+	parseMBs := mb / best.Seconds()
+	grepMBs := mb / grepBest.Seconds()
+	fmt.Printf("file                 %s (%.0f MB, %d lines, %s collective lines)\n", *out, mb, lines, grepCount)
+	fmt.Printf("parser (1 core)      %8.0f MB/s  %10.0f lines/s  %.3f allocs/line  (best of %d: %s)\n", parseMBs, float64(lines)/best.Seconds(), allocs, *runs, best.Round(time.Millisecond))
+	fmt.Printf("grep -c opCount      %8.0f MB/s  (best of %d: %s)\n", grepMBs, *runs, grepBest.Round(time.Millisecond))
+	fmt.Printf("ratio parser/grep    %8.2fx  (target >= 0.5x, 0 allocs/line)\n", parseMBs/grepMBs)
+}
+
+// build writes the capture's header once, then its collective section repeatedly.
+func build(src, out string, size int64) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("read capture: %w", err)
+	}
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	first, last := -1, -1
+	for i, l := range lines {
+		if bytes.Contains(l, []byte(" opCount ")) {
+			if first < 0 {
+				first = i
+			}
+			last = i
+		}
+	}
+	if first < 0 {
+		return fmt.Errorf("%s has no collective lines", src)
+	}
+	if st, err := os.Stat(out); err == nil && st.Size() >= size {
+		return nil // reuse a previous build
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	var n int64
+	for _, l := range lines[:first] {
+		k, _ := w.Write(l)
+		n += int64(k)
+	}
+	for n < size {
+		for _, l := range lines[first : last+1] {
+			k, _ := w.Write(l)
+			n += int64(k)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func parse(path string) (time.Duration, int64, float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer f.Close()
+	// Warm the page cache so both contenders read from memory.
+	if _, err := io.Copy(io.Discard, f); err != nil {
+		return 0, 0, 0, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, 0, 0, err
+	}
+	tr := logparse.NewTracker(logparse.TrackerOptions{})
+	br := bufio.NewReaderSize(f, 1<<20)
+	now := time.Now()
+	var lines int64
+	var ms0, ms1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms0)
+	t0 := time.Now()
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			tr.Observe(line, now)
+			lines++
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return 0, 0, 0, err
+		}
+	}
+	d := time.Since(t0)
+	runtime.ReadMemStats(&ms1)
+	return d, lines, float64(ms1.Mallocs-ms0.Mallocs) / float64(lines), nil
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "benchparse:", err)
+	os.Exit(1)
+}

@@ -1,0 +1,86 @@
+package logparse
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// seedLines adds real capture lines and the hand-made table to a fuzz corpus.
+func seedLines(f *testing.F) [][]byte {
+	var lines [][]byte
+	files, _ := filepath.Glob("../testdata/captures/*/*/*.log")
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		seen := map[Kind]int{}
+		var l Line
+		for sc.Scan() {
+			Parse(sc.Bytes(), &l)
+			if seen[l.Kind] < 3 {
+				seen[l.Kind]++
+				lines = append(lines, append([]byte(nil), sc.Bytes()...))
+			}
+		}
+	}
+	return lines
+}
+
+func FuzzParse(f *testing.F) {
+	for _, l := range seedLines(f) {
+		f.Add(l)
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var l Line
+		Parse(line, &l)
+		if l.Kind >= NumKinds {
+			t.Fatalf("kind %d out of range", l.Kind)
+		}
+		if l.Kind == KindColl && l.Coll.Op != ParseOpName(l.Coll.OpName) {
+			t.Fatalf("op %v does not match its name %q", l.Coll.Op, l.Coll.OpName)
+		}
+		for _, b := range [][]byte{l.Host, l.Msg, l.Text, l.File, l.Dev2, l.Coll.OpName, l.Init.API, l.Channel.Transport, l.Channel.Net, l.Torch.OpType, l.Torch.PGDesc} {
+			if len(b) > len(line) {
+				t.Fatalf("field longer than the line")
+			}
+		}
+	})
+}
+
+// FuzzTracker feeds a whole fuzzed log through a tracker and renders its snapshot.
+func FuzzTracker(f *testing.F) {
+	lines := seedLines(f)
+	f.Add(bytes.Join(lines, []byte("\n")))
+	f.Add([]byte("vm:1:1 [0] NCCL INFO ncclCommSplit comm 0x2 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 60 parent 0x1 splitCount 1 color 5 key 0- Init START\nvm:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 1 datatype 7 op 0 root 0 comm 0x2 [nranks=2] stream (nil)\n"))
+	f.Fuzz(func(t *testing.T, log []byte) {
+		tr := NewTracker(TrackerOptions{RingSize: 8, MaxComms: 4, MaxEvents: 4})
+		now := time.Unix(1_700_000_000, 0)
+		for _, line := range bytes.Split(log, []byte("\n")) {
+			tr.Observe(line, now)
+		}
+		s := tr.Snapshot(SnapshotOptions{Recent: -1})
+		if len(s.Comms) > 4 {
+			t.Fatalf("%d comms kept, cap 4", len(s.Comms))
+		}
+		for _, c := range s.Comms {
+			if len(c.Recent) > 8 {
+				t.Fatalf("%d recent ops, ring 8", len(c.Recent))
+			}
+			for i := 1; i < len(c.Recent); i++ {
+				if c.Recent[i].Seq != c.Recent[i-1].Seq+1 {
+					t.Fatalf("recent ops not contiguous: %d then %d", c.Recent[i-1].Seq, c.Recent[i].Seq)
+				}
+			}
+		}
+		if len(s.Events) > 4 {
+			t.Fatalf("%d events kept, cap 4", len(s.Events))
+		}
+	})
+}

@@ -1,0 +1,141 @@
+package logparse
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func trackFile(t testing.TB, path string, opts TrackerOptions) *Tracker {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := NewTracker(opts)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		tr.Observe(sc.Bytes(), time.Unix(1_700_000_000, 0))
+	}
+	return tr
+}
+
+func TestTrackerMulticomm(t *testing.T) {
+	dir := "../testdata/captures/nccl-2.28.9-2xH200/multicomm"
+	ids := map[string][]int64{}
+	for _, name := range []string{"nccl.vm.607.log", "nccl.vm.608.log"} {
+		tr := trackFile(t, filepath.Join(dir, name), TrackerOptions{Location: time.UTC})
+		if tr.Version != "2.28.9" || tr.TimestampDigits != 6 {
+			t.Errorf("%s: version %q digits %d", name, tr.Version, tr.TimestampDigits)
+		}
+		for _, c := range tr.Comms() {
+			ids[c.ID] = append(ids[c.ID], c.Count)
+			if c.State != "destroyed" {
+				t.Errorf("%s: comm %s state %s, want destroyed", name, c.ID, c.State)
+			}
+		}
+	}
+	want := map[string]bool{"0x302a0c2a0babd0fc": true, "0x302a0c2a0babd0fc/s1c2130503744": true, "0x302a0c2a0babd0fc/s2c2130503744": true}
+	if len(ids) != 3 {
+		t.Fatalf("got %d communicator identities %v, want 3", len(ids), ids)
+	}
+	for id, counts := range ids {
+		if !want[id] {
+			t.Errorf("unexpected identity %s", id)
+		}
+		if len(counts) != 2 || counts[0] != counts[1] || counts[0] == 0 {
+			t.Errorf("%s: counts %v, want two equal non-zero counts", id, counts)
+		}
+	}
+}
+
+func TestTrackerSequencesAndP2P(t *testing.T) {
+	tr := trackFile(t, "../testdata/captures/nccl-2.28.9-2xH200/multicomm/nccl.vm.607.log", TrackerOptions{RingSize: 4, Location: time.UTC})
+	world := tr.Comms()[0]
+	if world.Rank != 0 || world.NRanks != 2 || world.BusID != 0x60 {
+		t.Fatalf("world comm %+v", world)
+	}
+	p := world.P2P[1]
+	if p == nil || p.Sends == 0 || p.Sends != p.Recvs {
+		t.Fatalf("p2p with peer 1: %+v", p)
+	}
+	recent := world.Recent()
+	if len(recent) != 4 || recent[3].Seq != world.Count {
+		t.Fatalf("recent %+v with count %d", recent, world.Count)
+	}
+	snap := tr.Snapshot(SnapshotOptions{Recent: 2})
+	if len(snap.Comms[0].Recent) != 2 || snap.Comms[0].Count != world.Count || snap.Rank != 0 {
+		t.Fatalf("snapshot %+v", snap.Comms[0])
+	}
+}
+
+func TestTrackerSplitWithoutSplitCount(t *testing.T) {
+	// 2.23 prints no splitCount: two splits of one parent with one color stay distinct.
+	tr := NewTracker(TrackerOptions{})
+	lines := []string{
+		"h:1:1 [0] NCCL INFO ncclCommInitRank comm 0xa rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0xfeed - Init START",
+		"h:1:1 [0] NCCL INFO ncclCommSplit comm 0xb rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 parent 0xa color 7 key 0- Init START",
+		"h:1:1 [0] NCCL INFO ncclCommSplit comm 0xc rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 parent 0xa color 7 key 0- Init START",
+	}
+	for _, l := range lines {
+		tr.Observe([]byte(l), time.Now())
+	}
+	got := []string{tr.Comms()[0].ID, tr.Comms()[1].ID, tr.Comms()[2].ID}
+	want := []string{"0xfeed", "0xfeed/c7#1", "0xfeed/c7#2"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("comm %d id %s, want %s", i, got[i], want[i])
+		}
+	}
+}
+
+func TestTrackerBoundedMemory(t *testing.T) {
+	tr := NewTracker(TrackerOptions{RingSize: 8, MaxComms: 3, MaxEvents: 2})
+	now := time.Now()
+	for i := 0; i < 10; i++ {
+		ptr := 0x100 + i
+		tr.Observe([]byte("h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x"+hex(ptr)+" rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0x"+hex(ptr)+" - Init START"), now)
+		for k := 0; k < 100; k++ {
+			tr.Observe([]byte("h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 4 datatype 7 op 0 root 0 comm 0x"+hex(ptr)+" [nranks=2] stream (nil)"), now)
+		}
+		tr.Observe([]byte("h:1:1 [0] NCCL INFO comm 0x"+hex(ptr)+" rank 0 nranks 2 cudaDev 0 busId 1b000 - Destroy COMPLETE"), now)
+		tr.Observe([]byte("h:1:2 [0] transport/net_ib.cc:1 NCCL WARN NET/IB : mlx5_0:1 Got async error event: port error"), now)
+	}
+	if n := len(tr.Comms()); n != 3 {
+		t.Errorf("%d comms kept, cap 3", n)
+	}
+	if n := len(tr.Events()); n != 2 {
+		t.Errorf("%d events kept, cap 2", n)
+	}
+	for _, c := range tr.Comms() {
+		if len(c.Recent()) != 8 || c.Count != 100 {
+			t.Errorf("comm %s: %d recent, count %d", c.ID, len(c.Recent()), c.Count)
+		}
+	}
+}
+
+func hex(i int) string {
+	return string("0123456789abcdef"[i>>8&15]) + string("0123456789abcdef"[i>>4&15]) + string("0123456789abcdef"[i&15])
+}
+
+// TestObserveAllocatesNothing checks the hot path: a collective line on a known
+// communicator costs no allocation. Deterministic (allocation counts, not time).
+func TestObserveAllocatesNothing(t *testing.T) {
+	tr := trackFile(t, "../testdata/captures/nccl-2.28.9-2xH200/multicomm/nccl.vm.607.log", TrackerOptions{})
+	lines := [][]byte{
+		[]byte("[2026-11-21 23:00:35.402707] vm:607:607 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x7faa1f440000 recvbuff 0x7faa1f440000 count 16384 datatype 7 op 0 root 0 comm 0x10d842d0 [nranks=2] stream (nil)"),
+		[]byte("[2026-11-21 23:00:35.403150] vm:607:607 [0] NCCL INFO Send: opCount 0 sendbuff (nil) recvbuff 0x7faa1f400000 count 65536 datatype 7 op 0 root 1 comm 0x94a72c0 [nranks=2] stream 0x10965ef0"),
+		[]byte("vm:607:607 [0] NCCL INFO AllReduce: 4 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}"),
+		[]byte("vm:607:607 [0] NCCL INFO Channel 00/1 : 0[0] -> 1[1] via P2P/CUMEM"),
+	}
+	now := time.Now()
+	for _, line := range lines {
+		if n := testing.AllocsPerRun(200, func() { tr.Observe(line, now) }); n != 0 {
+			t.Errorf("%.1f allocations per line for %q", n, line)
+		}
+	}
+}
