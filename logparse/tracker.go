@@ -624,7 +624,10 @@ func (c *Comm) Recent() []OpRecord {
 	n := min(c.Count, int64(len(c.ring)))
 	out := make([]OpRecord, 0, n)
 	for s := c.Count - n + 1; s <= c.Count; s++ {
-		out = append(out, c.ring[int((s-1)%int64(len(c.ring)))])
+		// A slot not yet refilled after a restore holds another position: skip it.
+		if r := c.ring[int(s-1)&(len(c.ring)-1)]; r.Seq == s {
+			out = append(out, r)
+		}
 	}
 	return out
 }
@@ -634,7 +637,8 @@ func (c *Comm) Last() (OpRecord, bool) {
 	if c.Count == 0 {
 		return OpRecord{}, false
 	}
-	return c.ring[int((c.Count-1)%int64(len(c.ring)))], true
+	r := c.ring[int(c.Count-1)&(len(c.ring)-1)]
+	return r, r.Seq == c.Count
 }
 
 // Marks returns the kept marks, ordered by position, without duplicates.

@@ -2,8 +2,10 @@ package logparse
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -137,5 +139,44 @@ func TestObserveAllocatesNothing(t *testing.T) {
 		if n := testing.AllocsPerRun(200, func() { tr.Observe(line, now) }); n != 0 {
 			t.Errorf("%.1f allocations per line for %q", n, line)
 		}
+	}
+}
+
+func TestCheckpointRoundTrip(t *testing.T) {
+	b, err := os.ReadFile("../testdata/captures/nccl-2.28.9-2xH200/multicomm/nccl.vm.607.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	now := time.Unix(1_700_000_000, 0)
+	opts := TrackerOptions{Location: time.UTC}
+	whole := NewTracker(opts)
+	for _, l := range lines {
+		whole.Observe([]byte(l), now)
+	}
+	for _, cut := range []int{0, 1, 50, len(lines) / 2, len(lines) - 3, len(lines)} {
+		first := NewTracker(opts)
+		for _, l := range lines[:cut] {
+			first.Observe([]byte(l), now)
+		}
+		state, err := first.MarshalState(-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resumed, err := RestoreTracker(state, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines[cut:] {
+			resumed.Observe([]byte(l), now)
+		}
+		got, _ := json.Marshal(resumed.Snapshot(SnapshotOptions{Recent: -1}))
+		want, _ := json.Marshal(whole.Snapshot(SnapshotOptions{Recent: -1}))
+		if string(got) != string(want) {
+			t.Errorf("cut at line %d: resumed snapshot differs\n got %s\nwant %s", cut, got, want)
+		}
+	}
+	if _, err := RestoreTracker([]byte(`{"v":99}`), opts); err == nil {
+		t.Error("a checkpoint of another version must be refused")
 	}
 }
