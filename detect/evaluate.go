@@ -226,7 +226,7 @@ func StuckInFlight(j *Job, cfg Config) ([]Finding, []string) {
 // Incident renders a finding as a new open incident of a job.
 func (f *Finding) Incident(job string, now time.Time) incident.Incident {
 	return incident.Incident{
-		Kind: f.Kind, State: incident.StateOpen, Severity: f.Severity, Job: job, Comm: f.Comm, Seq: f.Seq,
+		Key: f.Key, Kind: f.Kind, State: incident.StateOpen, Severity: f.Severity, Job: job, Comm: f.Comm, Seq: f.Seq,
 		Culprits: f.Culprits, Victims: f.Victims, Summary: f.Summary, Evidence: f.Evidence, Ops: f.Ops,
 		LagSeconds: f.LagSeconds, OpenedAt: now, LastSeen: now, FaultAt: f.FaultAt,
 	}

@@ -70,7 +70,10 @@ type Op struct {
 
 // Incident is one root cause, open or resolved.
 type Incident struct {
-	ID       string    `json:"id"`
+	ID string `json:"id"`
+	// Key names the root cause (e.g. "rank:node7:4123", "link:node7:mlx5_1:1"): findings
+	// with the same key are this incident.
+	Key      string    `json:"key"`
 	Kind     Kind      `json:"kind"`
 	State    State     `json:"state"`
 	Severity Severity  `json:"severity"`

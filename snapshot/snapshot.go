@@ -50,6 +50,9 @@ type Node struct {
 	Ports     []Port    `json:"ports,omitempty"`
 	RAS       *RAS      `json:"ras,omitempty"`
 	Shed      string    `json:"shed,omitempty"` // what was dropped to fit MaxNodeBytes
+	// Stopping is set on the last snapshot of a sidecar that shuts down cleanly: its key
+	// then disappears without meaning the node was lost.
+	Stopping bool `json:"stop,omitempty"`
 }
 
 // Process is one rank's process as seen through its NCCL log (and /proc when visible).

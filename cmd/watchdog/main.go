@@ -20,6 +20,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"analyze", "diagnose a job from its NCCL and PyTorch log files", runAnalyze},
+		{"sidecar", "follow this node's NCCL logs, sample GPUs/ports/RAS, publish to etcd", runSidecar},
+		{"detector", "judge every job live from etcd, open incidents, alert (HA by election)", runDetector},
 	}
 }
 

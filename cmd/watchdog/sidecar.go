@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ncclwatch/watchdog/etcdconn"
+	"github.com/ncclwatch/watchdog/heartbeat"
+	"github.com/ncclwatch/watchdog/heartbeat/gpu"
+	"github.com/ncclwatch/watchdog/heartbeat/ibport"
+	"github.com/ncclwatch/watchdog/heartbeat/proc"
+	"github.com/ncclwatch/watchdog/heartbeat/publish"
+	"github.com/ncclwatch/watchdog/heartbeat/ras"
+)
+
+func runSidecar(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
+	var ef etcdFlags
+	ef.register(fs, "http://127.0.0.1:2379")
+	var lf logFlags
+	lf.register(fs)
+	job := fs.String("job", defaultJob(), "job name (default: TORCHELASTIC_RUN_ID, SLURM_JOB_ID, else \"default\")")
+	node := fs.String("node", "", "node name (default: hostname)")
+	logs := fs.String("logs", "/var/log/nccl/*.log", "comma-separated globs of NCCL_DEBUG_FILE logs")
+	stdoutLogs := fs.String("stdout-logs", "", "comma-separated globs of torchrun/PyTorch output logs (optional)")
+	httpAddr := fs.String("http", "127.0.0.1:9301", "address for /metrics, /healthz, /api/v1/snapshot")
+	useNVML := fs.Bool("nvml", true, "sample GPUs through NVML")
+	checkPIDs := fs.Bool("check-pids", true, "watch rank processes through /proc (needs the job's pid namespace)")
+	procRoot := fs.String("proc-root", proc.DefaultProcRoot, "proc filesystem root")
+	ibRoot := fs.String("ib-sysfs", ibport.DefaultIBRoot, "InfiniBand sysfs root")
+	netRoot := fs.String("net-sysfs", ibport.DefaultNetRoot, "network interface sysfs root")
+	netIfs := fs.String("net-interfaces", "", "comma-separated interfaces to sample (default: physical ones)")
+	rasAddr := fs.String("ras-addr", "127.0.0.1:28028", "NCCL RAS address (empty: off)")
+	stateDir := fs.String("state-dir", "/var/lib/ncclwatch", "where read offsets and parser checkpoints survive restarts (empty: none)")
+	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "etcd lease TTL: the node key vanishes this long after the sidecar dies")
+	interval := fs.Duration("publish-interval", time.Second, "shortest time between two etcd writes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := applyEnv(fs); err != nil {
+		return err
+	}
+	log, err := lf.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	if *node == "" {
+		if *node, err = os.Hostname(); err != nil {
+			return fmt.Errorf("--node: %w", err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	cli, err := etcdconn.New(ef.config())
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	pub := publish.New(cli, publish.Options{Key: etcdconn.NodeKey(*job, *node), TTL: *leaseTTL, Interval: *interval,
+		Logger: log.With("part", "publish"), Registerer: reg})
+
+	opts := heartbeat.Options{
+		Job: *job, Node: *node, LogPatterns: splitList(*logs), StdoutPatterns: splitList(*stdoutLogs),
+		StateDir: *stateDir, Publisher: pub, Logger: log, Registerer: reg,
+		Ports: ibport.New(ibport.Options{IBRoot: *ibRoot, NetRoot: *netRoot, Interfaces: splitList(*netIfs), Logger: log.With("part", "ports")}),
+	}
+	if *useNVML {
+		s, err := gpu.Open(ctx, gpu.Options{Logger: log.With("part", "nvml")})
+		if err != nil {
+			// No driver or no cgo: one clear line, the rest runs without GPUs.
+			log.Warn("NVML off: GPU state will be unknown", "err", err)
+		} else {
+			defer s.Close()
+			opts.GPU = s
+		}
+	}
+	if *checkPIDs {
+		opts.Liveness = proc.New(proc.Options{ProcRoot: *procRoot, Logger: log.With("part", "proc")})
+	}
+	if *rasAddr != "" {
+		opts.RAS = &ras.Client{Addr: *rasAddr}
+	}
+	sc, err := heartbeat.New(opts)
+	if err != nil {
+		return err
+	}
+	srv, err := serveHTTP(ctx, *httpAddr, sc.HTTPHandler(reg), log)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	log.Info("sidecar started", "job", *job, "node", *node, "logs", *logs, "etcd", ef.endpoints, "http", *httpAddr)
+	return sc.Run(ctx)
+}
+
+// defaultJob names the job from the launcher's environment.
+func defaultJob() string {
+	for _, v := range []string{"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"} {
+		if s := os.Getenv(v); s != "" {
+			return s
+		}
+	}
+	return "default"
+}
+
+// serveHTTP listens now (so a bad address fails at start) and serves until ctx ends.
+func serveHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return srv, nil
+}

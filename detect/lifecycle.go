@@ -1,0 +1,226 @@
+package detect
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/ncclwatch/watchdog/incident"
+)
+
+// Lifecycle turns each evaluation's findings into incidents: one per root cause (the
+// finding's Key), opened once, updated while it lasts, resolved when it has been clear for
+// ResolveAfter. It is pure: state in, changed incidents out.
+type Lifecycle struct {
+	// ResolveAfter is how long a condition must stay clear before its incident resolves,
+	// so that one evaluation without the finding does not resolve and reopen it.
+	ResolveAfter time.Duration
+	// KeepResolved bounds how many resolved incidents are remembered per job.
+	KeepResolved int
+
+	jobs map[string]*jobIncidents
+}
+
+type jobIncidents struct {
+	open     map[string]*tracked // by root-cause key
+	resolved []incident.Incident // newest last, bounded
+}
+
+type tracked struct {
+	inc      incident.Incident
+	key      string
+	clearAt  time.Time // when the finding was last missing (zero while present)
+	snapshot string    // what notifiers see, to tell a real change from a new LastSeen
+}
+
+// NewLifecycle returns an empty lifecycle.
+func NewLifecycle(resolveAfter time.Duration) *Lifecycle {
+	return &Lifecycle{ResolveAfter: resolveAfter, KeepResolved: 256, jobs: map[string]*jobIncidents{}}
+}
+
+func (l *Lifecycle) job(name string) *jobIncidents {
+	j := l.jobs[name]
+	if j == nil {
+		j = &jobIncidents{open: map[string]*tracked{}}
+		l.jobs[name] = j
+	}
+	return j
+}
+
+// Restore adopts incidents read back from storage (after a restart or a failover): open
+// ones continue with their ids, so nothing is opened or paged twice.
+func (l *Lifecycle) Restore(incs []incident.Incident) {
+	for _, inc := range incs {
+		j := l.job(inc.Job)
+		if inc.State == incident.StateOpen {
+			j.open[inc.Key] = &tracked{inc: inc, key: inc.Key, snapshot: notifiable(inc)}
+		} else {
+			j.resolved = append(j.resolved, inc)
+		}
+	}
+	for _, j := range l.jobs {
+		sort.Slice(j.resolved, func(a, b int) bool { return resolvedAt(j.resolved[a]).Before(resolvedAt(j.resolved[b])) })
+		if n := len(j.resolved) - l.KeepResolved; n > 0 {
+			j.resolved = j.resolved[n:]
+		}
+	}
+}
+
+func resolvedAt(i incident.Incident) time.Time {
+	if i.ResolvedAt != nil {
+		return *i.ResolvedAt
+	}
+	return i.LastSeen
+}
+
+// Update applies one evaluation of a job. It returns the incidents that changed in a way
+// notifiers care about (opened, changed culprit/kind/severity/summary, resolved), and
+// whether any incident changed at all (LastSeen included) and needs storing.
+func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notify []incident.Incident, store []incident.Incident) {
+	j := l.job(job)
+	seen := map[string]bool{}
+	for i := range findings {
+		f := &findings[i]
+		if seen[f.Key] {
+			continue
+		}
+		seen[f.Key] = true
+		t := j.open[f.Key]
+		if t == nil {
+			inc := f.Incident(job, now)
+			inc.ID = incidentID(job, f.Key, now)
+			inc.Revision = 1
+			t = &tracked{inc: inc, key: f.Key}
+			t.snapshot = notifiable(inc)
+			j.open[f.Key] = t
+			notify = append(notify, t.inc)
+			store = append(store, t.inc)
+			continue
+		}
+		t.clearAt = time.Time{}
+		prev := t.inc
+		next := f.Incident(job, prev.OpenedAt)
+		next.ID, next.Revision, next.LastSeen = prev.ID, prev.Revision, now
+		if next.FaultAt.IsZero() || (!prev.FaultAt.IsZero() && prev.FaultAt.Before(next.FaultAt)) {
+			next.FaultAt = prev.FaultAt
+		}
+		if severityRank(prev.Severity) < severityRank(next.Severity) {
+			next.Severity = prev.Severity // never downgrade an open incident
+		}
+		if snap := notifiable(next); snap != t.snapshot {
+			next.Revision++
+			t.snapshot = snap
+			notify = append(notify, next)
+		}
+		t.inc = next
+		if next.LastSeen.Sub(prev.LastSeen) >= 5*time.Second || next.Revision != prev.Revision {
+			store = append(store, next)
+		}
+	}
+	for key, t := range j.open {
+		if seen[key] {
+			continue
+		}
+		if t.clearAt.IsZero() {
+			t.clearAt = now
+		}
+		if now.Sub(t.clearAt) < l.ResolveAfter {
+			continue
+		}
+		inc := t.inc
+		at := now
+		inc.State, inc.ResolvedAt, inc.Revision = incident.StateResolved, &at, inc.Revision+1
+		delete(j.open, key)
+		j.resolved = append(j.resolved, inc)
+		if len(j.resolved) > l.KeepResolved {
+			j.resolved = j.resolved[1:]
+		}
+		notify = append(notify, inc)
+		store = append(store, inc)
+	}
+	sortIncidents(notify)
+	sortIncidents(store)
+	return notify, store
+}
+
+// ResolveJob resolves every open incident of a job (the job ended or was deleted).
+func (l *Lifecycle) ResolveJob(job string, now time.Time) []incident.Incident {
+	j := l.jobs[job]
+	if j == nil {
+		return nil
+	}
+	var out []incident.Incident
+	for key, t := range j.open {
+		inc := t.inc
+		at := now
+		inc.State, inc.ResolvedAt, inc.Revision = incident.StateResolved, &at, inc.Revision+1
+		delete(j.open, key)
+		j.resolved = append(j.resolved, inc)
+		out = append(out, inc)
+	}
+	sortIncidents(out)
+	return out
+}
+
+// Incidents lists a job's open and remembered resolved incidents ("" = every job).
+func (l *Lifecycle) Incidents(job string) []incident.Incident {
+	var out []incident.Incident
+	for name, j := range l.jobs {
+		if job != "" && name != job {
+			continue
+		}
+		for _, t := range j.open {
+			out = append(out, t.inc)
+		}
+		out = append(out, j.resolved...)
+	}
+	sortIncidents(out)
+	return out
+}
+
+// Open counts open incidents by kind and severity.
+func (l *Lifecycle) Open() map[[2]string]int {
+	out := map[[2]string]int{}
+	for _, j := range l.jobs {
+		for _, t := range j.open {
+			out[[2]string{string(t.inc.Kind), string(t.inc.Severity)}]++
+		}
+	}
+	return out
+}
+
+// notifiable is the part of an incident whose change is worth telling people.
+func notifiable(i incident.Incident) string {
+	c := slices.Clone(i.Culprits)
+	sort.Slice(c, func(a, b int) bool {
+		if c[a].Host != c[b].Host {
+			return c[a].Host < c[b].Host
+		}
+		return c[a].Rank < c[b].Rank
+	})
+	s := string(i.Kind) + "|" + string(i.Severity) + "|" + string(i.State) + "|" + i.Comm + "|" + strconv.FormatInt(i.Seq, 10)
+	for _, x := range c {
+		s += "|" + x.Host + ":" + strconv.Itoa(x.Rank) + ":" + strconv.Itoa(x.PID) + ":" + x.Port
+	}
+	return s
+}
+
+func severityRank(s incident.Severity) int { return s.Rank() }
+
+// incidentID is stable for a root cause opened at a moment: short, readable, unique.
+func incidentID(job, key string, opened time.Time) string {
+	h := sha256.Sum256([]byte(job + "\x00" + key + "\x00" + strconv.FormatInt(opened.UnixNano(), 10)))
+	return hex.EncodeToString(h[:6])
+}
+
+func sortIncidents(incs []incident.Incident) {
+	sort.SliceStable(incs, func(a, b int) bool {
+		if !incs[a].OpenedAt.Equal(incs[b].OpenedAt) {
+			return incs[a].OpenedAt.Before(incs[b].OpenedAt)
+		}
+		return incs[a].ID < incs[b].ID
+	})
+}

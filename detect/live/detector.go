@@ -1,0 +1,540 @@
+package live
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/ncclwatch/watchdog/detect"
+	"github.com/ncclwatch/watchdog/etcdconn"
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// Alerts receives incident changes (alert.Dispatcher). One is made per leadership term.
+type Alerts interface {
+	Start(ctx context.Context, known []incident.Incident) error
+	Submit(inc incident.Incident)
+	Close()
+}
+
+// Options configure a Detector.
+type Options struct {
+	Client *clientv3.Client
+	Rules  detect.Config
+	// Interval between evaluations (default 1 s).
+	Interval time.Duration
+	// ResolveAfter: a condition must stay clear this long before its incident resolves
+	// (default 5 s).
+	ResolveAfter time.Duration
+	// LeaseTTL of the leader election session: a dead leader is replaced within it
+	// (default 10 s).
+	LeaseTTL time.Duration
+	// MassLoss: this many nodes (or this fraction of a job's nodes) losing their lease
+	// within MassLossWindow is a monitoring failure, not that many lost nodes.
+	MassLossNodes    int
+	MassLossFraction float64
+	MassLossWindow   time.Duration
+	// NewAlerts makes the alert dispatcher of a leadership term (nil: no notifications).
+	NewAlerts func(reg prometheus.Registerer) (Alerts, error)
+	// ID names this replica in the election (default hostname:pid).
+	ID         string
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Now        func() time.Time
+}
+
+func (o *Options) defaults() {
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.ResolveAfter <= 0 {
+		o.ResolveAfter = 5 * time.Second
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 10 * time.Second
+	}
+	if o.MassLossNodes <= 0 {
+		o.MassLossNodes = 3
+	}
+	if o.MassLossFraction <= 0 {
+		o.MassLossFraction = 0.25
+	}
+	if o.MassLossWindow <= 0 {
+		o.MassLossWindow = 15 * time.Second
+	}
+	if o.ID == "" {
+		h, _ := os.Hostname()
+		o.ID = fmt.Sprintf("%s:%d", h, os.Getpid())
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// monitoringJob holds incidents about the watchdog itself.
+const monitoringJob = "_ncclwatch"
+
+// Detector is one replica of the central detector.
+type Detector struct {
+	opts Options
+	m    *metrics
+
+	mu        sync.Mutex // guards everything below
+	state     *State
+	life      *detect.Lifecycle
+	incidents map[string]incident.Incident // every incident in etcd, by id (all replicas)
+	paused    map[string][]string          // job -> paused communicators
+	leader    bool
+	leaderID  string
+	etcdDown  time.Time // when etcd became unreachable (zero: reachable)
+	lostTimes map[string][]time.Time
+	termReg   *prometheus.Registry
+}
+
+// New returns a detector; Run starts it.
+func New(opts Options) (*Detector, error) {
+	if opts.Client == nil {
+		return nil, errors.New("detector: no etcd client")
+	}
+	opts.defaults()
+	d := &Detector{opts: opts, state: NewState(), life: detect.NewLifecycle(opts.ResolveAfter),
+		incidents: map[string]incident.Incident{}, paused: map[string][]string{}, lostTimes: map[string][]time.Time{}}
+	d.m = newMetrics(d, opts.Registerer)
+	return d, nil
+}
+
+// Run watches etcd and, while this replica leads, evaluates and alerts, until ctx ends.
+func (d *Detector) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); d.watchLoop(ctx) }()
+	go func() { defer wg.Done(); d.electionLoop(ctx) }()
+	wg.Wait()
+	return nil
+}
+
+// watchLoop keeps the state in step with etcd: a full read, then a watch from its revision;
+// on any watch failure it reads everything again.
+func (d *Detector) watchLoop(ctx context.Context) {
+	backoff := 250 * time.Millisecond
+	for ctx.Err() == nil {
+		rev, err := d.load(ctx)
+		if err != nil {
+			d.etcdUnreachable(err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		d.etcdReachable()
+		backoff = 250 * time.Millisecond
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		ch := d.opts.Client.Watch(wctx, etcdconn.JobsPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
+		for resp := range ch {
+			if err := resp.Err(); err != nil {
+				d.opts.Logger.Warn("etcd watch failed; reloading", "err", err)
+				break
+			}
+			d.apply(resp.Events)
+		}
+		cancel()
+		if ctx.Err() == nil {
+			d.etcdUnreachable(errors.New("watch closed"))
+		}
+	}
+}
+
+// load reads every key under the jobs prefix and rebuilds the state.
+func (d *Detector) load(ctx context.Context) (int64, error) {
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := d.opts.Client.Get(octx, etcdconn.JobsPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("load %s: %w", etcdconn.JobsPrefix, err)
+	}
+	now := d.opts.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	lost := d.lostNodes()
+	d.state = NewState()
+	d.incidents = map[string]incident.Incident{}
+	for _, kv := range resp.Kvs {
+		d.applyKV(string(kv.Key), kv.Value, now)
+	}
+	// A node that was lost before the reload has no key any more: keep it lost.
+	for _, l := range lost {
+		if j := d.state.jobs[l.Job]; j != nil && j.nodes[l.Node] == nil {
+			d.state.Put(l, now)
+			d.state.Delete(l.Job, l.Node, now)
+		}
+	}
+	return resp.Header.Revision, nil
+}
+
+func (d *Detector) lostNodes() []*snapshot.Node {
+	var out []*snapshot.Node
+	for _, j := range d.state.jobs {
+		for _, ns := range j.nodes {
+			if !ns.lostAt.IsZero() && ns.snap != nil {
+				out = append(out, ns.snap)
+			}
+		}
+	}
+	return out
+}
+
+func (d *Detector) apply(evs []*clientv3.Event) {
+	now := d.opts.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, ev := range evs {
+		key := string(ev.Kv.Key)
+		if ev.Type == clientv3.EventTypeDelete {
+			if job, node, ok := parseNodeKey(key, etcdconn.JobsPrefix); ok {
+				if d.state.Delete(job, node, now) {
+					d.lostTimes[job] = append(d.lostTimes[job], now)
+					d.opts.Logger.Warn("node lease expired", "job", job, "node", node)
+				}
+			} else if _, id, ok := parseIncidentKey(key, etcdconn.JobsPrefix); ok {
+				delete(d.incidents, id)
+			}
+			continue
+		}
+		d.applyKV(key, ev.Kv.Value, now)
+	}
+	d.m.events.Add(float64(len(evs)))
+}
+
+func (d *Detector) applyKV(key string, value []byte, now time.Time) {
+	if _, _, ok := parseNodeKey(key, etcdconn.JobsPrefix); ok {
+		n, err := snapshot.Decode(value)
+		if err != nil {
+			d.m.badSnapshots.Inc()
+			d.opts.Logger.Warn("bad node snapshot", "key", key, "err", err)
+			return
+		}
+		if n.Time != 0 {
+			d.m.watchLag.Observe(max(0, now.Sub(n.Time.Time()).Seconds()))
+		}
+		d.state.Put(n, now)
+		return
+	}
+	if _, _, ok := parseIncidentKey(key, etcdconn.JobsPrefix); ok {
+		var inc incident.Incident
+		if err := json.Unmarshal(value, &inc); err == nil {
+			d.incidents[inc.ID] = inc
+		}
+	}
+}
+
+func (d *Detector) etcdUnreachable(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.etcdDown.IsZero() {
+		d.etcdDown = d.opts.Now()
+		d.opts.Logger.Error("etcd unreachable", "err", err)
+	}
+	d.m.etcdUp.Set(0)
+}
+
+func (d *Detector) etcdReachable() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.etcdDown.IsZero() {
+		d.opts.Logger.Info("etcd reachable again")
+	}
+	d.etcdDown = time.Time{}
+	d.m.etcdUp.Set(1)
+}
+
+// electionLoop campaigns for leadership and leads while elected.
+func (d *Detector) electionLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		sess, err := concurrency.NewSession(d.opts.Client, concurrency.WithTTL(int((d.opts.LeaseTTL+time.Second-1)/time.Second)), concurrency.WithContext(ctx))
+		if err != nil {
+			d.opts.Logger.Debug("election session", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		el := concurrency.NewElection(sess, etcdconn.LeaderKey)
+		go d.observeLeader(ctx, el)
+		if err := el.Campaign(ctx, d.opts.ID); err != nil {
+			sess.Close()
+			continue
+		}
+		d.opts.Logger.Info("leading the detector", "id", d.opts.ID)
+		d.lead(ctx, sess)
+		d.opts.Logger.Info("no longer leading", "id", d.opts.ID)
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = el.Resign(rctx)
+		cancel()
+		sess.Close()
+	}
+}
+
+func (d *Detector) observeLeader(ctx context.Context, el *concurrency.Election) {
+	for resp := range el.Observe(ctx) {
+		if len(resp.Kvs) > 0 {
+			d.mu.Lock()
+			d.leaderID = string(resp.Kvs[0].Value)
+			d.mu.Unlock()
+		}
+	}
+}
+
+// lead evaluates every Interval until the session ends or ctx does.
+func (d *Detector) lead(ctx context.Context, sess *concurrency.Session) {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-sess.Done():
+			cancel()
+		case <-lctx.Done():
+		}
+	}()
+	// Continue the open incidents the previous leader stored: same ids, no second page.
+	known, err := d.storedIncidents(lctx)
+	if err != nil {
+		d.opts.Logger.Error("read incidents at takeover", "err", err)
+		return
+	}
+	d.mu.Lock()
+	d.life = detect.NewLifecycle(d.opts.ResolveAfter)
+	d.life.Restore(known)
+	d.leader = true
+	d.m.leader.Set(1)
+	d.termReg = prometheus.NewRegistry()
+	reg := d.termReg
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.leader = false
+		d.m.leader.Set(0)
+		d.mu.Unlock()
+	}()
+	var alerts Alerts
+	if d.opts.NewAlerts != nil {
+		a, err := d.opts.NewAlerts(reg)
+		if err != nil {
+			d.opts.Logger.Error("alert dispatcher", "err", err)
+		} else if err := a.Start(lctx, known); err != nil {
+			d.opts.Logger.Error("start alert dispatcher", "err", err)
+		} else {
+			alerts = a
+			defer a.Close()
+		}
+	}
+	t := time.NewTicker(d.opts.Interval)
+	defer t.Stop()
+	for {
+		d.evaluate(lctx, alerts)
+		select {
+		case <-lctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (d *Detector) storedIncidents(ctx context.Context) ([]incident.Incident, error) {
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := d.opts.Client.Get(octx, etcdconn.JobsPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	var out []incident.Incident
+	for _, kv := range resp.Kvs {
+		if _, _, ok := parseIncidentKey(string(kv.Key), etcdconn.JobsPrefix); !ok {
+			continue
+		}
+		var inc incident.Incident
+		if err := json.Unmarshal(kv.Value, &inc); err != nil {
+			d.opts.Logger.Warn("bad stored incident", "key", string(kv.Key), "err", err)
+			continue
+		}
+		out = append(out, inc)
+	}
+	return out, nil
+}
+
+// evaluate runs the rules on every job once.
+func (d *Detector) evaluate(ctx context.Context, alerts Alerts) {
+	start := time.Now()
+	now := d.opts.Now()
+	d.mu.Lock()
+	var notify, store []incident.Incident
+	if !d.etcdDown.IsZero() {
+		// With etcd unreachable, every communicator looks still: judging would page for
+		// every rank. One monitoring incident instead.
+		n, s := d.life.Update(monitoringJob, []detect.Finding{d.etcdFinding(now)}, now)
+		notify, store = append(notify, n...), append(store, s...)
+	} else {
+		n, s := d.life.Update(monitoringJob, nil, now)
+		notify, store = append(notify, n...), append(store, s...)
+		for _, job := range d.state.Jobs() {
+			findings, paused := d.evaluateJob(job, now)
+			d.paused[job] = paused
+			n, s := d.life.Update(job, findings, now)
+			notify, store = append(notify, n...), append(store, s...)
+		}
+		for _, job := range d.state.Forget(now, time.Hour) {
+			n := d.life.ResolveJob(job, now)
+			notify, store = append(notify, n...), append(store, n...)
+			delete(d.paused, job)
+			delete(d.lostTimes, job)
+		}
+	}
+	open := d.life.Open()
+	_, nodes, ranks := d.state.Counts()
+	d.mu.Unlock()
+
+	for _, inc := range notify {
+		if inc.State == incident.StateOpen && inc.Revision == 1 {
+			lat := inc.OpenedAt.Sub(inc.FaultAt)
+			if !inc.FaultAt.IsZero() && lat >= 0 {
+				d.m.latency.WithLabelValues(string(inc.Kind)).Observe(lat.Seconds())
+			}
+			d.opts.Logger.Warn("incident opened", "id", inc.ID, "job", inc.Job, "kind", inc.Kind, "summary", inc.Summary)
+		} else if inc.State == incident.StateResolved {
+			d.opts.Logger.Info("incident resolved", "id", inc.ID, "job", inc.Job, "kind", inc.Kind)
+		}
+		if alerts != nil {
+			alerts.Submit(inc)
+		}
+	}
+	d.persist(ctx, store)
+	d.m.setOpen(open)
+	d.m.nodes.Set(float64(nodes))
+	d.m.ranks.Set(float64(ranks))
+	d.m.evalTime.Observe(time.Since(start).Seconds())
+}
+
+// evaluateJob runs the rules on one job, plus the live-only lost-node rule.
+func (d *Detector) evaluateJob(job string, now time.Time) ([]detect.Finding, []string) {
+	view, lost := d.state.View(job, now)
+	res := detect.Evaluate(view, d.opts.Rules, detect.TimingOK)
+	findings := res.Findings
+	if len(lost) > 0 {
+		findings = append(findings, d.lostFindings(job, lost, view, now)...)
+	}
+	return findings, res.Paused
+}
+
+// lostFindings: one lost_node incident per node whose lease expired, unless many went at
+// once, which is a monitoring failure (etcd, network partition), reported once.
+func (d *Detector) lostFindings(job string, lost []*snapshot.Node, view *detect.Job, now time.Time) []detect.Finding {
+	recent := d.lostTimes[job][:0]
+	for _, t := range d.lostTimes[job] {
+		if now.Sub(t) <= d.opts.MassLossWindow {
+			recent = append(recent, t)
+		}
+	}
+	d.lostTimes[job] = recent
+	total := len(lost) + len(view.Nodes)
+	if len(recent) >= d.opts.MassLossNodes && float64(len(recent)) >= d.opts.MassLossFraction*float64(total) {
+		f := detect.Finding{Kind: incident.KindMonitoring, Severity: incident.SeverityWarning, Key: "monitoring:mass-loss:" + job,
+			Culprits: []incident.Culprit{}}
+		f.Summary = fmt.Sprintf("%d of %d nodes of job %s lost their watchdog lease within %s: a monitoring failure (etcd, network partition or sidecars), not %d node faults",
+			len(recent), total, job, d.opts.MassLossWindow, len(recent))
+		for _, n := range lost {
+			f.Evidence = append(f.Evidence, "node "+n.Node+" stopped reporting")
+			if len(f.Evidence) >= 20 {
+				break
+			}
+		}
+		return []detect.Finding{f}
+	}
+	var out []detect.Finding
+	for _, n := range lost {
+		f := detect.Finding{Kind: incident.KindLostNode, Severity: incident.SeverityCritical, Key: "node:" + n.Node}
+		var ranks []string
+		for _, p := range n.Processes {
+			f.Culprits = append(f.Culprits, incident.Culprit{Rank: p.Rank, Host: p.Host, PID: p.PID})
+			ranks = append(ranks, fmt.Sprint(p.Rank))
+		}
+		if len(f.Culprits) == 0 {
+			f.Culprits = []incident.Culprit{{Rank: -1, Host: n.Node}}
+		}
+		f.Summary = fmt.Sprintf("node %s stopped reporting: its watchdog lease expired (node down, sidecar killed or network cut); ranks %s are gone with it",
+			n.Node, strings.Join(ranks, ","))
+		f.Evidence = append(f.Evidence, fmt.Sprintf("last snapshot at %s", n.Time.Time().UTC().Format(time.RFC3339)))
+		f.FaultAt = n.Time.Time()
+		out = append(out, f)
+	}
+	return out
+}
+
+func (d *Detector) etcdFinding(now time.Time) detect.Finding {
+	f := detect.Finding{Kind: incident.KindMonitoring, Severity: incident.SeverityCritical, Key: "monitoring:etcd",
+		Culprits: []incident.Culprit{}, FaultAt: d.etcdDown}
+	f.Summary = fmt.Sprintf("the detector cannot reach etcd since %s: jobs are not being judged", d.etcdDown.UTC().Format(time.RFC3339))
+	return f
+}
+
+// persist stores changed incidents; resolved ones expire after a day.
+func (d *Detector) persist(ctx context.Context, incs []incident.Incident) {
+	for _, inc := range incs {
+		b, err := json.Marshal(inc)
+		if err != nil {
+			continue
+		}
+		octx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		var opts []clientv3.OpOption
+		if inc.State == incident.StateResolved {
+			if g, err := d.opts.Client.Grant(octx, int64((24 * time.Hour).Seconds())); err == nil {
+				opts = append(opts, clientv3.WithLease(g.ID))
+			}
+		}
+		if _, err := d.opts.Client.Put(octx, etcdconn.IncidentKey(inc.Job, inc.ID), string(b), opts...); err != nil {
+			d.m.storeErrors.Inc()
+			d.opts.Logger.Warn("store incident", "id", inc.ID, "err", err)
+		}
+		cancel()
+		d.mu.Lock()
+		d.incidents[inc.ID] = inc
+		d.mu.Unlock()
+	}
+}
+
+// Incidents lists the incidents known to this replica (from etcd), newest first.
+func (d *Detector) Incidents(job, state string) []incident.Incident {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]incident.Incident, 0, len(d.incidents))
+	for _, inc := range d.incidents {
+		if (job == "" || inc.Job == job) && (state == "" || string(inc.State) == state) {
+			out = append(out, inc)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if !out[a].OpenedAt.Equal(out[b].OpenedAt) {
+			return out[a].OpenedAt.After(out[b].OpenedAt)
+		}
+		return out[a].ID < out[b].ID
+	})
+	return out
+}

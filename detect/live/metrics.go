@@ -1,0 +1,72 @@
+package live
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+type metrics struct {
+	open         *prometheus.GaugeVec
+	latency      *prometheus.HistogramVec
+	evalTime     prometheus.Histogram
+	nodes, ranks prometheus.Gauge
+	leader       prometheus.Gauge
+	etcdUp       prometheus.Gauge
+	events       prometheus.Counter
+	badSnapshots prometheus.Counter
+	storeErrors  prometheus.Counter
+	watchLag     prometheus.Histogram
+	openKeys     map[[2]string]bool
+}
+
+func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
+	m := &metrics{openKeys: map[[2]string]bool{}}
+	m.open = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ncclwatch_detector_open_incidents",
+		Help: "Open incidents by kind and severity."}, []string{"kind", "severity"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ncclwatch_detector_detection_latency_seconds",
+		Help:    "Time from a fault's estimated start (the culprit's last progress, a straggler's onset) to its incident.",
+		Buckets: []float64{0.5, 1, 2, 3, 5, 8, 10, 12, 15, 20, 30, 45, 60, 120, 300}}, []string{"kind"})
+	m.evalTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ncclwatch_detector_evaluation_seconds",
+		Help: "Time to evaluate every job once.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)})
+	m.nodes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_nodes_tracked", Help: "Nodes whose snapshots the detector holds."})
+	m.ranks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_ranks_tracked", Help: "Rank processes the detector tracks."})
+	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_leader", Help: "1 on the replica that leads (evaluates and alerts)."})
+	m.etcdUp = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_etcd_up", Help: "1 while the detector's etcd watch works."})
+	m.events = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_watch_events_total", Help: "etcd watch events applied."})
+	m.badSnapshots = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_bad_snapshots_total", Help: "Node snapshots that could not be decoded."})
+	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_store_errors_total", Help: "Failed incident writes to etcd."})
+	m.watchLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ncclwatch_detector_watch_lag_seconds",
+		Help: "Time from a sidecar's publish to the detector applying it.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
+	if reg != nil {
+		reg.MustRegister(m.open, m.latency, m.evalTime, m.nodes, m.ranks, m.leader, m.etcdUp, m.events,
+			m.badSnapshots, m.storeErrors, m.watchLag)
+	}
+	return m
+}
+
+// setOpen publishes open counts, zeroing combinations that closed.
+func (m *metrics) setOpen(open map[[2]string]int) {
+	for k := range m.openKeys {
+		if open[k] == 0 {
+			m.open.WithLabelValues(k[0], k[1]).Set(0)
+		}
+	}
+	for k, n := range open {
+		m.openKeys[k] = true
+		m.open.WithLabelValues(k[0], k[1]).Set(float64(n))
+	}
+}
+
+// TermGatherer gathers the metrics of the current leadership term's alert dispatcher, which
+// registers afresh each term; serve it beside the main registry (prometheus.Gatherers).
+func (d *Detector) TermGatherer() prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		d.mu.Lock()
+		reg := d.termReg
+		d.mu.Unlock()
+		if reg == nil {
+			return nil, nil
+		}
+		return reg.Gather()
+	})
+}

@@ -1,0 +1,151 @@
+package heartbeat
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/ncclwatch/watchdog/heartbeat/proc"
+	"github.com/ncclwatch/watchdog/logparse"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// Snapshot builds the node's current snapshot. It holds each rank's lock only while that
+// rank is rendered, so log reading waits at most one rank's rendering.
+func (s *Sidecar) Snapshot() *snapshot.Node {
+	now := s.opts.Now()
+	s.mu.Lock()
+	ranks := make([]*rankLog, 0, len(s.ranks))
+	for k, r := range s.ranks {
+		r.mu.Lock()
+		gone := !r.goneAt.IsZero() && now.Sub(r.goneAt) > s.opts.KeepExited
+		exited := !r.exitedAt.IsZero() && now.Sub(r.exitedAt) > s.opts.KeepExited
+		r.mu.Unlock()
+		if gone || exited {
+			// Bounded: finished processes leave the snapshot after KeepExited.
+			delete(s.ranks, k)
+			if s.opts.Liveness != nil && r.pid > 0 {
+				s.opts.Liveness.Unwatch(r.pid)
+			}
+			continue
+		}
+		ranks = append(ranks, r)
+	}
+	gpus := append([]snapshot.GPU(nil), s.gpus...)
+	ports := append([]snapshot.Port(nil), s.ports...)
+	ras := s.ras
+	seq := s.seq
+	s.mu.Unlock()
+
+	sort.Slice(ranks, func(a, b int) bool {
+		if ranks[a].pid != ranks[b].pid {
+			return ranks[a].pid < ranks[b].pid
+		}
+		return ranks[a].path < ranks[b].path
+	})
+	n := &snapshot.Node{
+		Job: s.opts.Job, Node: s.opts.Node, Seq: seq, Time: snapshot.MicrosOf(now),
+		Started: snapshot.MicrosOf(s.started), GPUs: gpus, Ports: ports, RAS: ras,
+	}
+	since := now.Add(-s.opts.RecentFor).UnixMicro()
+	for _, r := range ranks {
+		n.Processes = append(n.Processes, s.renderRank(r, since, gpus))
+	}
+	return n
+}
+
+func (s *Sidecar) renderRank(r *rankLog, since int64, gpus []snapshot.GPU) snapshot.Process {
+	r.mu.Lock()
+	p := r.tracker.Snapshot(logparse.SnapshotOptions{Recent: s.opts.RecentOps, RecentSince: since})
+	p.File = r.path
+	if p.Host == "" {
+		p.Host = r.host
+	}
+	if p.PID == 0 {
+		p.PID = r.pid
+	}
+	switch {
+	case !r.exitedAt.IsZero():
+		p.State, p.ExitedAt = "exited", snapshot.MicrosOf(r.exitedAt)
+	case r.watched && r.info.State == proc.Running:
+		p.State = "running"
+	}
+	if r.info.EnvKnown {
+		env := r.info.Env
+		if env.Rank >= 0 {
+			p.Rank = env.Rank
+		}
+		if env.LocalRank >= 0 {
+			p.LocalRank = env.LocalRank
+		}
+		if env.WorldSize > 0 {
+			p.WorldSize = env.WorldSize
+		}
+		p.JobID = env.JobID()
+	}
+	r.mu.Unlock()
+	p.Events = append(p.Events, s.torch.forProcess(p.Rank, p.PID)...)
+	if g := gpuFor(gpus, p.BusID); g != nil {
+		p.GPUState = g.State
+		if g.State == "waiting" {
+			markWaiting(&p)
+		}
+	}
+	return p
+}
+
+// gpuFor finds the GPU whose packed bus id matches NCCL's busId.
+func gpuFor(gpus []snapshot.GPU, bus string) *snapshot.GPU {
+	if bus == "" {
+		return nil
+	}
+	want := strings.TrimLeft(strings.ToLower(bus), "0")
+	for i := range gpus {
+		if strings.TrimLeft(strings.ToLower(gpus[i].BusID), "0") == want {
+			return &gpus[i]
+		}
+	}
+	return nil
+}
+
+// markWaiting flags the communicator holding the process's newest op: with a spinning GPU,
+// that is the collective it waits in.
+func markWaiting(p *snapshot.Process) {
+	best := -1
+	var newest snapshot.Micros
+	for i, c := range p.Comms {
+		if c.Last != nil && c.Last.T >= newest && c.State != "destroyed" {
+			best, newest = i, c.Last.T
+		}
+	}
+	if best >= 0 {
+		p.Comms[best].Waiting = true
+	}
+}
+
+// encode is the publisher's source. The content is compared without the volatile header
+// (sequence number, time): an unchanged node returns the previous bytes, which the
+// publisher does not rewrite.
+func (s *Sidecar) encode() ([]byte, error) {
+	n := s.Snapshot()
+	n.Seq, n.Time = 0, 0
+	body, err := snapshot.Encode(n)
+	if err != nil {
+		return nil, err
+	}
+	s.encMu.Lock()
+	defer s.encMu.Unlock()
+	if s.lastBody != nil && string(body) == string(s.lastBody) {
+		return s.lastOut, nil
+	}
+	s.mu.Lock()
+	s.seq++
+	n.Seq = s.seq
+	s.mu.Unlock()
+	n.Time = snapshot.MicrosOf(s.opts.Now())
+	out, err := snapshot.Encode(n)
+	if err != nil {
+		return nil, err
+	}
+	s.lastBody, s.lastOut = body, out
+	return out, nil
+}

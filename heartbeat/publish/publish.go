@@ -1,0 +1,318 @@
+// Package publish keeps one node's snapshot in etcd: a single key under a lease that the
+// publisher keeps alive, rewritten when the snapshot changes and at most once per interval.
+// etcd outages never block the caller: the publisher retries with backoff, re-creates an
+// expired lease and republishes the full state.
+package publish
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Options configure a Publisher.
+type Options struct {
+	Key string
+	// TTL of the lease: the key disappears this long after the sidecar dies (default 10 s).
+	TTL time.Duration
+	// Interval is the shortest time between two writes (default 1 s).
+	Interval time.Duration
+	// OpTimeout bounds one etcd call (default 3 s).
+	OpTimeout time.Duration
+	// MaxBackoff caps the wait between failed attempts (default 10 s).
+	MaxBackoff time.Duration
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Now        func() time.Time
+}
+
+// Publisher writes a node key under a lease.
+type Publisher struct {
+	cli  *clientv3.Client
+	opts Options
+	m    metrics
+
+	mu      sync.Mutex
+	lease   clientv3.LeaseID
+	kaStop  context.CancelFunc
+	kaLost  chan struct{}
+	last    []byte
+	lastPut time.Time
+	healthy bool
+	wake    chan struct{}
+}
+
+type metrics struct {
+	writes   *prometheus.CounterVec
+	latency  prometheus.Histogram
+	bytes    prometheus.Gauge
+	leases   prometheus.Counter
+	up       prometheus.Gauge
+	lastSucc prometheus.Gauge
+}
+
+// New returns a publisher; Run starts it.
+func New(cli *clientv3.Client, opts Options) *Publisher {
+	if opts.TTL <= 0 {
+		opts.TTL = 10 * time.Second
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = time.Second
+	}
+	if opts.OpTimeout <= 0 {
+		opts.OpTimeout = 3 * time.Second
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	p := &Publisher{cli: cli, opts: opts, wake: make(chan struct{}, 1)}
+	p.m = metrics{
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ncclwatch_publish_total",
+			Help: "Snapshot writes to etcd by result (ok, error, unchanged)."}, []string{"result"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ncclwatch_publish_latency_seconds",
+			Help: "Latency of one snapshot write to etcd.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		bytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_publish_bytes",
+			Help: "Size of the last published node snapshot."}),
+		leases: prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_publish_lease_grants_total",
+			Help: "Leases granted (more than one means etcd outages or lease expiry)."}),
+		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_publish_etcd_up",
+			Help: "1 when the last etcd write succeeded."}),
+		lastSucc: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_publish_last_success_timestamp_seconds",
+			Help: "Unix time of the last successful write."}),
+	}
+	if opts.Registerer != nil {
+		for _, c := range []prometheus.Collector{p.m.writes, p.m.latency, p.m.bytes, p.m.leases, p.m.up, p.m.lastSucc} {
+			opts.Registerer.MustRegister(c)
+		}
+	}
+	return p
+}
+
+// Poke asks for a write soon (still at most once per Interval); it never blocks.
+func (p *Publisher) Poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Healthy reports whether the last write succeeded.
+func (p *Publisher) Healthy() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.healthy
+}
+
+// Run publishes until ctx ends. src builds the current snapshot body; it must be cheap and
+// never block on I/O. The lease then stays until Close revokes it or its TTL runs
+// out, which is what a killed sidecar looks like.
+func (p *Publisher) Run(ctx context.Context, src func() ([]byte, error)) error {
+	backoff := time.Duration(0)
+	tick := time.NewTicker(p.opts.Interval)
+	defer tick.Stop()
+	for {
+		if backoff > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+		} else {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			case <-p.wake:
+				if wait := p.opts.Interval - p.opts.Now().Sub(p.lastPut); wait > 0 {
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-time.After(wait):
+					}
+				}
+			case <-p.lost():
+			}
+		}
+		body, err := src()
+		if err != nil {
+			p.opts.Logger.Error("build snapshot", "err", err)
+			backoff = p.nextBackoff(backoff)
+			continue
+		}
+		if err := p.publish(ctx, body); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if backoff == 0 {
+				p.opts.Logger.Warn("publish to etcd failed; retrying with backoff", "key", p.opts.Key, "err", err)
+			}
+			backoff = p.nextBackoff(backoff)
+			continue
+		}
+		if backoff > 0 {
+			p.opts.Logger.Info("publish to etcd recovered", "key", p.opts.Key)
+		}
+		backoff = 0
+	}
+}
+
+func (p *Publisher) nextBackoff(b time.Duration) time.Duration {
+	if b == 0 {
+		return 250 * time.Millisecond
+	}
+	return min(2*b, p.opts.MaxBackoff)
+}
+
+// lost is closed when the current lease's keep-alive stops.
+func (p *Publisher) lost() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.kaLost == nil {
+		return nil
+	}
+	return p.kaLost
+}
+
+// publish writes body unless it equals the last write under a live lease.
+func (p *Publisher) publish(ctx context.Context, body []byte) error {
+	p.mu.Lock()
+	lease := p.lease
+	same := lease != 0 && bytes.Equal(body, p.last)
+	p.mu.Unlock()
+	if same {
+		p.m.writes.WithLabelValues("unchanged").Inc()
+		return nil
+	}
+	if lease == 0 {
+		var err error
+		if lease, err = p.grant(ctx); err != nil {
+			p.fail()
+			return err
+		}
+	}
+	start := p.opts.Now()
+	octx, cancel := context.WithTimeout(ctx, p.opts.OpTimeout)
+	_, err := p.cli.Put(octx, p.opts.Key, string(body), clientv3.WithLease(lease))
+	cancel()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			p.dropLease(lease)
+		}
+		p.fail()
+		return fmt.Errorf("put %s: %w", p.opts.Key, err)
+	}
+	now := p.opts.Now()
+	p.m.latency.Observe(now.Sub(start).Seconds())
+	p.m.writes.WithLabelValues("ok").Inc()
+	p.m.bytes.Set(float64(len(body)))
+	p.m.up.Set(1)
+	p.m.lastSucc.Set(float64(now.UnixNano()) / 1e9)
+	p.mu.Lock()
+	p.last = append(p.last[:0], body...)
+	p.lastPut = now
+	p.healthy = true
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *Publisher) fail() {
+	p.m.writes.WithLabelValues("error").Inc()
+	p.m.up.Set(0)
+	p.mu.Lock()
+	p.healthy = false
+	p.mu.Unlock()
+}
+
+// grant creates a lease and keeps it alive in the background.
+func (p *Publisher) grant(ctx context.Context) (clientv3.LeaseID, error) {
+	octx, cancel := context.WithTimeout(ctx, p.opts.OpTimeout)
+	defer cancel()
+	g, err := p.cli.Grant(octx, int64((p.opts.TTL+time.Second-1)/time.Second))
+	if err != nil {
+		return 0, fmt.Errorf("grant lease: %w", err)
+	}
+	kctx, stop := context.WithCancel(context.Background())
+	ch, err := p.cli.KeepAlive(kctx, g.ID)
+	if err != nil {
+		stop()
+		return 0, fmt.Errorf("keep lease alive: %w", err)
+	}
+	lost := make(chan struct{})
+	go func() {
+		defer close(lost)
+		for range ch {
+		}
+	}()
+	p.m.leases.Inc()
+	p.mu.Lock()
+	if p.kaStop != nil {
+		p.kaStop()
+	}
+	p.lease, p.kaStop, p.kaLost = g.ID, stop, lost
+	p.last = p.last[:0] // a new lease always carries a full write
+	p.mu.Unlock()
+	go func() {
+		// When the keep-alive stream ends (lease expired during an outage), forget the lease
+		// so the next write grants a new one and republishes.
+		select {
+		case <-lost:
+			p.dropLease(g.ID)
+		case <-kctx.Done():
+		}
+	}()
+	return g.ID, nil
+}
+
+func (p *Publisher) dropLease(id clientv3.LeaseID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lease != id {
+		return
+	}
+	if p.kaStop != nil {
+		p.kaStop()
+	}
+	p.lease, p.kaStop = 0, nil
+	p.last = p.last[:0]
+}
+
+// Close writes a final body (a snapshot that says the sidecar is stopping, so the detector
+// does not take the vanishing key for a lost node), then revokes the lease so the key goes
+// at once. Best effort: etcd may be down.
+func (p *Publisher) Close(final []byte) {
+	if final != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), p.opts.OpTimeout)
+		if err := p.publish(ctx, final); err != nil {
+			p.opts.Logger.Debug("final snapshot", "err", err)
+		}
+		cancel()
+	}
+	p.mu.Lock()
+	lease, stop := p.lease, p.kaStop
+	p.lease, p.kaStop = 0, nil
+	p.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if lease != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), p.opts.OpTimeout)
+		defer cancel()
+		if _, err := p.cli.Revoke(ctx, lease); err != nil {
+			p.opts.Logger.Debug("revoke lease at shutdown", "err", err)
+		}
+	}
+}

@@ -1,0 +1,333 @@
+// Package heartbeat is the per-node sidecar: it follows every rank's NCCL log, samples the
+// node's GPUs, network ports, NCCL RAS and process liveness, and publishes one snapshot of
+// the node to etcd, at most once a second and only when something changed. Log reading never
+// waits on etcd, and no source failing (no GPU driver, etcd down, a malformed line) stops the
+// others.
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ncclwatch/watchdog/heartbeat/follow"
+	"github.com/ncclwatch/watchdog/heartbeat/proc"
+	"github.com/ncclwatch/watchdog/logparse"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// GPUSource samples the node's GPUs (heartbeat/gpu.Sampler).
+type GPUSource interface {
+	Sample(ctx context.Context) ([]snapshot.GPU, error)
+}
+
+// PortSource samples the node's network ports (heartbeat/ibport.Sampler).
+type PortSource interface {
+	Sample(ctx context.Context) ([]snapshot.Port, error)
+}
+
+// RASSource asks the local NCCL RAS service for a report (heartbeat/ras.Client).
+type RASSource interface {
+	Status(ctx context.Context) (*snapshot.RAS, error)
+}
+
+// Liveness watches rank processes by pid (heartbeat/proc.Watcher).
+type Liveness interface {
+	Watch(pid int) (proc.Info, error)
+	Unwatch(pid int)
+	Run(ctx context.Context, onExit func(pid int, at time.Time))
+}
+
+// Publisher writes the node snapshot (heartbeat/publish.Publisher).
+type Publisher interface {
+	Poke()
+	Run(ctx context.Context, src func() ([]byte, error)) error
+	Close(final []byte)
+}
+
+// Options configure a Sidecar. Nil sources are off.
+type Options struct {
+	Job  string
+	Node string
+	// LogPatterns are globs of NCCL_DEBUG_FILE logs; StdoutPatterns of launcher/PyTorch
+	// output (optional).
+	LogPatterns    []string
+	StdoutPatterns []string
+	// StateDir keeps read offsets and parser checkpoints across restarts ("" = none).
+	StateDir string
+
+	GPU      GPUSource
+	Ports    PortSource
+	RAS      RASSource
+	Liveness Liveness
+	// Publisher is nil for a sidecar that only serves its snapshot over HTTP.
+	Publisher Publisher
+
+	SampleEvery time.Duration // GPU and port sampling (default 1 s)
+	RASEvery    time.Duration // RAS polling (default 5 s)
+	// RecentOps is how many latest ops per moving communicator go into a snapshot
+	// (default 8); RecentFor is how long after its last op a communicator counts as moving.
+	RecentOps int
+	RecentFor time.Duration
+	// KeepExited is how long an exited process stays in snapshots (default 10 min).
+	KeepExited time.Duration
+	// PollLogs makes the follower poll instead of using inotify (tests, odd filesystems).
+	PollLogs bool
+
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Now        func() time.Time
+}
+
+func (o *Options) defaults() error {
+	if o.Job == "" {
+		return errors.New("sidecar: no job name")
+	}
+	if o.Node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("sidecar: node name: %w", err)
+		}
+		o.Node = h
+	}
+	if len(o.LogPatterns) == 0 {
+		o.LogPatterns = []string{follow.DefaultPattern}
+	}
+	if o.SampleEvery <= 0 {
+		o.SampleEvery = time.Second
+	}
+	if o.RASEvery <= 0 {
+		o.RASEvery = 5 * time.Second
+	}
+	if o.RecentOps <= 0 {
+		o.RecentOps = 8
+	}
+	if o.RecentFor <= 0 {
+		o.RecentFor = 10 * time.Second
+	}
+	if o.KeepExited <= 0 {
+		o.KeepExited = 10 * time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return nil
+}
+
+// Sidecar is one node's watchdog agent.
+type Sidecar struct {
+	opts    Options
+	started time.Time
+	m       *metrics
+
+	mu    sync.Mutex
+	ranks map[rankKey]*rankLog // by file identity
+	torch *torchLog
+	gpus  []snapshot.GPU
+	ports []snapshot.Port
+	ras   *snapshot.RAS
+	seq   uint64
+
+	encMu    sync.Mutex // guards the last encoded snapshot
+	lastBody []byte
+	lastOut  []byte
+
+	follower       *follow.Follower
+	stdoutFollower *follow.Follower
+}
+
+// New checks the options and prepares the sidecar; Run starts it.
+func New(opts Options) (*Sidecar, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	s := &Sidecar{opts: opts, started: opts.Now(), ranks: map[rankKey]*rankLog{}, torch: newTorchLog()}
+	s.m = newMetrics(s, opts.Registerer)
+	fopts := follow.Options{
+		Patterns:     opts.LogPatterns,
+		Logger:       opts.Logger.With("part", "follow"),
+		Now:          opts.Now,
+		DisableWatch: opts.PollLogs,
+	}
+	if opts.StateDir != "" {
+		if err := os.MkdirAll(opts.StateDir, 0o755); err != nil {
+			return nil, fmt.Errorf("sidecar state dir: %w", err)
+		}
+		// Offsets and the parser checkpoint of each file live in one file, written together.
+		fopts.StatePath = filepath.Join(opts.StateDir, "follow.json")
+	}
+	f, err := follow.New(fopts, &logHandler{s: s})
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: %w", err)
+	}
+	s.follower = f
+	if len(opts.StdoutPatterns) > 0 {
+		sf, err := follow.New(follow.Options{Patterns: opts.StdoutPatterns, Logger: opts.Logger.With("part", "follow-stdout"),
+			Now: opts.Now, DisableWatch: opts.PollLogs}, &stdoutHandler{s: s})
+		if err != nil {
+			return nil, fmt.Errorf("sidecar stdout logs: %w", err)
+		}
+		s.stdoutFollower = sf
+	}
+	return s, nil
+}
+
+// Run works until ctx ends; then it publishes a last snapshot marked stopping and revokes
+// its lease, so a clean stop is not taken for a lost node.
+func (s *Sidecar) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	run := func(name string, fn func(context.Context)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(ctx)
+			s.opts.Logger.Debug("sidecar part stopped", "part", name)
+		}()
+	}
+	run("follow", func(ctx context.Context) {
+		if err := s.follower.Run(ctx); err != nil {
+			s.opts.Logger.Error("log follower", "err", err)
+		}
+	})
+	if s.stdoutFollower != nil {
+		run("follow-stdout", func(ctx context.Context) {
+			if err := s.stdoutFollower.Run(ctx); err != nil {
+				s.opts.Logger.Error("stdout follower", "err", err)
+			}
+		})
+	}
+	if s.opts.Liveness != nil {
+		run("liveness", func(ctx context.Context) { s.opts.Liveness.Run(ctx, s.processExited) })
+	}
+	if s.opts.GPU != nil || s.opts.Ports != nil {
+		run("sample", s.sampleLoop)
+	}
+	if s.opts.RAS != nil {
+		run("ras", s.rasLoop)
+	}
+	if s.opts.Publisher != nil {
+		run("publish", func(ctx context.Context) {
+			if err := s.opts.Publisher.Run(ctx, s.encode); err != nil {
+				s.opts.Logger.Error("publisher", "err", err)
+			}
+		})
+	}
+	<-ctx.Done()
+	wg.Wait()
+	if s.opts.Publisher != nil {
+		final := s.Snapshot()
+		final.Stopping = true
+		b, err := snapshot.Encode(final)
+		if err != nil {
+			b = nil
+		}
+		s.opts.Publisher.Close(b)
+	}
+	return nil
+}
+
+// markChanged asks the publisher for a write (it never blocks, and the publisher writes at
+// most once per interval).
+func (s *Sidecar) markChanged() {
+	if s.opts.Publisher != nil {
+		s.opts.Publisher.Poke()
+	}
+}
+
+func (s *Sidecar) sampleLoop(ctx context.Context) {
+	t := time.NewTicker(s.opts.SampleEvery)
+	defer t.Stop()
+	var gpuErrLogged, portErrLogged bool
+	for {
+		if s.opts.GPU != nil {
+			g, err := s.opts.GPU.Sample(ctx)
+			switch {
+			case err != nil && !gpuErrLogged:
+				s.opts.Logger.Warn("GPU sample failed", "err", err)
+				gpuErrLogged = true
+			case err == nil:
+				gpuErrLogged = false
+				s.mu.Lock()
+				s.gpus = g
+				s.mu.Unlock()
+				s.m.observeGPUs(g)
+			}
+		}
+		if s.opts.Ports != nil {
+			p, err := s.opts.Ports.Sample(ctx)
+			switch {
+			case err != nil && !portErrLogged:
+				s.opts.Logger.Warn("port sample failed", "err", err)
+				portErrLogged = true
+			case err == nil:
+				portErrLogged = false
+				s.mu.Lock()
+				s.ports = p
+				s.mu.Unlock()
+				s.m.observePorts(p)
+			}
+		}
+		s.markChanged()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Sidecar) rasLoop(ctx context.Context) {
+	t := time.NewTicker(s.opts.RASEvery)
+	defer t.Stop()
+	backoff := s.opts.RASEvery
+	for {
+		r, err := s.opts.RAS.Status(ctx)
+		wait := s.opts.RASEvery
+		if err != nil {
+			// No NCCL process listening is normal between jobs: stay quiet, back off.
+			s.opts.Logger.Debug("RAS status", "err", err)
+			backoff = min(2*backoff, 60*time.Second)
+			wait = backoff
+			r = nil
+		} else {
+			backoff = s.opts.RASEvery
+		}
+		s.mu.Lock()
+		s.ras = r
+		s.mu.Unlock()
+		s.m.observeRAS(r)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// processExited is the liveness callback.
+func (s *Sidecar) processExited(pid int, at time.Time) {
+	s.mu.Lock()
+	for _, r := range s.ranks {
+		if r.pid == pid && r.exitedAt.IsZero() {
+			r.exitedAt = at
+		}
+	}
+	s.mu.Unlock()
+	s.opts.Logger.Info("rank process exited", "pid", pid)
+	s.markChanged()
+}
+
+// trackerOptions are the parser bounds of a live process.
+func trackerOptions() logparse.TrackerOptions {
+	return logparse.TrackerOptions{RingSize: 64, MaxComms: 1024, MaxEvents: 32}
+}
