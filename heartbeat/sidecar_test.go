@@ -1,0 +1,305 @@
+package heartbeat
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ncclwatch/watchdog/etcdconn"
+	"github.com/ncclwatch/watchdog/etcdembed"
+	"github.com/ncclwatch/watchdog/heartbeat/gpu"
+	"github.com/ncclwatch/watchdog/heartbeat/publish"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// rankWriter writes an NCCL 2.28 log like a real rank.
+type rankWriter struct {
+	f    *os.File
+	pid  int
+	comm string
+	n    int
+}
+
+func newRankWriter(t *testing.T, dir string, pid, rank int) *rankWriter {
+	t.Helper()
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("nccl.node0.%d.log", pid)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	w := &rankWriter{f: f, pid: pid, comm: fmt.Sprintf("0x%x", 0x1000+rank)}
+	w.line("NCCL version 2.28.9+cuda13.0")
+	w.line(fmt.Sprintf("ncclCommInitRankConfig comm %s rank %d nranks 2 cudaDev %d nvmlDev %d busId %d0000 commId 0xfeed - Init START", w.comm, rank, rank, rank, rank+1))
+	w.line(fmt.Sprintf("ncclCommInitRankConfig comm %s rank %d nranks 2 cudaDev %d nvmlDev %d busId %d0000 commId 0xfeed - Init COMPLETE", w.comm, rank, rank, rank, rank+1))
+	return w
+}
+
+func (w *rankWriter) line(msg string) {
+	fmt.Fprintf(w.f, "node0:%d:%d [0] NCCL INFO %s\n", w.pid, w.pid, msg)
+}
+
+func (w *rankWriter) allReduce(k int) {
+	for i := 0; i < k; i++ {
+		w.n++
+		w.line(fmt.Sprintf("AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count %d datatype 7 op 0 root 0 comm %s [nranks=2] stream (nil)", 1000+w.n%3, w.comm))
+	}
+}
+
+type testEtcd struct {
+	srv  *etcdembed.Server
+	dir  string
+	addr string
+}
+
+func startEtcd(t *testing.T, dir, addr string) *testEtcd {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := etcdembed.Start(ctx, etcdembed.Options{Dir: dir, ClientAddr: addr, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testEtcd{srv: srv, dir: dir, addr: addr}
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type harness struct {
+	t      *testing.T
+	cli    *clientv3.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+	side   *Sidecar
+}
+
+func startSidecar(t *testing.T, endpoint, logDir, stateDir string, ttl time.Duration, extra func(*Options)) *harness {
+	t.Helper()
+	cli, err := etcdconn.New(etcdconn.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	pub := publish.New(cli, publish.Options{Key: etcdconn.NodeKey("job1", "node0"), TTL: ttl, Interval: 200 * time.Millisecond,
+		MaxBackoff: time.Second, Logger: log})
+	opts := Options{Job: "job1", Node: "node0", LogPatterns: []string{filepath.Join(logDir, "*.log")}, StateDir: stateDir,
+		Publisher: pub, Logger: log, SampleEvery: 200 * time.Millisecond}
+	if extra != nil {
+		extra(&opts)
+	}
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &harness{t: t, cli: cli, cancel: cancel, done: make(chan struct{}), side: s}
+	go func() { defer close(h.done); s.Run(ctx) }()
+	return h
+}
+
+func (h *harness) stop() {
+	h.cancel()
+	<-h.done
+	h.cli.Close()
+}
+
+// counts reads the node key and returns the collective count per pid.
+func counts(t *testing.T, cli *clientv3.Client) (map[int]int64, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, etcdconn.NodeKey("job1", "node0"))
+	if err != nil || len(r.Kvs) == 0 {
+		return nil, false
+	}
+	n, err := snapshot.Decode(r.Kvs[0].Value)
+	if err != nil {
+		t.Fatalf("published snapshot does not decode: %v", err)
+	}
+	out := map[int]int64{}
+	for _, p := range n.Processes {
+		for _, c := range p.Comms {
+			out[p.PID] += c.Count
+		}
+	}
+	return out, true
+}
+
+func waitFor(t *testing.T, limit time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < limit {
+		if cond() {
+			return time.Since(start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return -1
+}
+
+// TestNewCollectiveReachesEtcd: the node key shows a new collective within 2 s of its line.
+func TestNewCollectiveReachesEtcd(t *testing.T) {
+	e := startEtcd(t, t.TempDir(), "127.0.0.1:0")
+	defer e.srv.Close()
+	logs := t.TempDir()
+	w := newRankWriter(t, logs, 4242, 0)
+	h := startSidecar(t, e.srv.Endpoints()[0], logs, "", 10*time.Second, nil)
+	defer h.stop()
+	for i := 1; i <= 5; i++ {
+		w.allReduce(1)
+		d := waitFor(t, 2*time.Second, func() bool { c, ok := counts(t, h.cli); return ok && c[4242] == int64(i) })
+		if d < 0 {
+			c, _ := counts(t, h.cli)
+			t.Fatalf("collective %d not in etcd within 2 s (have %v)", i, c)
+		}
+		t.Logf("collective %d visible in etcd after %s", i, d.Round(time.Millisecond))
+	}
+}
+
+// TestKilledSidecarKeyExpires: a sidecar that dies without a clean stop loses its key when
+// its lease expires, not before.
+func TestKilledSidecarKeyExpires(t *testing.T) {
+	e := startEtcd(t, t.TempDir(), "127.0.0.1:0")
+	defer e.srv.Close()
+	logs := t.TempDir()
+	w := newRankWriter(t, logs, 4243, 0)
+	w.allReduce(3)
+	h := startSidecar(t, e.srv.Endpoints()[0], logs, "", 2*time.Second, nil)
+	if waitFor(t, 5*time.Second, func() bool { _, ok := counts(t, h.cli); return ok }) < 0 {
+		t.Fatal("no snapshot published")
+	}
+	watcher, err := etcdconn.New(etcdconn.Config{Endpoints: e.srv.Endpoints()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close()
+	// "Kill": the client vanishes without revoking its lease, like a SIGKILLed process.
+	killed := time.Now()
+	h.cli.Close()
+	var gone time.Duration
+	if gone = waitFor(t, 10*time.Second, func() bool { _, ok := counts(t, watcher); return !ok }); gone < 0 {
+		t.Fatal("node key still there 10 s after the sidecar died")
+	}
+	t.Logf("node key removed %s after the kill (lease TTL 2 s)", time.Since(killed).Round(100*time.Millisecond))
+	if gone < time.Second {
+		t.Errorf("key removed after %s, before its lease could expire", gone)
+	}
+	h.cancel()
+	<-h.done
+}
+
+// TestEtcdOutage: etcd stopped for 30 s then restarted: the sidecar recovers by itself,
+// republishes, and has not lost its place in the logs.
+func TestEtcdOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("30 s outage")
+	}
+	dir, addr := t.TempDir(), freeAddr(t)
+	e := startEtcd(t, dir, addr)
+	logs := t.TempDir()
+	w := newRankWriter(t, logs, 4244, 0)
+	w.allReduce(2)
+	h := startSidecar(t, "http://"+addr, logs, "", 3*time.Second, nil)
+	defer h.stop()
+	if waitFor(t, 5*time.Second, func() bool { c, ok := counts(t, h.cli); return ok && c[4244] == 2 }) < 0 {
+		t.Fatal("first snapshot missing")
+	}
+	e.srv.Close()
+	// The job goes on while etcd is down.
+	for i := 0; i < 6; i++ {
+		time.Sleep(5 * time.Second)
+		w.allReduce(10)
+	}
+	e = startEtcd(t, dir, addr)
+	defer e.srv.Close()
+	d := waitFor(t, 20*time.Second, func() bool { c, ok := counts(t, h.cli); return ok && c[4244] == 62 })
+	if d < 0 {
+		c, _ := counts(t, h.cli)
+		t.Fatalf("after the outage the node key shows %v, want 62 collectives", c)
+	}
+	t.Logf("republished the full state %s after etcd came back", d.Round(100*time.Millisecond))
+}
+
+// TestRestartResumes: a restarted sidecar resumes each log where it stopped, with its
+// communicators and counts, without reading the file again.
+func TestRestartResumes(t *testing.T) {
+	e := startEtcd(t, t.TempDir(), "127.0.0.1:0")
+	defer e.srv.Close()
+	logs, state := t.TempDir(), t.TempDir()
+	w := newRankWriter(t, logs, 4245, 0)
+	w.allReduce(40)
+	h := startSidecar(t, e.srv.Endpoints()[0], logs, state, 10*time.Second, nil)
+	if waitFor(t, 5*time.Second, func() bool { c, ok := counts(t, h.cli); return ok && c[4245] == 40 }) < 0 {
+		t.Fatal("first run did not publish 40")
+	}
+	h.stop()
+	w.allReduce(25)
+	h = startSidecar(t, e.srv.Endpoints()[0], logs, state, 10*time.Second, nil)
+	defer h.stop()
+	if waitFor(t, 5*time.Second, func() bool { c, ok := counts(t, h.cli); return ok && c[4245] == 65 }) < 0 {
+		c, _ := counts(t, h.cli)
+		t.Fatalf("after restart: %v, want 65", c)
+	}
+	snap := h.side.Snapshot()
+	if len(snap.Processes) != 1 || snap.Processes[0].Lines != 3+65 {
+		t.Fatalf("process %+v: want lines counted once (68)", snap.Processes)
+	}
+	if id := snap.Processes[0].Comms[0].ID; id != "0xfeed" {
+		t.Fatalf("resumed communicator identity %q, want 0xfeed", id)
+	}
+}
+
+// TestGPUsAndWaiting: with a fake NVML, GPUs are published, matched to ranks by bus id,
+// and a spinning GPU marks the communicator the rank waits in.
+func TestGPUsAndWaiting(t *testing.T) {
+	logs := t.TempDir()
+	w := newRankWriter(t, logs, 4246, 0)
+	w.allReduce(5)
+	fake := gpu.NewFake(2)
+	fake.Update(0, func(g *gpu.FakeGPU) {
+		g.BusID = "00000000:10:00.0"
+		g.Util, g.PowerMW, g.PowerLimitMW = 100, 121000, 700000
+	})
+	sampler, err := gpu.NewWithLibrary(fake, gpu.Options{Window: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sampler.Close()
+	s, err := New(Options{Job: "j", Node: "node0", LogPatterns: []string{filepath.Join(logs, "*.log")}, GPU: sampler,
+		SampleEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+	var p snapshot.Process
+	if waitFor(t, 5*time.Second, func() bool {
+		n := s.Snapshot()
+		if len(n.Processes) == 1 && len(n.GPUs) == 2 && n.Processes[0].GPUState != "" {
+			p = n.Processes[0]
+			return true
+		}
+		return false
+	}) < 0 {
+		t.Fatalf("no GPU state on the rank: %+v", s.Snapshot())
+	}
+	if p.BusID != "10000" || p.GPUState != "waiting" || !p.Comms[0].Waiting {
+		t.Fatalf("rank bus %s state %s waiting %v; want 10000, waiting, true", p.BusID, p.GPUState, p.Comms[0].Waiting)
+	}
+}
