@@ -85,6 +85,12 @@ type Line struct {
 
 // Fields are what Parse sets on every line.
 type Fields struct {
+	Header
+	Body
+}
+
+// Header is what every line has: its kind and the NCCL prefix.
+type Header struct {
 	Kind  Kind
 	Level Level
 
@@ -101,8 +107,10 @@ type Fields struct {
 	File    []byte // WARN file:line
 	FileLn  int
 	Msg     []byte // the message after "NCCL <LEVEL> "
+}
 
-	// Per-kind fields; only those of Kind are set.
+// Body holds the per-kind fields; only those of the line's Kind are set.
+type Body struct {
 	Coll    Coll
 	Init    Init
 	Comm    uint64 // communicator pointer (KindCommInfo, KindDestroy, KindTorchCommCreated)
@@ -211,5 +219,5 @@ type Timestamp struct {
 }
 
 func (l *Line) reset() {
-	l.Fields = Fields{LauncherRank: -1, Dev: -1}
+	l.Fields = Fields{Header: Header{LauncherRank: -1, Dev: -1}}
 }

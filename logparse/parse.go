@@ -5,8 +5,23 @@ import "bytes"
 // Parse classifies one line (without its trailing newline) into l. It never fails: what it
 // does not recognise is KindUnknown. It allocates nothing.
 func Parse(line []byte, l *Line) {
-	l.reset()
 	line = trimRight(line)
+	if len(line) > 0 {
+		// The common INFO layout first, without zeroing the per-kind fields a per-op line
+		// does not use (they are only meaningful for their own kinds).
+		l.Header = Header{LauncherRank: -1, Dev: -1}
+		if msg, ok := fastPrefix(line, l); ok {
+			l.Level, l.Msg = LevelInfo, msg
+			if hotColl(msg, l) {
+				l.Kind = KindColl
+				return
+			}
+			l.Body = Body{}
+			parseMessage(l)
+			return
+		}
+	}
+	l.reset()
 	if len(line) == 0 {
 		l.Kind = KindBlank
 		return
@@ -14,12 +29,6 @@ func Parse(line []byte, l *Line) {
 	line = stripLauncher(line, l)
 	if len(line) == 0 {
 		l.Kind = KindBlank
-		return
-	}
-	if msg, ok := fastPrefix(line, l); ok {
-		l.Level = LevelInfo
-		l.Msg = msg
-		parseMessage(l)
 		return
 	}
 	if ncclAt, level := findLevel(line); ncclAt >= 0 {

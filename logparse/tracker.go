@@ -70,6 +70,7 @@ type Tracker struct {
 	Transports      []string // distinct channel paths, e.g. "P2P/CUMEM", "NET/IB/0/GDRDMA"
 	Addrs           []string // IP addresses of bootstrap and socket interfaces
 	LauncherRank    int      // rank from a launcher prefix, -1 when none
+	localFrom       int      // nranks of the communicator LocalRank came from
 
 	comms    map[uint64]*Comm // live communicators by pointer
 	all      []*Comm          // every communicator kept, creation order
@@ -219,7 +220,15 @@ func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 	case KindInit:
 		t.observeInit(l, ts)
 	case KindCommInfo:
-		t.LocalRank, t.NNodes = l.LocalRk, l.NNodes
+		// Split children print their own localRank (a data-parallel group of one rank per
+		// node says 0 everywhere): the process's local rank is the one in its largest root
+		// communicator.
+		if c := t.comms[l.Comm]; c == nil || (c.Parent == 0 && c.NRanks >= t.localFrom) {
+			t.LocalRank, t.NNodes = l.LocalRk, l.NNodes
+			if c != nil {
+				t.localFrom = c.NRanks
+			}
+		}
 	case KindDestroy:
 		t.observeDestroy(l, ts)
 	case KindChannel:
