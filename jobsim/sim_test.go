@@ -343,13 +343,6 @@ func TestCrashOffline(t *testing.T) {
 		t.Errorf("crashed pid alive %t, a waiting rank alive %t", s.Alive(in.PID), s.Alive(s.Ranks()[0].PID))
 	}
 	rep := analyzeDir(t, dir, s)
-	if len(rep.Findings) == 1 && rep.Findings[0].Kind == incident.KindHang {
-		culprit(t, rep.Findings[0], in, rep)
-		t.Skip("detect: crash reported as a hang: logparse.Tracker keeps LocalRank from the last " +
-			"\"comm ... localRanks L localRank N\" line, which after ncclCommSplit into one-rank-per-node (data-parallel) " +
-			"groups is that group's localRank 0 on every rank; detect.Crash then cannot map \"Connection closed by localRank N\" " +
-			"to the dead process (LocalRank should come from the world/largest communicator)")
-	}
 	f := only(t, rep, incident.KindCrash)
 	culprit(t, f, in, rep)
 }
