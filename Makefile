@@ -13,15 +13,16 @@ lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: lint
+test: lint deploy-check
 	$(GO) test $(TESTFLAGS) ./...
 	CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/watchdog
 
-# Until the live demo lands, the demo is the post-mortem analysis of real captures.
+# The live demo: embedded etcd, simulated faulty jobs with one sidecar per node, the
+# detector and a console notifier (about 25 s); then a post-mortem of a real capture.
 demo: build
-	@for c in silent crash mismatch_op multicomm_silent; do \
-	  echo "== watchdog analyze testdata/captures/nccl-2.28.9-2xH200/$$c"; \
-	  $(BIN)/watchdog analyze testdata/captures/nccl-2.28.9-2xH200/$$c || exit 1; echo; done
+	$(BIN)/watchdog demo --scenario all
+	@echo; echo "== watchdog analyze testdata/captures/nccl-2.28.9-2xH200/silent (a real 2x H200 hang)"
+	@$(BIN)/watchdog analyze testdata/captures/nccl-2.28.9-2xH200/silent
 
 # Parser throughput and allocations on a >=100 MB log of real capture lines, against grep.
 bench-parse:
@@ -39,3 +40,64 @@ fuzz-short:
 
 clean:
 	rm -rf $(BIN)
+
+# ---------------------------------------------------------------------------------------
+# deploy/: Helm chart, Kubernetes manifests, Prometheus rules, Grafana dashboards, Slurm.
+# Tools: helm built from the Go module proxy at a pinned version (get.helm.sh is not
+# reachable from CI), cached as bin/helm-<version>; promtool and prometheus from Debian's
+# prometheus package (deploy/tools/install-prometheus.sh, root or sudo).
+HELM_VERSION := v3.19.5
+HELM         := $(BIN)/helm-$(HELM_VERSION)
+CHART        := deploy/helm/ncclwatch
+K8S_VALUES   := deploy/kubernetes/values-production.yaml
+# helm warns on stderr about the chart's symlinks into deploy/grafana and deploy/prometheus.
+HELM_QUIET    = 2> >(grep -v "found symbolic link" >&2)
+
+.PHONY: tools promtool deploy-check helm-check rules-check k8s-manifests prom-e2e
+
+$(HELM):
+	@mkdir -p $(BIN)/.helm-build
+	GOBIN=$(abspath $(BIN))/.helm-build $(GO) install -trimpath \
+	  -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" \
+	  helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(BIN)/.helm-build/helm $@ && rmdir $(BIN)/.helm-build
+
+promtool:
+	@deploy/tools/install-prometheus.sh
+
+tools: $(HELM) promtool
+
+# What `make test` runs for deploy/ (the Go checks of deploy/ run with `go test ./...`).
+deploy-check: helm-check rules-check
+
+helm-check: $(HELM)
+	@bash -c 'set -eo pipefail; \
+	  $(HELM) lint --strict $(CHART) $(HELM_QUIET); \
+	  $(HELM) lint --strict $(CHART) -f $(K8S_VALUES) $(HELM_QUIET); \
+	  $(HELM) template t $(CHART) $(HELM_QUIET) >/dev/null; \
+	  $(HELM) template t $(CHART) -f $(K8S_VALUES) --set examplePod.enabled=true,grafanaDashboards.enabled=true $(HELM_QUIET) >/dev/null; \
+	  tmp=$$(mktemp -d); trap "rm -rf $$tmp" EXIT; \
+	  $(MAKE) -s --no-print-directory k8s-manifests K8S_OUT=$$tmp; \
+	  for f in ncclwatch.yaml training-pod.yaml; do \
+	    diff -u deploy/kubernetes/$$f $$tmp/$$f || { echo "deploy/kubernetes/$$f is stale: run make k8s-manifests"; exit 1; }; done; \
+	  echo "helm lint, helm template: ok; deploy/kubernetes is up to date"'
+
+# deploy/kubernetes/*.yaml are the chart rendered with values-production.yaml.
+K8S_OUT ?= deploy/kubernetes
+k8s-manifests: $(HELM)
+	@bash -c 'set -eo pipefail; \
+	  $(HELM) template ncclwatch $(CHART) --namespace ncclwatch -f $(K8S_VALUES) --set examplePod.enabled=false $(HELM_QUIET) > $(K8S_OUT)/ncclwatch.yaml; \
+	  $(HELM) template ncclwatch $(CHART) --namespace ncclwatch -f $(K8S_VALUES) --set examplePod.enabled=true \
+	    --show-only templates/example-pod.yaml $(HELM_QUIET) > $(K8S_OUT)/training-pod.yaml'
+
+rules-check: promtool
+	promtool check rules deploy/prometheus/ncclwatch-rules.yaml
+	cd deploy/prometheus && promtool test rules ncclwatch-rules.test.yaml
+	cd deploy/prometheus && promtool check config prometheus.example.yaml 2>&1 | grep -v 'WARNING: file .* does not exist'
+
+# End to end on loopback: the Slurm quick start of docs/quickstart-slurm.md (detector,
+# prolog-started sidecars, a simulated faulty job) scraped by Debian's prometheus; waits for
+# the incident, then evaluates every dashboard query through Prometheus's HTTP API.
+prom-e2e: build promtool
+	NCCLWATCH_PROM_E2E=1 WATCHDOG_BIN=$(abspath $(BIN)/watchdog) \
+	  $(GO) test -count=1 -timeout 10m -run TestPrometheusEndToEnd -v ./deploy/

@@ -80,14 +80,44 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		}
 		kept = append(kept, f)
 	}
-	// A link fault on a node of a stuck communicator explains it.
+	// A stuck collective is a consequence when the job has a culprit rank (every other
+	// communicator then waits, level and spinning), or a link fault on its nodes; otherwise
+	// all stuck communicators are one root cause, reported once.
 	var stuckKept []Finding
-	for _, s := range stuck {
-		if l := linkOn(links, s.culpritKeys); l != nil {
-			absorb(l, &s)
+	var causes []*Finding
+	for i := range crashes {
+		causes = append(causes, &crashes[i])
+	}
+	for i := range mism {
+		causes = append(causes, &mism[i])
+	}
+	for i := range kept {
+		causes = append(causes, &kept[i])
+	}
+	waiting := 0
+	for _, st := range stuck {
+		if l := linkOn(links, st.culpritKeys); l != nil {
+			absorb(l, &st)
 			continue
 		}
-		stuckKept = append(stuckKept, s)
+		if len(causes) > 0 {
+			waiting++
+			continue
+		}
+		if len(stuckKept) == 0 {
+			stuckKept = append(stuckKept, st)
+			continue
+		}
+		first := &stuckKept[0]
+		if st.FaultAt.Before(first.FaultAt) || (st.FaultAt.Equal(first.FaultAt) && st.Victims > first.Victims) {
+			st.Evidence = append(st.Evidence, "also stuck: "+first.Summary)
+			stuckKept[0] = st
+		} else {
+			first.addEvidence("also stuck: %s", st.Summary)
+		}
+	}
+	if waiting > 0 {
+		causes[0].addEvidence("%d other communicator(s) are level and wait behind it, their GPUs spinning", waiting)
 	}
 	r.Findings = append(r.Findings, crashes...)
 	r.Findings = append(r.Findings, mism...)

@@ -11,7 +11,12 @@ import (
 
 // Snapshot builds the node's current snapshot. It holds each rank's lock only while that
 // rank is rendered, so log reading waits at most one rank's rendering.
-func (s *Sidecar) Snapshot() *snapshot.Node {
+func (s *Sidecar) Snapshot() *snapshot.Node { return s.snapshot(false) }
+
+// snapshot builds the node; with delta, each communicator carries the ops since the last
+// delta snapshot (up to RecentOps), so that the detector, which accumulates them, sees
+// every position of moderately busy communicators at one write per second.
+func (s *Sidecar) snapshot(delta bool) *snapshot.Node {
 	now := s.opts.Now()
 	s.mu.Lock()
 	ranks := make([]*rankLog, 0, len(s.ranks))
@@ -48,14 +53,27 @@ func (s *Sidecar) Snapshot() *snapshot.Node {
 	}
 	since := now.Add(-s.opts.RecentFor).UnixMicro()
 	for _, r := range ranks {
-		n.Processes = append(n.Processes, s.renderRank(r, since, gpus))
+		n.Processes = append(n.Processes, s.renderRank(r, since, gpus, delta))
 	}
 	return n
 }
 
-func (s *Sidecar) renderRank(r *rankLog, since int64, gpus []snapshot.GPU) snapshot.Process {
+func (s *Sidecar) renderRank(r *rankLog, since int64, gpus []snapshot.GPU, delta bool) snapshot.Process {
 	r.mu.Lock()
-	p := r.tracker.Snapshot(logparse.SnapshotOptions{Recent: s.opts.RecentOps, RecentSince: since})
+	o := logparse.SnapshotOptions{Recent: s.opts.RecentOps, RecentSince: since}
+	if delta {
+		if r.sent == nil {
+			r.sent = map[uint64]int64{}
+		}
+		o.After, o.MinRecent = func(ptr uint64) int64 { return r.sent[ptr] }, s.opts.MinRecentOps
+	}
+	p := r.tracker.Snapshot(o)
+	if delta {
+		clear(r.sent)
+		for _, c := range r.tracker.Comms() {
+			r.sent[c.Ptr] = c.Count
+		}
+	}
 	p.File = r.path
 	if p.Host == "" {
 		p.Host = r.host
@@ -126,7 +144,7 @@ func markWaiting(p *snapshot.Process) {
 // (sequence number, time): an unchanged node returns the previous bytes, which the
 // publisher does not rewrite.
 func (s *Sidecar) encode() ([]byte, error) {
-	n := s.Snapshot()
+	n := s.snapshot(true)
 	n.Seq, n.Time = 0, 0
 	body, err := snapshot.Encode(n)
 	if err != nil {

@@ -29,6 +29,8 @@ type rankLog struct {
 	watched  bool
 	exitedAt time.Time
 	goneAt   time.Time // the file was deleted or rotated away
+	// sent is, per communicator pointer, the newest position already published.
+	sent map[uint64]int64
 }
 
 // logHandler receives the follower's lines; all its calls come from one goroutine.

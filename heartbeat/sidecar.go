@@ -72,10 +72,12 @@ type Options struct {
 
 	SampleEvery time.Duration // GPU and port sampling (default 1 s)
 	RASEvery    time.Duration // RAS polling (default 5 s)
-	// RecentOps is how many latest ops per moving communicator go into a snapshot
-	// (default 8); RecentFor is how long after its last op a communicator counts as moving.
-	RecentOps int
-	RecentFor time.Duration
+	// RecentOps caps the ops per communicator a published snapshot carries: those since the
+	// previous snapshot (default 32), at least MinRecentOps (default 4). RecentFor is how
+	// long after its last op a communicator counts as moving (idle ones carry none).
+	RecentOps    int
+	MinRecentOps int
+	RecentFor    time.Duration
 	// KeepExited is how long an exited process stays in snapshots (default 10 min).
 	KeepExited time.Duration
 	// PollLogs makes the follower poll instead of using inotify (tests, odd filesystems).
@@ -107,7 +109,10 @@ func (o *Options) defaults() error {
 		o.RASEvery = 5 * time.Second
 	}
 	if o.RecentOps <= 0 {
-		o.RecentOps = 8
+		o.RecentOps = 32
+	}
+	if o.MinRecentOps <= 0 {
+		o.MinRecentOps = 4
 	}
 	if o.RecentFor <= 0 {
 		o.RecentFor = 10 * time.Second

@@ -12,6 +12,10 @@ type SnapshotOptions struct {
 	// Recent is how many of each communicator's latest ops to include; -1 includes the
 	// whole ring (offline analysis).
 	Recent int
+	// After, when set, limits each communicator's recent ops to positions after
+	// After(ptr) (ops a reader already has), keeping at least MinRecent of them.
+	After     func(ptr uint64) int64
+	MinRecent int
 	// RecentSince includes recent ops only for communicators that moved at or after this
 	// time (µs); idle communicators then carry their count and last op only. 0 disables.
 	RecentSince int64
@@ -69,6 +73,14 @@ func (c *Comm) snapshot(o SnapshotOptions) snapshot.Comm {
 		recent := c.Recent()
 		if n > 0 && len(recent) > n {
 			recent = recent[len(recent)-n:]
+		}
+		if o.After != nil {
+			after := o.After(c.Ptr)
+			i := 0
+			for i < len(recent)-o.MinRecent && recent[i].Seq <= after {
+				i++
+			}
+			recent = recent[i:]
 		}
 		sc.Recent = make([]snapshot.Op, len(recent))
 		for i, r := range recent {

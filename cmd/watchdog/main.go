@@ -22,6 +22,7 @@ func commands() []command {
 		{"analyze", "diagnose a job from its NCCL and PyTorch log files", runAnalyze},
 		{"sidecar", "follow this node's NCCL logs, sample GPUs/ports/RAS, publish to etcd", runSidecar},
 		{"detector", "judge every job live from etcd, open incidents, alert (HA by election)", runDetector},
+		{"demo", "everything on one machine: embedded etcd, simulated faulty jobs, sidecars, detector", runDemo},
 		{"simulate", "write a simulated training job's NCCL logs, GPU and IB state, with scripted faults", runSimulate},
 		{"status", "live terminal view of communicators x ranks and incidents", runStatus},
 		{"nvml-probe", "print raw NVML samples of this machine's GPUs (JSON lines)", runNVMLProbe},

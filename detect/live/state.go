@@ -109,10 +109,9 @@ func (s *State) Delete(job, node string, now time.Time) bool {
 		return false
 	}
 	if ns.stopped || ns.snap == nil {
-		delete(j.nodes, node)
-		if len(j.nodes) == 0 {
-			delete(s.jobs, job)
-		}
+		// A clean stop: the node stays, stopped, until the job ends (Forget).
+		ns.stopped = true
+		j.lastChange = now
 		return false
 	}
 	ns.lostAt = now
@@ -120,20 +119,24 @@ func (s *State) Delete(job, node string, now time.Time) bool {
 	return true
 }
 
-// Forget drops lost nodes older than maxAge and jobs left with no live node.
+// Forget drops lost nodes older than maxAge, and ends jobs whose sidecars all stopped
+// cleanly (at once) or that have had no live node for maxAge.
 func (s *State) Forget(now time.Time, maxAge time.Duration) (ended []string) {
 	for name, j := range s.jobs {
-		alive := 0
+		alive, lost := 0, 0
 		for node, ns := range j.nodes {
 			if !ns.lostAt.IsZero() && now.Sub(ns.lostAt) > maxAge {
 				delete(j.nodes, node)
 				continue
 			}
-			if ns.lostAt.IsZero() && !ns.stopped {
+			switch {
+			case !ns.lostAt.IsZero():
+				lost++
+			case !ns.stopped:
 				alive++
 			}
 		}
-		if alive == 0 && now.Sub(j.lastChange) > maxAge {
+		if alive == 0 && (lost == 0 || now.Sub(j.lastChange) > maxAge) {
 			delete(s.jobs, name)
 			ended = append(ended, name)
 		}

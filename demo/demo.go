@@ -1,0 +1,428 @@
+// Package demo runs the whole watchdog on one machine: an embedded etcd, simulated jobs
+// (jobsim) whose nodes each get a real sidecar (log follower, parser, fake-NVML sampler,
+// IB sysfs sampler, liveness), and the live detector with a console notifier. Each scenario
+// is a job that runs healthy, meets its fault, is detected, and ends; the result says what
+// was detected and how long after the fault. `watchdog demo` and the end-to-end tests use it.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ncclwatch/watchdog/alert"
+	"github.com/ncclwatch/watchdog/detect"
+	"github.com/ncclwatch/watchdog/detect/live"
+	"github.com/ncclwatch/watchdog/etcdconn"
+	"github.com/ncclwatch/watchdog/etcdembed"
+	"github.com/ncclwatch/watchdog/heartbeat"
+	"github.com/ncclwatch/watchdog/heartbeat/gpu"
+	"github.com/ncclwatch/watchdog/heartbeat/ibport"
+	"github.com/ncclwatch/watchdog/heartbeat/proc"
+	"github.com/ncclwatch/watchdog/heartbeat/publish"
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/jobsim"
+)
+
+// Scenario is one simulated job and what the detector must find in it.
+type Scenario struct {
+	Name string
+	// Fault is injected at FaultStep; none for healthy.
+	Faults []jobsim.Fault
+	// Expect is the incident kind that must open (empty: none may).
+	Expect incident.Kind
+	// Steps and StepTime shape the job; the job ends after Steps or when Deadline passes.
+	Steps    int
+	StepTime time.Duration
+	// Deadline bounds the scenario; after detection the job is stopped early (recovery).
+	Deadline time.Duration
+	// Linger keeps the job running this long after detection before stopping it.
+	Linger time.Duration
+}
+
+// Scenarios are the built-in ones, by name, for a job of nodes × ranksPerNode ranks. Faults
+// hit ranks away from rank 0 and on different nodes, as real ones would.
+func Scenarios(nodes, ranksPerNode int) map[string]Scenario {
+	const st = 250 * time.Millisecond
+	n := nodes * ranksPerNode
+	pick := func(node, local int) int { return min(node%nodes*ranksPerNode+local%ranksPerNode, n-1) }
+	f := func(k jobsim.FaultKind, rank int) []jobsim.Fault {
+		return []jobsim.Fault{{Kind: k, Rank: rank, Step: 12, Op: -1}}
+	}
+	straggle := f(jobsim.FaultStraggler, pick(3, 6))
+	straggle[0].Delay = st / 5 // +20% step time
+	pause := f(jobsim.FaultPause, 0)
+	pause[0].Duration = 60 * time.Second
+	return map[string]Scenario{
+		"healthy":         {Name: "healthy", Steps: 60, StepTime: st, Deadline: 20 * time.Second},
+		"silent":          {Name: "silent", Faults: f(jobsim.FaultSilent, pick(1, 5)), Expect: incident.KindHang, Steps: 400, StepTime: st, Deadline: 45 * time.Second, Linger: 3 * time.Second},
+		"crash":           {Name: "crash", Faults: f(jobsim.FaultCrash, pick(2, 5)), Expect: incident.KindCrash, Steps: 400, StepTime: st, Deadline: 45 * time.Second, Linger: 3 * time.Second},
+		"mismatch":        {Name: "mismatch", Faults: f(jobsim.FaultWrongSize, pick(1, 1)), Expect: incident.KindMismatch, Steps: 400, StepTime: st, Deadline: 30 * time.Second, Linger: 3 * time.Second},
+		"straggler":       {Name: "straggler", Faults: straggle, Expect: incident.KindStraggler, Steps: 400, StepTime: st, Deadline: 50 * time.Second, Linger: 3 * time.Second},
+		"degraded-link":   {Name: "degraded-link", Faults: f(jobsim.FaultIBPort, pick(2, 1)), Expect: incident.KindLink, Steps: 400, StepTime: st, Deadline: 30 * time.Second, Linger: 3 * time.Second},
+		"stuck-in-flight": {Name: "stuck-in-flight", Faults: f(jobsim.FaultStuck, 0), Expect: incident.KindStuckInFlight, Steps: 400, StepTime: st, Deadline: 45 * time.Second, Linger: 3 * time.Second},
+		"pause":           {Name: "pause", Faults: pause, Steps: 300, StepTime: st, Deadline: 110 * time.Second},
+	}
+}
+
+// AllScenarios is the order of `--scenario all` (the 60 s pause is separate: it is long).
+var AllScenarios = []string{"healthy", "silent", "crash", "mismatch", "straggler", "degraded-link", "stuck-in-flight"}
+
+// Options configure a demo run.
+type Options struct {
+	Scenarios    []string
+	Nodes        int // default 4
+	RanksPerNode int // default 8
+	// Out receives the story (incidents as they open and resolve, a summary); nil: discard.
+	Out io.Writer
+	// Targets are extra notifiers (Slack, PagerDuty) beside the console one.
+	Targets []alert.Target
+	Logger  *slog.Logger
+	// Dir holds the simulated jobs (default: a temporary directory, removed at the end).
+	Dir string
+}
+
+// Detected is one incident seen during a scenario.
+type Detected struct {
+	ID                   string             `json:"id"`
+	Kind                 incident.Kind      `json:"kind"`
+	Culprits             []incident.Culprit `json:"culprits"`
+	Summary              string             `json:"summary"`
+	DetectedAfterSeconds float64            `json:"detected_after_seconds"`
+	Resolved             bool               `json:"resolved"`
+}
+
+// Result is one scenario's outcome.
+type Result struct {
+	Scenario   string             `json:"scenario"`
+	Expect     incident.Kind      `json:"expect,omitempty"`
+	Injections []jobsim.Injection `json:"injections,omitempty"`
+	Incidents  []Detected         `json:"incidents"`
+	OK         bool               `json:"ok"`
+	Note       string             `json:"note,omitempty"`
+}
+
+// Run runs the scenarios side by side on one etcd and one detector.
+func Run(ctx context.Context, opts Options) ([]Result, error) {
+	if opts.Nodes == 0 {
+		opts.Nodes = 4
+	}
+	if opts.RanksPerNode == 0 {
+		opts.RanksPerNode = 8
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	all := Scenarios(opts.Nodes, opts.RanksPerNode)
+	var scs []Scenario
+	for _, name := range opts.Scenarios {
+		sc, ok := all[name]
+		if !ok {
+			return nil, fmt.Errorf("demo: no scenario %q (have %s, all)", name, strings.Join(sortedKeys(all), ", "))
+		}
+		scs = append(scs, sc)
+	}
+	dir := opts.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "ncclwatch-demo-*")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	etcd, err := etcdembed.Start(ctx, etcdembed.Options{Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	defer etcd.Close()
+	cli, err := etcdconn.New(etcdconn.Config{Endpoints: etcd.Endpoints()})
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+
+	story := &storyWriter{w: opts.Out, start: time.Now()}
+	rules := detect.DefaultConfig()
+	det, err := live.New(live.Options{Client: cli, Rules: rules, Interval: 500 * time.Millisecond, ResolveAfter: 2 * time.Second,
+		LeaseTTL: 5 * time.Second, Logger: opts.Logger,
+		NewAlerts: func(reg prometheus.Registerer) (live.Alerts, error) {
+			targets := append([]alert.Target{{Notifier: story, Settings: consoleSettings()}}, opts.Targets...)
+			return alert.NewDispatcher(alert.Options{Store: alert.NewEtcdStore(cli, alert.EtcdStoreOptions{}), Registerer: reg,
+				Logger: opts.Logger}, targets...)
+		}})
+	if err != nil {
+		return nil, err
+	}
+	dctx, stopDetector := context.WithCancel(ctx)
+	var dwg sync.WaitGroup
+	dwg.Add(1)
+	go func() { defer dwg.Done(); det.Run(dctx) }()
+	defer func() { stopDetector(); dwg.Wait() }()
+
+	fmt.Fprintf(opts.Out, "ncclwatch demo: %d scenario(s), %d nodes x %d ranks each, embedded etcd at %s\n",
+		len(scs), opts.Nodes, opts.RanksPerNode, etcd.Endpoints()[0])
+	results := make([]Result, len(scs))
+	var wg sync.WaitGroup
+	for i, sc := range scs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = runScenario(ctx, opts, sc, filepath.Join(dir, sc.Name), cli, det, story)
+		}()
+	}
+	wg.Wait()
+	// Let the resolves reach the console.
+	time.Sleep(2500 * time.Millisecond)
+	for i := range results {
+		markResolved(det, &results[i])
+	}
+	writeSummary(opts.Out, results)
+	return results, nil
+}
+
+func consoleSettings() alert.Settings {
+	s := alert.DefaultSettings()
+	s.GroupWait = 0
+	return s
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// runScenario runs one job: its simulator and one sidecar per node, until the expected
+// incident opened and lingered, or the deadline.
+func runScenario(ctx context.Context, opts Options, sc Scenario, dir string, cli *clientv3.Client, det *live.Detector, story *storyWriter) Result {
+	res := Result{Scenario: sc.Name, Expect: sc.Expect, Incidents: []Detected{}}
+	job := "demo-" + sc.Name
+	sim, err := jobsim.New(jobsim.Config{Nodes: opts.Nodes, RanksPerNode: opts.RanksPerNode, Steps: sc.Steps, StepTime: sc.StepTime,
+		Jitter: sc.StepTime / 50, Timestamps: true, Faults: sc.Faults, Seed: 7}, dir)
+	if err != nil {
+		res.Note = err.Error()
+		return res
+	}
+	var injMu sync.Mutex
+	sctx, cancel := context.WithTimeout(ctx, sc.Deadline)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, n := range sim.Nodes() {
+		sampler, err := gpu.NewWithLibrary(n.GPUs, gpu.Options{Logger: opts.Logger, Window: 1500 * time.Millisecond})
+		if err != nil {
+			res.Note = err.Error()
+			return res
+		}
+		defer sampler.Close()
+		pub := publish.New(cli, publish.Options{Key: etcdconn.NodeKey(job, n.Name), TTL: 5 * time.Second,
+			Interval: 500 * time.Millisecond, Logger: opts.Logger})
+		side, err := heartbeat.New(heartbeat.Options{Job: job, Node: n.Name, LogPatterns: []string{filepath.Join(n.LogDir, "*.log")},
+			GPU: sampler, Ports: ibport.New(ibport.Options{IBRoot: n.IBRoot, NetRoot: filepath.Join(dir, "no-net"), Logger: opts.Logger}),
+			Liveness: &simLiveness{sim: sim}, Publisher: pub, Logger: opts.Logger, SampleEvery: 500 * time.Millisecond})
+		if err != nil {
+			res.Note = err.Error()
+			return res
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); side.Run(sctx) }()
+	}
+	simDone := make(chan error, 1)
+	go func() { simDone <- sim.Run(sctx) }()
+	story.printf("%-16s job %s started: %d ranks on %d nodes, step %s", sc.Name, job, opts.Nodes*opts.RanksPerNode, opts.Nodes, sc.StepTime)
+
+	deadline := time.NewTimer(sc.Deadline)
+	defer deadline.Stop()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	var detectedAt time.Time
+	injected := false
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-deadline.C:
+			break loop
+		case <-simDone:
+			simDone = nil
+			if sc.Expect == "" && detectedAt.IsZero() {
+				break loop
+			}
+		case <-tick.C:
+		}
+		injMu.Lock()
+		if ins := sim.Injections(); len(ins) > 0 && !injected {
+			injected = true
+			res.Injections = ins
+			story.printf("%-16s fault injected: %s on rank %d (%s pid %d) at step %d", sc.Name, ins[0].Kind, ins[0].Rank, ins[0].Host, ins[0].PID, ins[0].Step)
+		}
+		injMu.Unlock()
+		collect(det, job, &res)
+		if sc.Expect != "" && detectedAt.IsZero() {
+			for _, d := range res.Incidents {
+				if d.Kind == sc.Expect {
+					detectedAt = time.Now()
+				}
+			}
+		}
+		if !detectedAt.IsZero() && time.Since(detectedAt) >= sc.Linger {
+			break loop
+		}
+	}
+	// Recovery: the job is stopped (a restart from checkpoint, say); the sidecars stop
+	// cleanly and the detector resolves the job's incidents.
+	cancel()
+	wg.Wait()
+	if simDone != nil {
+		<-simDone
+	}
+	res.Injections = sim.Injections()
+	collect(det, job, &res)
+	res.OK = judge(sc, &res)
+	story.printf("%-16s job stopped (recovery)", sc.Name)
+	return res
+}
+
+// collect refreshes the scenario's incidents and their detection latency.
+func collect(det *live.Detector, job string, res *Result) {
+	var fault time.Time
+	for _, in := range res.Injections {
+		if !in.Benign {
+			fault = in.Time
+			break
+		}
+	}
+	for _, inc := range det.Incidents(job, "") {
+		d := Detected{ID: inc.ID, Kind: inc.Kind, Culprits: inc.Culprits, Summary: inc.Summary, Resolved: inc.State == incident.StateResolved}
+		if !fault.IsZero() {
+			d.DetectedAfterSeconds = roundS(inc.OpenedAt.Sub(fault).Seconds())
+		}
+		found := false
+		for i := range res.Incidents {
+			if res.Incidents[i].ID == d.ID {
+				res.Incidents[i].Resolved = d.Resolved
+				found = true
+			}
+		}
+		if !found {
+			res.Incidents = append(res.Incidents, d)
+		}
+	}
+}
+
+func markResolved(det *live.Detector, res *Result) {
+	job := "demo-" + res.Scenario
+	for _, inc := range det.Incidents(job, "") {
+		for i := range res.Incidents {
+			if res.Incidents[i].ID == inc.ID {
+				res.Incidents[i].Resolved = inc.State == incident.StateResolved
+			}
+		}
+	}
+}
+
+func roundS(s float64) float64 { return float64(int64(s*100+0.5)) / 100 }
+
+// judge says whether the scenario went as it must: the expected kind naming the faulty
+// rank and nothing else, or no incident at all for healthy jobs and pauses.
+func judge(sc Scenario, res *Result) bool {
+	if sc.Expect == "" {
+		if len(res.Incidents) > 0 {
+			res.Note = "incidents on a job that had no fault"
+			return false
+		}
+		return true
+	}
+	var rank int = -1
+	var host string
+	for _, in := range res.Injections {
+		if !in.Benign {
+			rank, host = in.Rank, in.Host
+			break
+		}
+	}
+	for _, d := range res.Incidents {
+		if d.Kind != sc.Expect {
+			continue
+		}
+		for _, c := range d.Culprits {
+			if (c.Rank == rank && c.Rank >= 0) || (sc.Expect == incident.KindLink && c.Host == host) || sc.Expect == incident.KindStuckInFlight {
+				return true
+			}
+		}
+		res.Note = fmt.Sprintf("%s incident names %+v, not rank %d on %s", d.Kind, d.Culprits, rank, host)
+		return false
+	}
+	if res.Note == "" {
+		res.Note = fmt.Sprintf("no %s incident", sc.Expect)
+	}
+	return false
+}
+
+// simLiveness answers for the simulated processes as /proc would for real ones.
+type simLiveness struct {
+	sim     *jobsim.Sim
+	mu      sync.Mutex
+	watched map[int]bool
+}
+
+func (l *simLiveness) Watch(pid int) (proc.Info, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.watched == nil {
+		l.watched = map[int]bool{}
+	}
+	l.watched[pid] = true
+	st := proc.Running
+	if !l.sim.Alive(pid) {
+		st = proc.Exited
+	}
+	return proc.Info{PID: pid, State: st}, nil
+}
+
+func (l *simLiveness) Unwatch(pid int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.watched, pid)
+}
+
+func (l *simLiveness) Run(ctx context.Context, onExit func(pid int, at time.Time)) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		var gone []int
+		for pid := range l.watched {
+			if !l.sim.Alive(pid) {
+				gone = append(gone, pid)
+				delete(l.watched, pid)
+			}
+		}
+		l.mu.Unlock()
+		for _, pid := range gone {
+			onExit(pid, time.Now())
+		}
+	}
+}

@@ -1,0 +1,42 @@
+package demo
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestScenarios is the end-to-end check of the live detector: real embedded etcd, one real
+// sidecar per simulated node following real log files, the detector and its alert
+// dispatcher. Every fault must give the right kind and culprit within its bound, and a
+// healthy job, also one with a 60 s checkpoint-like pause, no incident at all.
+func TestScenarios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs about 90 s of simulated jobs")
+	}
+	names := append(append([]string{}, AllScenarios...), "pause")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	results, err := Run(ctx, Options{Scenarios: names, Nodes: 2, RanksPerNode: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Bounds from the issue: a mismatch within 2 s of its line, a silent rank or a crash
+	// within the 10 s window + 2 s, a +20% straggler within 30 s, a degraded port within 10 s.
+	bound := map[string]float64{"mismatch": 2, "silent": 12, "crash": 12, "straggler": 30, "degraded-link": 10, "stuck-in-flight": 12}
+	for _, r := range results {
+		if !r.OK {
+			t.Errorf("%s: %s (incidents %+v)", r.Scenario, r.Note, r.Incidents)
+			continue
+		}
+		for _, d := range r.Incidents {
+			t.Logf("%-16s %-16s detected %.2fs after the fault: %s", r.Scenario, d.Kind, d.DetectedAfterSeconds, d.Summary)
+			if d.Kind == r.Expect && d.DetectedAfterSeconds > bound[r.Scenario] {
+				t.Errorf("%s: %s detected after %.2fs, bound %.0fs", r.Scenario, d.Kind, d.DetectedAfterSeconds, bound[r.Scenario])
+			}
+		}
+		if r.Expect != "" && len(r.Incidents) != 1 {
+			t.Errorf("%s: %d incidents, want exactly one (one per root cause): %+v", r.Scenario, len(r.Incidents), r.Incidents)
+		}
+	}
+}
