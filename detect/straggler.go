@@ -136,51 +136,73 @@ func memberOf(g *Group, p *Proc) Member {
 }
 
 // lagSeries returns, per member, lags at the positions every member has a time for, and
-// the first arrival time per such position.
+// the first arrival time per such position. Members' ops and marks are sorted by position,
+// so this is a merge of sorted lists, linear in their length.
 func lagSeries(g *Group) ([][]lagSample, map[int64]int64) {
-	times := make([]map[int64]int64, len(g.Members))
-	var seqs []int64
+	lines := make([][]lagSample, len(g.Members)) // per member: (seq, arrival time)
 	for i, m := range g.Members {
-		times[i] = map[int64]int64{}
-		for _, o := range m.Comm.Recent {
-			if o.T != 0 {
-				times[i][o.Seq] = int64(o.T)
-			}
-		}
-		for _, mk := range m.Comm.Marks {
-			if mk.T != 0 {
-				if _, ok := times[i][mk.Seq]; !ok {
-					times[i][mk.Seq] = int64(mk.T)
-				}
-			}
-		}
+		lines[i] = timeline(m.Comm)
 	}
-	for s := range times[0] {
-		seqs = append(seqs, s)
-	}
-	sort.Slice(seqs, func(a, b int) bool { return seqs[a] < seqs[b] })
 	series := make([][]lagSample, len(g.Members))
 	first := map[int64]int64{}
-	for _, s := range seqs {
-		lo := int64(1 << 62)
-		all := true
-		for i := range times {
-			t, ok := times[i][s]
-			if !ok {
-				all = false
-				break
+	pos := make([]int, len(lines))
+	for {
+		// The next position every member has: the largest head, then catch up to it.
+		var target int64 = -1
+		for i, l := range lines {
+			if pos[i] >= len(l) {
+				return series, first
 			}
-			lo = min(lo, t)
+			target = max(target, l[pos[i]].seq)
+		}
+		all := true
+		for i, l := range lines {
+			for pos[i] < len(l) && l[pos[i]].seq < target {
+				pos[i]++
+			}
+			if pos[i] >= len(l) {
+				return series, first
+			}
+			all = all && l[pos[i]].seq == target
 		}
 		if !all {
 			continue
 		}
-		first[s] = lo
-		for i := range times {
-			series[i] = append(series[i], lagSample{seq: s, lag: times[i][s] - lo})
+		lo := int64(1 << 62)
+		for i := range lines {
+			lo = min(lo, lines[i][pos[i]].lag)
+		}
+		first[target] = lo
+		for i := range lines {
+			series[i] = append(series[i], lagSample{seq: target, lag: lines[i][pos[i]].lag - lo})
+			pos[i]++
 		}
 	}
-	return series, first
+}
+
+// timeline merges a member's timed ops and marks into (position, time) sorted by position;
+// lagSample.lag holds the absolute time here.
+func timeline(c *snapshot.Comm) []lagSample {
+	out := make([]lagSample, 0, len(c.Recent)+len(c.Marks))
+	r, m := c.Recent, c.Marks
+	for len(r) > 0 || len(m) > 0 {
+		switch {
+		case len(m) == 0 || (len(r) > 0 && r[0].Seq <= m[0].Seq):
+			if len(m) > 0 && m[0].Seq == r[0].Seq {
+				m = m[1:]
+			}
+			if r[0].T != 0 && (len(out) == 0 || out[len(out)-1].seq < r[0].Seq) {
+				out = append(out, lagSample{seq: r[0].Seq, lag: int64(r[0].T)})
+			}
+			r = r[1:]
+		default:
+			if m[0].T != 0 && (len(out) == 0 || out[len(out)-1].seq < m[0].Seq) {
+				out = append(out, lagSample{seq: m[0].Seq, lag: int64(m[0].T)})
+			}
+			m = m[1:]
+		}
+	}
+	return out
 }
 
 // stepPeriod estimates the training step time from the repeating op pattern.

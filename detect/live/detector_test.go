@@ -1,0 +1,210 @@
+package live
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ncclwatch/watchdog/alert"
+	"github.com/ncclwatch/watchdog/detect"
+	"github.com/ncclwatch/watchdog/etcdconn"
+	"github.com/ncclwatch/watchdog/etcdembed"
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// recorder is a notifier that remembers every delivery, shared by all replicas.
+type recorder struct {
+	mu     sync.Mutex
+	events []string // "<event> <id>"
+}
+
+func (r *recorder) Name() string { return "recorder" }
+
+func (r *recorder) Notify(ctx context.Context, batch ...*alert.Notification) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range batch {
+		r.events = append(r.events, string(n.Event)+" "+n.Incident.ID)
+	}
+	return false, nil
+}
+
+func (r *recorder) count(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if len(e) >= len(prefix) && e[:len(prefix)] == prefix {
+			n++
+		}
+	}
+	return n
+}
+
+// node is a two-rank job's node snapshot: rank r at count n, last op at t.
+func node(name string, r int, n int64, t time.Time) *snapshot.Node {
+	last := snapshot.Op{Seq: n, Op: "AllReduce", Count: 1024, Dtype: "float32", Red: "sum", T: snapshot.MicrosOf(t)}
+	return &snapshot.Node{Job: "train", Node: name, Started: 1, Processes: []snapshot.Process{{
+		Host: name, PID: 100 + r, Rank: r, CudaDev: 0, Comms: []snapshot.Comm{{ID: "0xabc", Ptr: "0x1", Rank: r, NRanks: 2,
+			State: "ready", Count: n, Last: &last}},
+	}}}
+}
+
+func put(t *testing.T, cli *clientv3.Client, n *snapshot.Node) {
+	t.Helper()
+	b, err := snapshot.Encode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, etcdconn.NodeKey(n.Job, n.Node), string(b)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type replica struct {
+	d      *Detector
+	cli    *clientv3.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startReplica(t *testing.T, endpoints []string, id string, rec *recorder) *replica {
+	t.Helper()
+	cli, err := etcdconn.New(etcdconn.Config{Endpoints: endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Options{Client: cli, Rules: detect.DefaultConfig(), Interval: 200 * time.Millisecond,
+		ResolveAfter: time.Second, LeaseTTL: 2 * time.Second, ID: id, Logger: slog.New(slog.DiscardHandler),
+		NewAlerts: func(reg prometheus.Registerer) (Alerts, error) {
+			s := alert.DefaultSettings()
+			s.GroupWait = 0
+			return alert.NewDispatcher(alert.Options{Store: alert.NewEtcdStore(cli, alert.EtcdStoreOptions{}), Registerer: reg,
+				Logger: slog.New(slog.DiscardHandler)}, alert.Target{Notifier: rec, Settings: s})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{d: d, cli: cli, cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(r.done); d.Run(ctx) }()
+	return r
+}
+
+func (r *replica) leading() bool {
+	r.d.mu.Lock()
+	defer r.d.mu.Unlock()
+	return r.d.leader
+}
+
+func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < limit {
+		if cond() {
+			return time.Since(start)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %s", what, limit)
+	return 0
+}
+
+// TestFailover: the leader dies while an incident is open; the standby leads within the
+// lease TTL, continues the incident under its id, and notifies nobody twice; the resolve
+// is delivered exactly once.
+func TestFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := etcdembed.Start(ctx, etcdembed.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	rec := &recorder{}
+	a := startReplica(t, srv.Endpoints(), "a", rec)
+	eventually(t, 10*time.Second, "replica a leads", a.leading)
+	b := startReplica(t, srv.Endpoints(), "b", rec)
+	defer func() { b.cancel(); <-b.done; b.cli.Close() }()
+
+	// Rank 1 stopped 30 s ago at 90 while rank 0 is at 100: a hang.
+	stalled := time.Now().Add(-30 * time.Second)
+	put(t, a.cli, node("n0", 0, 100, stalled))
+	put(t, a.cli, node("n1", 1, 90, stalled))
+	eventually(t, 10*time.Second, "hang notified", func() bool { return rec.count("open") == 1 })
+	open := a.d.Incidents("train", "open")
+	if len(open) != 1 || open[0].Kind != incident.KindHang || open[0].Culprits[0].Rank != 1 {
+		t.Fatalf("open incidents %+v", open)
+	}
+	id := open[0].ID
+
+	// The leader dies without resigning: its client vanishes, its session expires.
+	a.cli.Close()
+	took := eventually(t, 10*time.Second, "standby takes over", b.leading)
+	t.Logf("standby leads %s after the leader died (lease TTL 2 s)", took.Round(100*time.Millisecond))
+	a.cancel()
+	<-a.done
+	time.Sleep(2 * time.Second) // several evaluations by the new leader
+	if got := b.d.Incidents("train", "open"); len(got) != 1 || got[0].ID != id {
+		t.Fatalf("after failover: %+v, want incident %s still open", got, id)
+	}
+	if n := rec.count("open"); n != 1 {
+		t.Fatalf("%d open notifications, want 1 (no second page after failover): %v", n, rec.events)
+	}
+
+	// The job recovers: both ranks level and moving.
+	now := time.Now()
+	put(t, b.cli, node("n0", 0, 120, now))
+	put(t, b.cli, node("n1", 1, 120, now))
+	eventually(t, 10*time.Second, "resolve notified", func() bool { return rec.count("resolve") == 1 })
+	time.Sleep(time.Second)
+	if n := rec.count("resolve"); n != 1 {
+		t.Fatalf("%d resolve notifications, want 1: %v", n, rec.events)
+	}
+	if got := b.d.Incidents("train", ""); len(got) != 1 || got[0].ID != id || got[0].State != incident.StateResolved {
+		t.Fatalf("incidents after recovery %+v", got)
+	}
+}
+
+// TestLostNodeAndMassLoss: one lease expiring is a lost node; many at once is one
+// monitoring incident, not one per node.
+func TestLostNodeAndMassLoss(t *testing.T) {
+	now := time.Now()
+	d := &Detector{opts: Options{MassLossNodes: 3, MassLossFraction: 0.25, MassLossWindow: 15 * time.Second}, state: NewState(),
+		lostTimes: map[string][]time.Time{}}
+	for i := 0; i < 8; i++ {
+		d.state.Put(node("n"+string(rune('0'+i)), i%2, 100, now), now)
+	}
+	lose := func(names ...string) []detect.Finding {
+		for _, n := range names {
+			if d.state.Delete("train", n, now) {
+				d.lostTimes["train"] = append(d.lostTimes["train"], now)
+			}
+		}
+		view, lost := d.state.View("train", now)
+		return d.lostFindings("train", lost, view, now)
+	}
+	fs := lose("n3")
+	if len(fs) != 1 || fs[0].Kind != incident.KindLostNode || fs[0].Culprits[0].Host != "n3" {
+		t.Fatalf("one lost node: %+v", fs)
+	}
+	fs = lose("n4", "n5")
+	if len(fs) != 1 || fs[0].Kind != incident.KindMonitoring {
+		t.Fatalf("three nodes at once must be one monitoring incident: %+v", fs)
+	}
+	// A clean stop is not a loss.
+	n6 := node("n6", 0, 100, now)
+	n6.Stopping = true
+	d.state.Put(n6, now)
+	if d.state.Delete("train", "n6", now) {
+		t.Fatal("a cleanly stopped node was taken for lost")
+	}
+}
