@@ -50,7 +50,7 @@ func mismatchInGroup(j *Job, g *Group) (Finding, bool) {
 		}
 		return describeMismatch(j, g, seq, ops), true
 	}
-	if f, ok := markMismatch(j, g, lo); ok {
+	if f, ok := markMismatch(j, g); ok {
 		return f, true
 	}
 	return Finding{}, false
@@ -239,9 +239,21 @@ func breaksPattern(c *snapshot.Comm, seq int64) bool {
 	return cur != nil && prev != nil && !SameSignature(cur, prev)
 }
 
+// covered reports whether every member has every op in [from, to].
+func covered(g *Group, from, to int64) bool {
+	for _, m := range g.Members {
+		for seq := from; seq <= to; seq++ {
+			if opAt(m.Comm, seq) == nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // markMismatch compares the digests at aligned positions: equal digests mean equal histories,
 // so a difference before the recent window still shows, as an interval.
-func markMismatch(j *Job, g *Group, recentFrom int64) (Finding, bool) {
+func markMismatch(j *Job, g *Group) (Finding, bool) {
 	type mark struct {
 		digest string
 		member int
@@ -270,8 +282,10 @@ func markMismatch(j *Job, g *Group, recentFrom int64) (Finding, bool) {
 			lastEqual = s
 			continue
 		}
-		if s >= recentFrom && recentFrom > 0 {
-			return Finding{}, false // the op-by-op comparison covers it
+		if covered(g, lastEqual+1, s) {
+			// Every op in between was compared one by one and found equal: the digests
+			// cannot disagree there, so this is not a mismatch in the ops we judge.
+			return Finding{}, false
 		}
 		f := Finding{Kind: incident.KindMismatch, Severity: incident.SeverityCritical, Comm: g.ID, Seq: lastEqual + 1}
 		// Minority digests are the culprits.

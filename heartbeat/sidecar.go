@@ -159,10 +159,13 @@ func New(opts Options) (*Sidecar, error) {
 	s := &Sidecar{opts: opts, started: opts.Now(), ranks: map[rankKey]*rankLog{}, torch: newTorchLog()}
 	s.m = newMetrics(s, opts.Registerer)
 	fopts := follow.Options{
-		Patterns:     opts.LogPatterns,
-		Logger:       opts.Logger.With("part", "follow"),
-		Now:          opts.Now,
-		DisableWatch: opts.PollLogs,
+		// Reading at most every 5 ms under a steady stream keeps each line's read time
+		// within ~5 ms of its write while halving wake-ups, the follower's main cost.
+		BatchInterval: 5 * time.Millisecond,
+		Patterns:      opts.LogPatterns,
+		Logger:        opts.Logger.With("part", "follow"),
+		Now:           opts.Now,
+		DisableWatch:  opts.PollLogs,
 	}
 	if opts.StateDir != "" {
 		if err := os.MkdirAll(opts.StateDir, 0o755); err != nil {

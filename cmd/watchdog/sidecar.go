@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -44,6 +45,7 @@ func runSidecar(ctx context.Context, args []string) error {
 	stateDir := fs.String("state-dir", "/var/lib/ncclwatch", "where read offsets and parser checkpoints survive restarts (empty: none)")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "etcd lease TTL: the node key vanishes this long after the sidecar dies")
 	interval := fs.Duration("publish-interval", time.Second, "shortest time between two etcd writes")
+	pprofOn := fs.Bool("pprof", false, "serve Go profiles at /debug/pprof/ on --http")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -95,13 +97,26 @@ func runSidecar(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	srv, err := serveHTTP(ctx, *httpAddr, sc.HTTPHandler(reg), log)
+	var h http.Handler = sc.HTTPHandler(reg)
+	if *pprofOn {
+		h = withPprof(h)
+	}
+	srv, err := serveHTTP(ctx, *httpAddr, h, log)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
 	log.Info("sidecar started", "job", *job, "node", *node, "logs", *logs, "etcd", ef.endpoints, "http", *httpAddr)
 	return sc.Run(ctx)
+}
+
+// withPprof adds Go's profiling endpoints (for an operator chasing the sidecar's cost).
+func withPprof(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.Handle("/", h)
+	return mux
 }
 
 // defaultJob names the job from the launcher's environment.

@@ -137,14 +137,18 @@ func (p *Publisher) Run(ctx context.Context, src func() ([]byte, error)) error {
 				return nil
 			case <-tick.C:
 			case <-p.wake:
-				if wait := p.opts.Interval - p.opts.Now().Sub(p.lastPut); wait > 0 {
-					select {
-					case <-ctx.Done():
-						return nil
-					case <-time.After(wait):
-					}
-				}
 			case <-p.lost():
+			}
+			// At most one write per Interval, whatever woke us.
+			p.mu.Lock()
+			wait := p.opts.Interval - p.opts.Now().Sub(p.lastPut)
+			p.mu.Unlock()
+			if wait > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(wait):
+				}
 			}
 		}
 		body, err := src()
