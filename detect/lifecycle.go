@@ -103,6 +103,12 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 		t.clearAt = time.Time{}
 		prev := t.inc
 		next := f.Incident(job, prev.OpenedAt)
+		if len(prev.Ops) > 0 && len(next.Ops) == 0 && prev.Kind == next.Kind {
+			// A vaguer view of the same root cause (a mismatch seen through digests once
+			// its ops aged out) does not replace the precise one.
+			next.Comm, next.Seq, next.Culprits, next.Ops = prev.Comm, prev.Seq, prev.Culprits, prev.Ops
+			next.Summary, next.Evidence, next.Victims = prev.Summary, prev.Evidence, prev.Victims
+		}
 		next.ID, next.Revision, next.LastSeen = prev.ID, prev.Revision, now
 		if next.FaultAt.IsZero() || (!prev.FaultAt.IsZero() && prev.FaultAt.Before(next.FaultAt)) {
 			next.FaultAt = prev.FaultAt

@@ -173,7 +173,9 @@ func describeMismatch(j *Job, g *Group, seq int64, ops []*snapshot.Op) Finding {
 	if len(idx) > 0 {
 		f.FaultAt = timeOf(ops[idx[0]].T)
 	}
-	f.Key = "mismatch:" + g.ID + ":" + strconv.FormatInt(seq, 10)
+	// One root cause per communicator: once histories diverge they stay diverged, and a
+	// later evaluation may only see the divergence through the digests.
+	f.Key = "mismatch:" + g.ID
 	return f
 }
 
@@ -312,7 +314,7 @@ func markMismatch(j *Job, g *Group) (Finding, bool) {
 		f.Summary = fmt.Sprintf("collective mismatch on communicator %s between positions %d and %d: the ranks' op histories differ; culprit %s",
 			shortComm(g.ID), lastEqual+1, s, strings.Join(names, ", "))
 		f.addEvidence("op-history digests agree up to position %d and differ at position %d; the exact op is older than the recent ops kept", lastEqual, s)
-		f.Key = "mismatch:" + g.ID + ":" + strconv.FormatInt(lastEqual+1, 10)
+		f.Key = "mismatch:" + g.ID
 		return f, true
 	}
 	return Finding{}, false

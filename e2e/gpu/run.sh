@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# Live end-to-end test on real GPUs: faulty PyTorch/NCCL jobs (job.py) caught by the watchdog
+# (detector with embedded etcd + one sidecar per case), with detection latency, PyTorch's
+# own timeout and NVML readings recorded. See e2e/gpu/README.md.
+#
+#   bash e2e/gpu/run.sh               # on the device machine, from the repo root, $OUT set
+#   DRYRUN=1 bash e2e/gpu/run.sh      # no GPU/torch: replay.py stands in for torchrun
+#
+# Results under $OUT: results.json, results.md, run.log, logs.tgz, samples.tgz.
+# Every knob below can be set from the environment.
+set -u
+MAIN_PID=$$
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+cd "$ROOT" || exit 1
+T0=$(date +%s)
+T0F=$(date +%s.%N)
+
+OUT=${OUT:-$ROOT/tmp/e2e-gpu-out}
+WORK=${WORK:-/tmp/e2e-gpu-work}
+WATCHDOG=${WATCHDOG:-bin/watchdog-linux-amd64}
+DRYRUN=${DRYRUN:-0}
+CASES=${CASES:-"healthy silent wrong_op crash wrong_dtype wrong_size straggler_onset pause"}
+# Time: cases are only started if they can end by T0+TOTAL_S-RESERVE_S; a guard sends
+# SIGTERM at T0+HARD_S; the final collect/tar then takes a few seconds (< 9.5 min in all).
+TOTAL_S=${TOTAL_S:-530}
+RESERVE_S=${RESERVE_S:-20}
+HARD_S=${HARD_S:-545}
+POST_S=${POST_S:-4}              # keep watching this long after the job ended
+PG_TIMEOUT=${PG_TIMEOUT:-45}     # PyTorch ProcessGroupNCCL timeout (s), all cases
+COMPUTE_S=${COMPUTE_S:-0.15}     # compute phase per step (job.py calibrates matmuls to it)
+STEP_S=${STEP_S:-0.17}           # replay.py's step time in a dry run
+PAUSE_S=${PAUSE_S:-60}           # pause case: both ranks idle this long
+STRAGGLE_S=${STRAGGLE_S:-0.2}    # straggler_onset: rank 1's extra sleep per step
+CRASH_MONITOR_S=${CRASH_MONITOR_S:-15}  # crash case: torchrun --monitor-interval, so the
+                                         # survivor waits like a rank on another node would
+MONITOR_S=${MONITOR_S:-0.5}      # torchrun --monitor-interval for the other cases
+NPROC=${NPROC:-2}
+if [ -z "${TORCHRUN:-}" ]; then
+  if command -v torchrun > /dev/null 2>&1; then TORCHRUN=torchrun; else TORCHRUN="python3 -m torch.distributed.run"; fi
+fi
+DET_PORT=${DET_PORT:-9300}
+ETCD_PORT=${ETCD_PORT:-2379}
+SC_PORT=${SC_PORT:-9301}
+RAS_ADDR=${RAS_ADDR:-127.0.0.1:28028}
+DETECTOR_FLAGS=${DETECTOR_FLAGS:-}  # e.g. "--hang-floor 10s --hang-k 4"
+SIDECAR_FLAGS=${SIDECAR_FLAGS:-}
+NODE=${NODE:-$(hostname 2>/dev/null | cut -d. -f1)}
+NODE=${NODE:-node0}
+if [ "$DRYRUN" = 1 ]; then NVML=${NVML:-false}; CHECK_PIDS=${CHECK_PIDS:-false}; else NVML=${NVML:-true}; CHECK_PIDS=${CHECK_PIDS:-true}; fi
+DET_URL=http://127.0.0.1:$DET_PORT
+SC_URL=http://127.0.0.1:$SC_PORT
+
+# Per-case plan: BUDGET (s, hard cap on the job), STEPS, FAULT_STEP. Expected durations on
+# 2x H200 (~8 s torch start, ~0.17 s steps): healthy 29, silent/wrong_op 8+5+PG_TIMEOUT+3,
+# crash 8+5+CRASH_MONITOR_S+2, wrong_dtype/size 25, straggler_onset 35, pause 18+PAUSE_S.
+# Override one with e.g. BUDGET_pause=100 STEPS_healthy=60 FAULT_STEP_silent=20.
+case_plan() {
+  local c=$1 b s f
+  case $c in
+    healthy)         b=40; s=110; f=100000 ;;
+    silent|wrong_op) b=$((PG_TIMEOUT + 25)); s=430; f=30 ;;
+    crash)           b=$((CRASH_MONITOR_S + 25)); s=430; f=30 ;;
+    wrong_dtype|wrong_size) b=35; s=90; f=30 ;;
+    straggler_onset) b=45; s=90; f=30 ;;
+    pause)           b=$(( ${PAUSE_S%.*} + 30 )); s=60; f=30 ;;
+    *) return 1 ;;
+  esac
+  local v
+  v=BUDGET_$c; BUDGET=${!v:-$b}
+  v=STEPS_$c; STEPS=${!v:-$s}
+  v=FAULT_STEP_$c; FAULT_STEP=${!v:-$f}
+  MI=$MONITOR_S; [ "$c" = crash ] && MI=$CRASH_MONITOR_S
+  return 0
+}
+
+mkdir -p "$OUT"
+rm -rf "$WORK"; mkdir -p "$WORK/cases"
+RUNLOG=$OUT/run.log; : > "$RUNLOG"
+log() { printf '[%5ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" | tee -a "$RUNLOG"; }
+now() { date +%s.%N; }
+
+BG_PIDS=()          # every background process we started, killed by id at the end
+JOB_PID=""
+SIDECAR_PID=""
+ABORT=0
+kill_pid() {        # kill_pid PID [grace seconds]: TERM, wait, KILL
+  local p=$1 g=${2:-3} i
+  [ -n "$p" ] || return 0
+  kill -0 "$p" 2>/dev/null || return 0
+  kill -TERM "$p" 2>/dev/null
+  for ((i = 0; i < g * 10; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$p" 2>/dev/null
+  wait "$p" 2>/dev/null
+  return 0
+}
+kill_group() {      # the job's process group (timeout + torchrun), by its leader's id
+  local p=$1
+  [ -n "$p" ] || return 0
+  kill -TERM -- "-$p" 2>/dev/null
+  sleep 1
+  kill -KILL -- "-$p" 2>/dev/null
+  return 0
+}
+kill_leftover_ranks() {  # rank processes that outlived torchrun, by the pids they logged
+  local d=$1 p
+  for p in $( (ls "$d/nccl" 2>/dev/null | sed -n 's/^nccl\..*\.\([0-9][0-9]*\)\.log$/\1/p';
+               grep -ao 'WATCHDOG_INFO {[^}]*}' "$d/stdout.log" 2>/dev/null | grep -o '"pid": [0-9]*' | grep -o '[0-9]*$') | sort -u); do
+    [ -r "/proc/$p/cmdline" ] || continue
+    if tr '\0' ' ' < "/proc/$p/cmdline" | grep -q 'e2e/gpu/\(job\|replay\)\.py'; then
+      log "killing leftover rank process $p"
+      kill -KILL "$p" 2>/dev/null
+    fi
+  done
+}
+on_term() {
+  ABORT=1
+  log "SIGTERM/INT: stopping the current case and finishing up"
+  [ -n "$JOB_PID" ] && kill_group "$JOB_PID"
+}
+cleanup() {
+  local p
+  [ -n "$JOB_PID" ] && kill_group "$JOB_PID"
+  [ -n "$SIDECAR_PID" ] && kill_pid "$SIDECAR_PID" 2
+  for p in "${BG_PIDS[@]}"; do kill_pid "$p" 2; done
+}
+trap on_term TERM INT
+ulimit -c 0 2>/dev/null  # an aborting rank (PyTorch timeout) must not spend the budget on a core dump
+trap cleanup EXIT
+
+# Hard guard: whatever happens, SIGTERM ourselves at T0+HARD_S.
+( trap 'kill $sp 2>/dev/null; exit 0' TERM; sleep "$HARD_S" & sp=$!; wait $sp; kill -TERM "$MAIN_PID" 2>/dev/null ) &
+GUARD_PID=$!
+BG_PIDS+=("$GUARD_PID")
+
+http_get() {        # http_get URL: body to stdout; curl if there is one, else python
+  if command -v curl > /dev/null 2>&1; then curl -fsS -m 2 "$1" 2>/dev/null
+  else python3 -c 'import sys,urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=2).read())' "$1" 2>/dev/null; fi
+}
+wait_http() {       # wait_http URL SECONDS
+  local u=$1 n=$(( $2 * 5 )) i
+  for ((i = 0; i < n; i++)); do
+    http_get "$u" > /dev/null && return 0
+    [ "$ABORT" = 1 ] && return 1
+    sleep 0.2
+  done
+  return 1
+}
+
+json_str() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
+
+log "e2e/gpu: dryrun=$DRYRUN watchdog=$WATCHDOG torchrun='$TORCHRUN' node=$NODE cases=[$CASES] pg_timeout=${PG_TIMEOUT}s out=$OUT work=$WORK"
+if [ ! -x "$WATCHDOG" ]; then log "WARNING: $WATCHDOG is not an executable file; detector/sidecar will fail"; fi
+
+# go-nvml dlopens libnvidia-ml.so.1: add the driver's usual folders in case they are not
+# on the loader's path in this image.
+for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu; do
+  [ -d "$d" ] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+done
+export LD_LIBRARY_PATH
+
+# Context, and warm torch's files into the page cache while the detector starts.
+if [ "$DRYRUN" != 1 ]; then
+  (timeout 20 nvidia-smi --query-gpu=index,pci.bus_id,name,power.limit,clocks.max.sm,temperature.gpu --format=csv; timeout 20 nvidia-smi topo -m) > "$WORK/nvidia-smi.txt" 2>&1
+  timeout 60 python3 -c 'import torch,sys; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' > "$WORK/versions.txt" 2>&1 &
+  BG_PIDS+=($!)
+fi
+# Raw go-nvml while idle (before anything runs on the GPUs).
+timeout 20 "$WATCHDOG" nvml-probe --every 200ms --n 10 > "$WORK/nvml-probe.jsonl" 2> "$WORK/nvml-probe.err"
+log "nvml-probe rc=$? ($(wc -l < "$WORK/nvml-probe.jsonl") lines)"
+
+# The detector, with embedded etcd.
+mkdir -p "$WORK/etcd"
+# shellcheck disable=SC2086
+"$WATCHDOG" detector --http "127.0.0.1:$DET_PORT" --embedded-etcd-listen "127.0.0.1:$ETCD_PORT" \
+  --embedded-etcd-dir "$WORK/etcd" $DETECTOR_FLAGS > "$WORK/detector.log" 2>&1 &
+DET_PID=$!
+BG_PIDS+=("$DET_PID")
+if wait_http "$DET_URL/api/v1/incidents" 30; then DET_OK=true; log "detector up (pid $DET_PID)"; else DET_OK=false; log "WARNING: detector not answering on $DET_URL (see detector.log); running the cases anyway"; fi
+python3 "$HERE/monitor.py" incidents --url "$DET_URL/api/v1/incidents" --out "$WORK/incidents.jsonl" \
+  --stop "$WORK/stop-incidents" --every 0.5 --max-s "$HARD_S" > "$WORK/monitor-incidents.log" 2>&1 &
+INC_MON_PID=$!
+BG_PIDS+=("$INC_MON_PID")
+
+run_case() {
+  local c=$1 idx=$2 d="$WORK/cases/$1" rc=-1 trimmed=false left t_start t_job_start t_job_end t_end sc_ok
+  if ! case_plan "$c"; then log "unknown case $c: skipped"; return; fi
+  left=$(( T0 + TOTAL_S - RESERVE_S - $(date +%s) - POST_S - 5 ))
+  mkdir -p "$d/nccl" "$d/state"
+  if [ "$ABORT" = 1 ] || [ "$left" -lt 20 ]; then
+    log "case $c: SKIPPED (only ${left}s left)"
+    printf '{"case":"%s","job":"%s","index":%d,"skipped":true,"reason":"no time left (%ss)"}\n' "$c" "$c" "$idx" "$left" > "$d/case.json"
+    return
+  fi
+  if [ "$BUDGET" -gt "$left" ]; then BUDGET=$left; trimmed=true; fi
+  log "case $c: budget ${BUDGET}s steps=$STEPS fault_step=$FAULT_STEP monitor_interval=$MI trimmed=$trimmed"
+  t_start=$(now)
+  # shellcheck disable=SC2086
+  "$WATCHDOG" sidecar --etcd-endpoints "http://127.0.0.1:$ETCD_PORT" --job "$c" --node "$NODE" \
+    --logs "$d/nccl/*.log" --http "127.0.0.1:$SC_PORT" --nvml="$NVML" --check-pids="$CHECK_PIDS" \
+    --ras-addr "$RAS_ADDR" --state-dir "$d/state" $SIDECAR_FLAGS > "$d/sidecar.log" 2>&1 &
+  SIDECAR_PID=$!
+  if wait_http "$SC_URL/api/v1/snapshot" 10; then sc_ok=true; else sc_ok=false; log "WARNING: sidecar for $c not answering (see $c/sidecar.log)"; fi
+  rm -f "$d/stop"
+  python3 "$HERE/monitor.py" snapshot --url "$SC_URL/api/v1/snapshot" --out "$d/snapshots.jsonl" \
+    --metrics-url "$SC_URL/metrics" --metrics-out "$d/metrics.txt" --stop "$d/stop" --every 0.5 \
+    --job-url "$DET_URL/api/v1/jobs/$c" --job-out "$d/jobview.jsonl" \
+    --max-s $((BUDGET + POST_S + 30)) > "$d/monitor.log" 2>&1 &
+  local snap_pid=$!
+  : > "$d/stdout.log"
+  python3 "$HERE/monitor.py" stamp --in "$d/stdout.log" --out "$d/stdout.stamped.log" --stop "$d/stop" \
+    --max-s $((BUDGET + POST_S + 30)) >> "$d/monitor.log" 2>&1 &
+  local stamp_pid=$!
+  BG_PIDS+=("$snap_pid" "$stamp_pid")
+
+  t_job_start=$(now)
+  if [ "$DRYRUN" = 1 ]; then
+    env SCENARIO="$c" STEPS="$STEPS" FAULT_STEP="$FAULT_STEP" PG_TIMEOUT="$PG_TIMEOUT" STEP_S="$STEP_S" \
+      PAUSE_S="$PAUSE_S" STRAGGLE_S="$STRAGGLE_S" CRASH_HOLD_S="$CRASH_MONITOR_S" PYTHONUNBUFFERED=1 \
+      timeout -k 5 "$BUDGET" python3 "$HERE/replay.py" --out "$d/nccl" >> "$d/stdout.log" 2>&1 &
+  else
+    env SCENARIO="$c" STEPS="$STEPS" FAULT_STEP="$FAULT_STEP" PG_TIMEOUT="$PG_TIMEOUT" COMPUTE_S="$COMPUTE_S" \
+      PAUSE_S="$PAUSE_S" STRAGGLE_S="$STRAGGLE_S" \
+      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL,NET NCCL_DEBUG_FILE="$d/nccl/nccl.%h.%p.log" \
+      NCCL_DEBUG_TIMESTAMP_LEVELS=ALL "NCCL_DEBUG_TIMESTAMP_FORMAT=[%F %T.%6f] " \
+      TORCH_NCCL_ASYNC_ERROR_HANDLING=1 TORCH_NCCL_DUMP_ON_TIMEOUT=0 \
+      CUDA_DEVICE_ORDER=PCI_BUS_ID PYTHONUNBUFFERED=1 \
+      timeout -k 5 "$BUDGET" $TORCHRUN --standalone --nproc_per_node="$NPROC" --monitor-interval="$MI" \
+      "$HERE/job.py" >> "$d/stdout.log" 2>&1 &
+  fi
+  JOB_PID=$!
+  wait "$JOB_PID"; rc=$?
+  while [ "$ABORT" = 1 ] && kill -0 "$JOB_PID" 2>/dev/null; do kill_group "$JOB_PID"; wait "$JOB_PID"; rc=$?; done
+  t_job_end=$(now)
+  JOB_PID=""
+  kill_leftover_ranks "$d"
+  log "case $c: job exited rc=$rc after $(python3 -c "print(round($t_job_end-$t_job_start,1))")s"
+  [ "$ABORT" = 1 ] || sleep "$POST_S"
+  touch "$d/stop"
+  kill_pid "$SIDECAR_PID" 3
+  SIDECAR_PID=""
+  local i
+  for ((i = 0; i < 30; i++)); do kill -0 "$snap_pid" 2>/dev/null || kill -0 "$stamp_pid" 2>/dev/null || break; sleep 0.1; done
+  kill_pid "$snap_pid" 1; kill_pid "$stamp_pid" 1
+  t_end=$(now)
+  printf '{"case":"%s","job":"%s","index":%d,"skipped":false,"trimmed":%s,"budget_s":%s,"steps":%s,"fault_step":%s,"pg_timeout_s":%s,"monitor_interval_s":%s,"t_start":%s,"t_job_start":%s,"t_job_end":%s,"t_end":%s,"rc":%s,"sidecar_ok":%s,"aborted":%s}\n' \
+    "$c" "$c" "$idx" "$trimmed" "$BUDGET" "$STEPS" "$FAULT_STEP" "$PG_TIMEOUT" "$MI" "$t_start" "$t_job_start" "$t_job_end" "$t_end" "$rc" "$sc_ok" \
+    "$([ "$ABORT" = 1 ] && echo true || echo false)" > "$d/case.json"
+  grep -h 'WATCHDOG_FAULT\|Watchdog caught collective operation timeout' "$d/stdout.log" 2>/dev/null | head -3 | cut -c1-200 | sed 's/^/    /' | tee -a "$RUNLOG"
+  if [ -s "$WORK/incidents.jsonl" ]; then
+    python3 - "$WORK/incidents.jsonl" "$c" <<'EOF' | tee -a "$RUNLOG"
+import json, sys
+seen = {}
+for l in open(sys.argv[1]):
+    try: r = json.loads(l)
+    except ValueError: continue
+    i = r.get("inc")
+    if i and i.get("job") == sys.argv[2] and i.get("id") not in seen:
+        seen[i.get("id")] = 1
+        print(f"    incident {i.get('kind')} culprits={[c.get('rank') for c in i.get('culprits') or []]} {str(i.get('summary'))[:120]}")
+print(f"    {len(seen)} incident(s) for job {sys.argv[2]}")
+EOF
+  fi
+}
+
+idx=0
+for c in $CASES; do
+  run_case "$c" "$idx"     # after an abort this only records the case as skipped
+  idx=$((idx + 1))
+done
+
+log "cases done; finishing"
+touch "$WORK/stop-incidents"
+sleep 0.6
+kill_pid "$INC_MON_PID" 1
+http_get "$DET_URL/api/v1/incidents" > "$WORK/incidents.final.json"
+http_get "$DET_URL/metrics" > "$WORK/detector.metrics.txt"
+kill_pid "$DET_PID" 3
+printf '{"t0":%s,"t_end":%s,"node":%s,"dryrun":%s,"watchdog":%s,"cases":%s,"pg_timeout_s":%s,"compute_s":%s,"pause_s":%s,"straggle_s":%s,"detector_ok":%s,"detector_flags":%s,"sidecar_flags":%s,"nvml":%s,"check_pids":%s}\n' \
+  "$T0F" "$(now)" "$(json_str "$NODE")" "$([ "$DRYRUN" = 1 ] && echo true || echo false)" "$(json_str "$WATCHDOG")" \
+  "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1].split()))' "$CASES")" "$PG_TIMEOUT" "$COMPUTE_S" "$PAUSE_S" "$STRAGGLE_S" \
+  "$DET_OK" "$(json_str "$DETECTOR_FLAGS")" "$(json_str "$SIDECAR_FLAGS")" "$NVML" "$CHECK_PIDS" > "$WORK/run.json"
+
+timeout 30 python3 "$HERE/collect.py" --work "$WORK" --out "$OUT/results.json" >> "$RUNLOG" 2>&1 || log "WARNING: collect.py failed"
+timeout 10 python3 "$HERE/summarize.py" "$OUT/results.json" > "$OUT/results.md" 2>> "$RUNLOG" || log "WARNING: summarize.py failed"
+[ -s "$OUT/results.md" ] && cat "$OUT/results.md"
+
+# Pack: logs.tgz (NCCL logs, stdout, component logs), samples.tgz (snapshot/incident samples).
+# A tarball over 15 MiB is redone with big files cut to their first and last MiB.
+pack() {
+  local name=$1; shift
+  ( cd "$WORK" && timeout 30 tar czf "$OUT/$name" "$@" 2>/dev/null )
+  local sz; sz=$(stat -c %s "$OUT/$name" 2>/dev/null || echo 0)
+  if [ "$sz" -gt $((15 << 20)) ]; then
+    log "$name is $sz bytes: cutting big files"
+    find "$WORK" -type f -size +2M ! -path '*/etcd/*' | while read -r f; do
+      { head -c 1048576 "$f"; printf '\n...[cut by run.sh]...\n'; tail -c 1048576 "$f"; } > "$f.cut" && mv "$f.cut" "$f"
+    done
+    ( cd "$WORK" && timeout 30 tar czf "$OUT/$name" "$@" 2>/dev/null )
+  fi
+}
+pack logs.tgz --exclude=etcd --exclude='*.jsonl' --exclude=state .
+pack samples.tgz $(cd "$WORK" && find . -name '*.jsonl' -o -name 'metrics.txt' -o -name 'incidents.final.json' | sort)
+log "done in $(( $(date +%s) - T0 ))s; $OUT: $(cd "$OUT" && ls -l | awk 'NR>1{printf "%s(%s) ", $9, $5}')"
+kill_pid "$GUARD_PID" 1
+exit 0

@@ -1,0 +1,72 @@
+"""A stub of the few torch calls job.py makes, so jobcheck.sh can run job.py's control flow
+(scenarios, fault injection, marker lines) on a machine without torch or GPUs. No math."""
+import math
+import time as _time
+
+from . import cuda, distributed  # noqa: F401
+
+__version__ = "stub"
+int32, int64, float32 = "int32", "int64", "float32"
+calls = []  # (op, args) log, read by distributed
+
+
+class device:
+    def __init__(self, kind, index=None):
+        self.type, self.index = kind, index
+
+
+class Tensor:
+    def __init__(self, n, dtype=float32):
+        self.n, self.dtype = n, dtype
+
+    def numel(self):
+        return self.n
+
+    def __truediv__(self, other):
+        return self
+
+    def __matmul__(self, other):
+        _time.sleep(0.0005)  # "compute" takes a little time, so calibration has something to time
+        return self
+
+    def __getitem__(self, s):
+        start, stop, _ = s.indices(self.n)
+        return Tensor(stop - start, self.dtype)
+
+    def view(self, dtype):
+        return Tensor(self.n, dtype)
+
+    def fill_(self, v):
+        return self
+
+    def item(self):
+        return self.value
+
+    def __repr__(self):
+        return f"Tensor(n={self.n}, {self.dtype})"
+
+
+def _numel(shape):
+    return math.prod(shape) if shape else 1
+
+
+def randn(*shape, device=None, dtype=float32):
+    return Tensor(_numel(shape), dtype)
+
+
+def zeros(*shape, device=None, dtype=float32):
+    return Tensor(_numel(shape), dtype)
+
+
+def tensor(values, device=None, dtype=float32):
+    t = Tensor(len(values), dtype)
+    t.value = values[0]
+    return t
+
+
+def tanh(t):
+    return t
+
+
+def manual_seed(s):
+    pass

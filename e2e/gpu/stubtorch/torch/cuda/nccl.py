@@ -1,0 +1,2 @@
+def version():
+    return (2, 28, 9)
