@@ -51,25 +51,35 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		}
 		rest = append(rest, f)
 	}
-	// A crash explains the hang and point-to-point findings of the same rank.
-	byCulprit := map[string]*Finding{}
+	// A death and a stall of the same rank are one root cause; which one it is depends on
+	// the order: a rank that died and therefore stopped is a crash, a rank that hung and
+	// was killed much later (PyTorch's timeout, the launcher) is a hang.
+	var kept []Finding
+	var crashKept []Finding
+	byCulprit := map[string]int{}
 	for i := range crashes {
 		for _, k := range crashes[i].culpritKeys {
-			byCulprit[k] = &crashes[i]
+			byCulprit[k] = i
 		}
 	}
-	var kept []Finding
+	absorbedCrash := map[int]bool{}
 	for _, f := range rest {
 		if len(f.culpritKeys) == 1 {
-			if c := byCulprit[f.culpritKeys[0]]; c != nil {
-				absorb(c, &f)
-				if c.Comm == "" || (f.Kind == incident.KindHang && c.Seq == 0) {
-					c.Comm, c.Seq = f.Comm, f.Seq
+			if ci, ok := byCulprit[f.culpritKeys[0]]; ok {
+				c := &crashes[ci]
+				if diedLongAfter(c, &f, cfg) {
+					f.addEvidence("then: %s", c.Summary)
+					absorbedCrash[ci] = true
+				} else {
+					absorb(c, &f)
+					if c.Comm == "" || (f.Kind == incident.KindHang && c.Seq == 0) {
+						c.Comm, c.Seq = f.Comm, f.Seq
+					}
+					if c.FaultAt.IsZero() {
+						c.FaultAt = f.FaultAt
+					}
+					continue
 				}
-				if c.FaultAt.IsZero() {
-					c.FaultAt = f.FaultAt
-				}
-				continue
 			}
 			if f.Kind == incident.KindP2PMismatch {
 				if h := findByKey(kept, f.Key, incident.KindHang); h != nil {
@@ -80,6 +90,15 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		}
 		kept = append(kept, f)
 	}
+	for i, c := range crashes {
+		if !absorbedCrash[i] {
+			crashKept = append(crashKept, c)
+		}
+	}
+	crashes = crashKept
+	// Deaths after the job's first root cause are its consequences (ranks aborted by
+	// PyTorch's watchdog, killed by the launcher): folded into it, never paged again.
+	mism, kept, crashes = foldLaterDeaths(mism, kept, crashes)
 	// A stuck collective is a consequence when the job has a culprit rank (every other
 	// communicator then waits, level and spinning), or a link fault on its nodes; otherwise
 	// all stuck communicators are one root cause, reported once.
@@ -158,6 +177,53 @@ func torchEvidence(j *Job, f *Finding) {
 			break
 		}
 	}
+}
+
+// diedLongAfter says whether a rank's death came well after it stopped progressing: then the
+// stall is the root cause and the death its consequence.
+func diedLongAfter(crash, stall *Finding, cfg Config) bool {
+	if crash.FaultAt.IsZero() || stall.FaultAt.IsZero() {
+		return false
+	}
+	return crash.FaultAt.Sub(stall.FaultAt) > cfg.HangFloor
+}
+
+// foldLaterDeaths absorbs every crash that happened after the earliest other root cause of
+// the job into that root cause.
+func foldLaterDeaths(mism, kept, crashes []Finding) ([]Finding, []Finding, []Finding) {
+	var first *Finding
+	consider := func(f *Finding) {
+		if !f.FaultAt.IsZero() && (first == nil || f.FaultAt.Before(first.FaultAt)) {
+			first = f
+		}
+	}
+	for i := range mism {
+		consider(&mism[i])
+	}
+	for i := range kept {
+		consider(&kept[i])
+	}
+	for i := range crashes {
+		consider(&crashes[i])
+	}
+	if first == nil {
+		return mism, kept, crashes
+	}
+	drop := map[int]bool{}
+	for i := range crashes {
+		c := &crashes[i]
+		if c != first && !c.FaultAt.IsZero() && c.FaultAt.After(first.FaultAt) {
+			first.addEvidence("then: %s", c.Summary)
+			drop[i] = true
+		}
+	}
+	var out []Finding
+	for i := range crashes {
+		if !drop[i] {
+			out = append(out, crashes[i])
+		}
+	}
+	return mism, kept, out
 }
 
 func findByKey(fs []Finding, key string, kind incident.Kind) *Finding {

@@ -303,3 +303,30 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("incidents after restore %+v", got)
 	}
 }
+
+// TestDeathsAfterTheRootCause: on real GPUs a hung job is killed by PyTorch's timeout or the
+// launcher; those deaths must not become incidents of their own, and a hang must not turn
+// into a crash because its rank was killed a minute later. A real crash stays a crash.
+func TestDeathsAfterTheRootCause(t *testing.T) {
+	cfg := DefaultConfig()
+	exited := func(p *Proc, at time.Duration) *Proc {
+		p.State, p.ExitedAt = "exited", us(at)
+		return p
+	}
+	t.Run("hang, then everyone killed", func(t *testing.T) {
+		j := job(80*time.Second, exited(rank(0, 30, 100*time.Millisecond, 0, nil), 75*time.Second),
+			exited(rank(1, 20, 100*time.Millisecond, 0, nil), 75*time.Second))
+		res := Evaluate(j, cfg, TimingOK)
+		if len(res.Findings) != 1 || res.Findings[0].Kind != incident.KindHang || culpritRanks(res.Findings[0])[0] != 1 {
+			t.Fatalf("%+v", res.Findings)
+		}
+	})
+	t.Run("crash, then the survivor killed", func(t *testing.T) {
+		j := job(40*time.Second, exited(rank(0, 30, 100*time.Millisecond, 0, nil), 20*time.Second),
+			exited(rank(1, 20, 100*time.Millisecond, 0, nil), 2100*time.Millisecond))
+		res := Evaluate(j, cfg, TimingOK)
+		if len(res.Findings) != 1 || res.Findings[0].Kind != incident.KindCrash || culpritRanks(res.Findings[0])[0] != 1 {
+			t.Fatalf("%+v", res.Findings)
+		}
+	})
+}

@@ -208,7 +208,8 @@ def gpu_index_for_rank(snaps, rank):
             for g in gpus:
                 if bus and g.get("bus") and str(g["bus"]).lower() == str(bus).lower():
                     return g.get("i"), "bus"
-            if isinstance(p.get("cudadev"), int):
+            # A process seen before its Init lines has no device yet (-1): keep looking.
+            if isinstance(p.get("cudadev"), int) and p["cudadev"] >= 0:
                 return p["cudadev"], "cudadev"
     return rank, "rank"
 
