@@ -67,8 +67,9 @@ promtool:
 
 tools: $(HELM) promtool
 
-# What `make test` runs for deploy/ (the Go checks of deploy/ run with `go test ./...`).
-deploy-check: helm-check rules-check
+# What `make test` runs for deploy/ (the Go checks of deploy/ and of the docs run with
+# `go test ./...`): about a minute with the tools in place.
+deploy-check: helm-check rules-check prom-e2e
 
 helm-check: $(HELM)
 	@bash -c 'set -eo pipefail; \
@@ -93,7 +94,8 @@ k8s-manifests: $(HELM)
 rules-check: promtool
 	promtool check rules deploy/prometheus/ncclwatch-rules.yaml
 	cd deploy/prometheus && promtool test rules ncclwatch-rules.test.yaml
-	cd deploy/prometheus && promtool check config prometheus.example.yaml 2>&1 | grep -v 'WARNING: file .* does not exist'
+	@cd deploy/prometheus && out=$$(promtool check config prometheus.example.yaml 2>&1) || { echo "$$out"; exit 1; }; \
+	  echo "$$out" | grep -v 'WARNING: file .* does not exist'
 
 # End to end on loopback: the Slurm quick start of docs/quickstart-slurm.md (detector,
 # prolog-started sidecars, a simulated faulty job) scraped by Debian's prometheus; waits for

@@ -22,17 +22,22 @@ import (
 
 const configDoc = "../../docs/configuration.md"
 
-// docTables returns, for every table row of docs/configuration.md whose first cell is a
-// backticked name, the row's cells (backticks kept) by that name.
-func docTables(t *testing.T) map[string][]string {
+// docTables returns the table rows of docs/configuration.md whose first cell is a
+// backticked name: by section (the `## ` heading above them), then by that name.
+func docTables(t *testing.T) map[string]map[string][]string {
 	t.Helper()
 	b, err := os.ReadFile(configDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := map[string][]string{}
+	rows := map[string]map[string][]string{}
+	section := ""
 	for _, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
+		if h, ok := strings.CutPrefix(line, "## "); ok {
+			section = h
+			continue
+		}
 		if !strings.HasPrefix(line, "| `") {
 			continue
 		}
@@ -40,10 +45,23 @@ func docTables(t *testing.T) map[string][]string {
 		for i := range cells {
 			cells[i] = strings.TrimSpace(cells[i])
 		}
-		name := strings.Trim(cells[0], "`")
-		rows[name] = cells
+		if rows[section] == nil {
+			rows[section] = map[string][]string{}
+		}
+		rows[section][strings.Trim(cells[0], "`")] = cells
 	}
 	return rows
+}
+
+// anySection merges every section's rows.
+func anySection(rows map[string]map[string][]string) map[string][]string {
+	out := map[string][]string{}
+	for _, sec := range rows {
+		for k, v := range sec {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func unquote(cell string) string { return strings.Trim(strings.TrimSpace(cell), "`\"") }
@@ -82,7 +100,7 @@ func yamlKeys(t reflect.Type, prefix string, out map[string]reflect.Type) {
 // alert routing included) has a row in docs/configuration.md, and the documented defaults
 // of DetectorConfig are the real ones.
 func TestConfigurationDocumentsDetectorConfig(t *testing.T) {
-	rows := docTables(t)
+	rows := anySection(docTables(t))
 	keys := map[string]reflect.Type{}
 	yamlKeys(reflect.TypeOf(DetectorConfig{}), "", keys)
 	if len(keys) < 30 {
@@ -187,8 +205,14 @@ func helpFlags(t *testing.T, run func(context.Context, []string) error) map[stri
 		if m := nameLine.FindStringSubmatch(line); m != nil {
 			name = m[1]
 			flags[name] = ""
-			if m[2] == "" { // a bool flag without "(default true)" is false
+			// PrintDefaults leaves out zero defaults.
+			switch strings.TrimSpace(m[2]) {
+			case "": // a bool flag
 				flags[name] = "false"
+			case "int", "uint", "float":
+				flags[name] = "0"
+			case "duration":
+				flags[name] = "0s"
 			}
 			continue
 		}
@@ -207,19 +231,24 @@ func helpFlags(t *testing.T, run func(context.Context, []string) error) map[stri
 }
 
 // TestConfigurationDocumentsFlags: every flag of `watchdog sidecar` and `watchdog detector`
-// has a row `--flag` in docs/configuration.md naming its NCCLWATCH_* variable and its real
-// default.
+// has a row `--flag` in its section of docs/configuration.md naming its NCCLWATCH_*
+// variable and its real default.
 func TestConfigurationDocumentsFlags(t *testing.T) {
-	rows := docTables(t)
+	sections := docTables(t)
 	for _, cmd := range []struct {
-		name string
-		run  func(context.Context, []string) error
-	}{{"sidecar", runSidecar}, {"detector", runDetector}} {
+		section string
+		run     func(context.Context, []string) error
+	}{{"Sidecar flags", runSidecar}, {"Detector flags", runDetector}} {
+		rows := sections[cmd.section]
+		if len(rows) == 0 {
+			t.Errorf("docs/configuration.md has no section \"## %s\" with a table", cmd.section)
+			continue
+		}
 		for f, def := range helpFlags(t, cmd.run) {
-			key := cmd.name + " --" + f
+			key := "--" + f
 			row, ok := rows[key]
 			if !ok {
-				t.Errorf("docs/configuration.md has no row `%s`", key)
+				t.Errorf("docs/configuration.md, %s: no row `%s`", cmd.section, key)
 				continue
 			}
 			if len(row) < 4 {

@@ -1,0 +1,305 @@
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ncclwatch/watchdog/alert"
+	"github.com/ncclwatch/watchdog/detect"
+	"github.com/ncclwatch/watchdog/detect/live"
+	"github.com/ncclwatch/watchdog/etcdconn"
+	"github.com/ncclwatch/watchdog/etcdembed"
+	"github.com/ncclwatch/watchdog/heartbeat"
+	"github.com/ncclwatch/watchdog/heartbeat/gpu"
+	"github.com/ncclwatch/watchdog/heartbeat/ibport"
+	"github.com/ncclwatch/watchdog/heartbeat/publish"
+)
+
+// recorder is a Registerer that remembers every collector registered through it, so
+// that metric vectors with no child yet are known by their descriptions.
+type recorder struct {
+	prometheus.Registerer
+	mu   sync.Mutex
+	seen []prometheus.Collector
+}
+
+func (r *recorder) Register(c prometheus.Collector) error {
+	err := r.Registerer.Register(c)
+	if err == nil {
+		r.mu.Lock()
+		r.seen = append(r.seen, c)
+		r.mu.Unlock()
+	}
+	return err
+}
+
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// exported is what the sidecar and the detector export.
+type exported struct {
+	names map[string]bool
+	// histograms holds names whose _bucket, _sum and _count series exist (summaries:
+	// _sum and _count).
+	histograms, summaries map[string]bool
+	// info describes each ncclwatch_* metric.
+	info map[string]metricInfo
+}
+
+// metricInfo is one metric's row in docs/metrics.md.
+type metricInfo struct {
+	Component string // sidecar or detector
+	Type      string // counter, gauge, histogram
+	Labels    []string
+	Help      string
+}
+
+var (
+	exportedOnce sync.Once
+	exportedSet  exported
+	exportedErr  error
+)
+
+// exportedMetrics starts the real sidecar (fake NVML with 8 GPUs, IB sysfs fixtures, a
+// publisher) and the real detector (with its alert dispatcher) in-process on an embedded
+// etcd, registered as cmd/watchdog registers them, and returns every metric name they
+// describe or gather.
+func exportedMetrics(t *testing.T) exported {
+	t.Helper()
+	exportedOnce.Do(func() { exportedSet, exportedErr = startComponents(t.TempDir()) })
+	if exportedErr != nil {
+		t.Fatal(exportedErr)
+	}
+	return exportedSet
+}
+
+func startComponents(dir string) (exported, error) {
+	// Two ranks of a real capture, so that the per-rank series exist.
+	logs, err := filepath.Glob("../testdata/captures/nccl-2.28.9-2xH200/silent/nccl.*.log")
+	if err != nil || len(logs) == 0 {
+		return exported{}, fmt.Errorf("capture logs: %v %v", logs, err)
+	}
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			return exported{}, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(l)), b, 0o644); err != nil {
+			return exported{}, err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	srv, err := etcdembed.Start(ctx, etcdembed.Options{Logger: log})
+	if err != nil {
+		return exported{}, err
+	}
+	defer srv.Close()
+	cli, err := etcdconn.New(etcdconn.Config{Endpoints: srv.Endpoints()})
+	if err != nil {
+		return exported{}, err
+	}
+	defer cli.Close()
+
+	sidecarReg := &recorder{Registerer: prometheus.NewRegistry()}
+	detectorReg := &recorder{Registerer: prometheus.NewRegistry()}
+	for _, r := range []*recorder{sidecarReg, detectorReg} {
+		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	gpus, err := gpu.NewWithLibrary(gpu.NewFake(8), gpu.Options{Logger: log})
+	if err != nil {
+		return exported{}, err
+	}
+	defer gpus.Close()
+	pub := publish.New(cli, publish.Options{Key: etcdconn.NodeKey("metrics", "node0"), Interval: 100 * time.Millisecond,
+		Logger: log, Registerer: sidecarReg})
+	sc, err := heartbeat.New(heartbeat.Options{Job: "metrics", Node: "node0",
+		LogPatterns: []string{filepath.Join(dir, "*.log")}, GPU: gpus, Publisher: pub, Logger: log,
+		Ports:      ibport.New(ibport.Options{IBRoot: "../heartbeat/ibport/testdata/ib-healthy", NetRoot: "../heartbeat/ibport/testdata/net", Logger: log}),
+		Registerer: sidecarReg, SampleEvery: 100 * time.Millisecond, PollLogs: true})
+	if err != nil {
+		return exported{}, err
+	}
+	var termRegs []*recorder
+	var mu sync.Mutex
+	det, err := live.New(live.Options{Client: cli, Rules: detect.DefaultConfig(), Interval: 100 * time.Millisecond,
+		LeaseTTL: 2 * time.Second, Logger: log, Registerer: detectorReg,
+		NewAlerts: func(r prometheus.Registerer) (live.Alerts, error) {
+			rec := &recorder{Registerer: r}
+			mu.Lock()
+			termRegs = append(termRegs, rec)
+			mu.Unlock()
+			cfg := &alert.Config{Notifiers: []alert.NotifierConfig{{Name: "console", Type: "console"}}}
+			return alert.New(cfg, alert.BuildOptions{Console: discard{}}, alert.Options{
+				Store: alert.NewEtcdStore(cli, alert.EtcdStoreOptions{}), Registerer: rec, Logger: log})
+		}})
+	if err != nil {
+		return exported{}, err
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = sc.Run(ctx) }()
+	go func() { defer wg.Done(); _ = det.Run(ctx) }()
+	// Long enough for samples, a publish, a leadership term and a few evaluations.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		n := len(termRegs)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+
+	out := exported{names: map[string]bool{}, histograms: map[string]bool{}, summaries: map[string]bool{}, info: map[string]metricInfo{}}
+	types := map[string]string{}
+	type group struct {
+		component string
+		recs      []*recorder
+	}
+	for _, g := range []group{{"sidecar", []*recorder{sidecarReg}}, {"detector", append([]*recorder{detectorReg}, termRegs...)}} {
+		for _, r := range g.recs {
+			r.mu.Lock()
+			cs := append([]prometheus.Collector(nil), r.seen...)
+			r.mu.Unlock()
+			for _, c := range cs {
+				kind := ""
+				switch c.(type) {
+				case *prometheus.HistogramVec:
+					kind = "histogram"
+				case *prometheus.SummaryVec:
+					kind = "summary"
+				case *prometheus.CounterVec:
+					kind = "counter"
+				case *prometheus.GaugeVec:
+					kind = "gauge"
+				}
+				for _, d := range describe(c) {
+					out.names[d.name] = true
+					if strings.HasPrefix(d.name, "ncclwatch_") {
+						out.info[d.name] = metricInfo{Component: g.component, Labels: d.labels, Help: d.help}
+					}
+					if kind != "" {
+						types[d.name] = kind
+					}
+				}
+			}
+			if gth, ok := r.Registerer.(prometheus.Gatherer); ok {
+				mfs, err := gth.Gather()
+				if err != nil {
+					return exported{}, err
+				}
+				for _, mf := range mfs {
+					out.names[mf.GetName()] = true
+					types[mf.GetName()] = strings.ToLower(mf.GetType().String())
+				}
+			}
+		}
+	}
+	for n, info := range out.info {
+		info.Type = types[n]
+		if info.Type == "" { // a const metric of a custom collector that had no sample
+			info.Type = "gauge"
+			if strings.HasSuffix(n, "_total") {
+				info.Type = "counter"
+			}
+		}
+		out.info[n] = info
+	}
+	for n, ty := range types {
+		switch ty {
+		case "histogram", "gauge_histogram":
+			out.histograms[n] = true
+		case "summary":
+			out.summaries[n] = true
+		}
+	}
+	cancel()
+	wg.Wait()
+	return out, nil
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+var (
+	descName   = regexp.MustCompile(`fqName: "([^"]+)"`)
+	descHelp   = regexp.MustCompile(`help: "((?:[^"\\]|\\.)*)"`)
+	descLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
+)
+
+type described struct {
+	name, help string
+	labels     []string
+}
+
+// describe returns what a collector describes: name, help and variable labels of each Desc.
+func describe(c prometheus.Collector) []described {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() { c.Describe(ch); close(ch) }()
+	var out []described
+	for d := range ch {
+		s := d.String()
+		m := descName.FindStringSubmatch(s)
+		if m == nil {
+			continue
+		}
+		x := described{name: m[1]}
+		if h := descHelp.FindStringSubmatch(s); h != nil {
+			if u, err := strconv.Unquote(`"` + h[1] + `"`); err == nil {
+				x.help = u
+			}
+		}
+		if l := descLabels.FindStringSubmatch(s); l != nil && l[1] != "" {
+			for _, lb := range strings.Split(l[1], ",") {
+				x.labels = append(x.labels, strings.TrimSuffix(strings.TrimPrefix(lb, "c("), ")"))
+			}
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// known says whether a name in an expression is a series Prometheus will hold: an
+// exported metric, a histogram's or summary's derived series, a recording rule, or one
+// of Prometheus's own per-target series.
+func (e exported) known(name string, recorded map[string]bool) bool {
+	if e.names[name] || recorded[name] {
+		return true
+	}
+	switch name {
+	case "up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_samples_post_metric_relabeling", "scrape_series_added":
+		return true
+	}
+	for _, suf := range []string{"_bucket", "_sum", "_count"} {
+		base, ok := strings.CutSuffix(name, suf)
+		if !ok {
+			continue
+		}
+		if e.histograms[base] || (suf != "_bucket" && e.summaries[base]) {
+			return true
+		}
+	}
+	return false
+}

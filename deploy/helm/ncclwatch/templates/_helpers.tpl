@@ -1,0 +1,89 @@
+{{/* Names. */}}
+{{- define "ncclwatch.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ncclwatch.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ncclwatch.detector" -}}
+{{- printf "%s-detector" (include "ncclwatch.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ncclwatch.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "ncclwatch.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "ncclwatch.detectorSelector" -}}
+app.kubernetes.io/name: {{ include "ncclwatch.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: detector
+{{- end -}}
+
+{{- define "ncclwatch.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The embedded etcd runs in the detector when no endpoints are given. */}}
+{{- define "ncclwatch.embeddedEtcd" -}}
+{{- if not .Values.etcd.endpoints -}}true{{- end -}}
+{{- end -}}
+
+{{/* etcd endpoints for clients: the cluster's, or the detector Service's embedded etcd. */}}
+{{- define "ncclwatch.etcdEndpoints" -}}
+{{- if .Values.etcd.endpoints -}}
+{{- join "," .Values.etcd.endpoints -}}
+{{- else -}}
+{{- printf "http://%s.%s.svc:2379" (include "ncclwatch.detector" .) .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Volumes holding etcd client credentials. */}}
+{{- define "ncclwatch.etcdVolumes" -}}
+{{- if .Values.etcd.tls.secretName }}
+- name: etcd-tls
+  secret:
+    secretName: {{ .Values.etcd.tls.secretName }}
+    defaultMode: 0444
+{{- end }}
+{{- if .Values.etcd.auth.passwordSecret.name }}
+- name: etcd-auth
+  secret:
+    secretName: {{ .Values.etcd.auth.passwordSecret.name }}
+    defaultMode: 0444
+    items:
+      - key: {{ .Values.etcd.auth.passwordSecret.key }}
+        path: password
+{{- end }}
+{{- end -}}
+
+{{- define "ncclwatch.etcdVolumeMounts" -}}
+{{- if .Values.etcd.tls.secretName }}
+- name: etcd-tls
+  mountPath: /etc/ncclwatch/etcd-tls
+  readOnly: true
+{{- end }}
+{{- if .Values.etcd.auth.passwordSecret.name }}
+- name: etcd-auth
+  mountPath: /etc/ncclwatch/etcd-auth
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* The NCCL settings a training container needs (docs/quickstart-kubernetes.md). */}}
+{{- define "ncclwatch.ncclEnv" -}}
+NCCL_DEBUG: INFO
+NCCL_DEBUG_SUBSYS: INIT,COLL,NET
+NCCL_DEBUG_FILE: {{ printf "%s/nccl.%%h.%%p.log" .Values.sidecar.logDir }}
+NCCL_DEBUG_TIMESTAMP_LEVELS: ALL
+NCCL_DEBUG_TIMESTAMP_FORMAT: "[%F %T.%6f] "
+{{- end -}}

@@ -1,0 +1,109 @@
+#!/bin/bash
+# Slurm Prolog for the NCCL watchdog: starts this node's sidecar for the job.
+#
+# slurm.conf:  Prolog=/etc/slurm/prolog.d/ncclwatch-prolog.sh   (runs as root on each node)
+#              PrologFlags=Alloc   (run at allocation, so the sidecar is up before the job)
+# Settings: /etc/ncclwatch/slurm.conf (or $NCCLWATCH_CONF), shell assignments; every
+# NCCLWATCH_* variable in it or in the environment that names a sidecar flag (e.g.
+# NCCLWATCH_ETCD_ENDPOINTS for --etcd-endpoints) is handed to the sidecar.
+#
+# The sidecar runs as the systemd unit ncclwatch-sidecar@<job>.service where systemd runs,
+# else (containers, one-machine quick start) as a background process with a pid file.
+# A watchdog problem never fails the job: errors are logged and the prolog exits 0.
+set -u
+
+conf=${NCCLWATCH_CONF:-/etc/ncclwatch/slurm.conf}
+if [ -r "$conf" ]; then
+	set -a
+	# shellcheck disable=SC1090
+	. "$conf"
+	set +a
+fi
+: "${NCCLWATCH_BIN:=/usr/local/bin/watchdog}"
+: "${NCCLWATCH_LOG_ROOT:=/var/log/nccl}"        # NCCL logs: $NCCLWATCH_LOG_ROOT/<job>/
+: "${NCCLWATCH_RUN_DIR:=/run/ncclwatch}"        # per-job environment and pid files
+: "${NCCLWATCH_STATE_ROOT:=/var/lib/ncclwatch}" # per-job read offsets
+: "${NCCLWATCH_SUPERVISOR:=auto}"               # systemd, background or auto
+: "${NCCLWATCH_HTTP_HOST:=0.0.0.0}"
+: "${NCCLWATCH_HTTP_PORT:=9301}"
+: "${NCCLWATCH_TARGETS_DIR:=}"                  # Prometheus file_sd folder (shared); empty: none
+: "${NCCLWATCH_TARGET_HOST:=$(hostname -f 2>/dev/null || hostname)}"
+: "${NCCLWATCH_LOG_GROUP:=ncclwatch}"           # group that may read the NCCL logs
+
+log() {
+	if command -v logger >/dev/null 2>&1; then logger -t ncclwatch-prolog -- "$*" 2>/dev/null; fi
+	echo "ncclwatch-prolog: $*" >&2
+}
+
+job=${SLURM_JOB_ID:-}
+if [ -z "$job" ]; then
+	log "SLURM_JOB_ID is not set; nothing to do"
+	exit 0
+fi
+case $job in *[!A-Za-z0-9_.-]*) log "odd job id '$job'; nothing to do"; exit 0 ;; esac
+node=${NCCLWATCH_NODE:-${SLURMD_NODENAME:-$(hostname -s)}}
+logdir=$NCCLWATCH_LOG_ROOT/$job
+: "${NCCLWATCH_LOGS:=$logdir/*.log}"
+unit_id=$job
+instance=$job.$node
+
+# (The sidecar creates its own state folder, as its own user.)
+mkdir -p "$logdir" "$NCCLWATCH_RUN_DIR" || { log "cannot create $logdir or $NCCLWATCH_RUN_DIR"; exit 0; }
+if [ "$(id -u)" = 0 ] && [ -n "${SLURM_JOB_UID:-}" ]; then
+	# The job writes its NCCL logs here; the sidecar's group reads them.
+	if getent group "$NCCLWATCH_LOG_GROUP" >/dev/null 2>&1; then
+		chown "$SLURM_JOB_UID:$NCCLWATCH_LOG_GROUP" "$logdir" && chmod 2750 "$logdir"
+	else
+		chown "$SLURM_JOB_UID" "$logdir" && chmod 0755 "$logdir"
+	fi
+fi
+
+# The sidecar's environment: its NCCLWATCH_* flags; prolog-only settings stay here.
+env_file=$NCCLWATCH_RUN_DIR/$instance.env
+{
+	echo "NCCLWATCH_JOB=$job"
+	echo "NCCLWATCH_NODE=$node"
+	echo "NCCLWATCH_LOGS=$NCCLWATCH_LOGS"
+	echo "NCCLWATCH_STATE_DIR=$NCCLWATCH_STATE_ROOT/$instance"
+	echo "NCCLWATCH_HTTP=$NCCLWATCH_HTTP_HOST:$NCCLWATCH_HTTP_PORT"
+	env | grep '^NCCLWATCH_' | grep -v -E '^NCCLWATCH_(JOB|NODE|LOGS|STATE_DIR|HTTP|CONF|BIN|LOG_ROOT|RUN_DIR|STATE_ROOT|SUPERVISOR|HTTP_HOST|HTTP_PORT|TARGETS_DIR|TARGET_HOST|LOG_GROUP)='
+} > "$env_file.tmp" && mv "$env_file.tmp" "$env_file" || { log "cannot write $env_file"; exit 0; }
+
+supervisor=$NCCLWATCH_SUPERVISOR
+if [ "$supervisor" = auto ]; then
+	supervisor=background
+	if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then supervisor=systemd; fi
+fi
+case $supervisor in
+systemd)
+	# ncclwatch-sidecar@.service reads $NCCLWATCH_RUN_DIR/<job>.<node>.env
+	ln -sf "$instance.env" "$NCCLWATCH_RUN_DIR/$unit_id.env"
+	systemctl start --no-block "ncclwatch-sidecar@$unit_id.service" || log "systemctl start ncclwatch-sidecar@$unit_id failed"
+	;;
+background)
+	pid_file=$NCCLWATCH_RUN_DIR/$instance.pid
+	(
+		set -a
+		# shellcheck disable=SC1090
+		. "$env_file"
+		set +a
+		exec setsid "$NCCLWATCH_BIN" sidecar </dev/null >>"$NCCLWATCH_RUN_DIR/$instance.log" 2>&1
+	) &
+	echo $! > "$pid_file"
+	;;
+*)
+	log "NCCLWATCH_SUPERVISOR=$supervisor: want systemd, background or auto"
+	exit 0
+	;;
+esac
+
+# Tell Prometheus (file_sd) where this job's sidecar is, with the job's name as a label.
+if [ -n "$NCCLWATCH_TARGETS_DIR" ]; then
+	mkdir -p "$NCCLWATCH_TARGETS_DIR" &&
+		printf '[{"targets": ["%s:%s"], "labels": {"ncclwatch_job": "%s", "node": "%s"}}]\n' \
+			"$NCCLWATCH_TARGET_HOST" "$NCCLWATCH_HTTP_PORT" "$job" "$node" > "$NCCLWATCH_TARGETS_DIR/.$instance.json.tmp" &&
+		mv "$NCCLWATCH_TARGETS_DIR/.$instance.json.tmp" "$NCCLWATCH_TARGETS_DIR/$instance.json" ||
+		log "cannot write the Prometheus target of $instance"
+fi
+log "sidecar for job $job on $node started ($supervisor), logs $NCCLWATCH_LOGS"
+exit 0
