@@ -5,8 +5,11 @@ package detect
 
 import (
 	"fmt"
+	"runtime"
 	"sort"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
@@ -99,6 +102,31 @@ func NewJob(name string, now time.Time, procs []*Proc, nodes map[string]*snapsho
 		return j.Groups[a].ID < j.Groups[b].ID
 	})
 	return j
+}
+
+// eachGroup runs fn on every group, in parallel across GOMAXPROCS workers: groups are
+// independent, and a 100k-rank job has thousands. fn must only write to its own index.
+func (j *Job) eachGroup(fn func(i int, g *Group)) {
+	n := len(j.Groups)
+	workers := min(runtime.GOMAXPROCS(0), n/64+1)
+	if workers <= 1 {
+		for i, g := range j.Groups {
+			fn(i, g)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i, j.Groups[i])
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // Finding is one rule's verdict about one root cause.

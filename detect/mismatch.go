@@ -15,13 +15,19 @@ import (
 // minority are the culprits; with two, the rank that broke its own repeating pattern is.
 // Where one rank's sequence is the other's with one op missing, it says which op was skipped.
 func Mismatch(j *Job) []Finding {
-	var out []Finding
-	for _, g := range j.Groups {
+	found := make([]*Finding, len(j.Groups))
+	j.eachGroup(func(i int, g *Group) {
 		if len(g.Members) < 2 {
-			continue
+			return
 		}
 		if f, ok := mismatchInGroup(j, g); ok {
-			out = append(out, f)
+			found[i] = &f
+		}
+	})
+	var out []Finding
+	for _, f := range found {
+		if f != nil {
+			out = append(out, *f)
 		}
 	}
 	return out

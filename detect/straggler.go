@@ -63,15 +63,15 @@ func Straggler(j *Job, cfg Config, timing Timing) []Finding {
 		samples   int
 		period    time.Duration
 	}
-	best := map[string]*verdict{}
-	var order []string
-	for _, g := range j.Groups {
+	// Per communicator in parallel, then per process: the communicator where it lags most.
+	perGroup := make([][]*verdict, len(j.Groups))
+	j.eachGroup(func(gi int, g *Group) {
 		if len(g.Members) < 2 {
-			continue
+			return
 		}
 		series, firstArrival := lagSeries(g)
 		if len(firstArrival) < cfg.StragglerMinSamples {
-			continue
+			return
 		}
 		period := stepPeriod(g, firstArrival)
 		threshold := max(cfg.StragglerMinLag.Microseconds(), int64(cfg.StragglerFraction*float64(period.Microseconds())))
@@ -83,19 +83,23 @@ func Straggler(j *Job, cfg Config, timing Timing) []Finding {
 			if len(s) < cfg.StragglerMinSamples {
 				continue
 			}
-			med := medianLag(s)
-			if med <= threshold {
-				continue
+			if med := medianLag(s); med > threshold {
+				perGroup[gi] = append(perGroup[gi], &verdict{proc: m.Proc, group: g, median: med, threshold: threshold,
+					onset: onset(series[i], threshold), samples: len(s), period: period})
 			}
-			k := m.Proc.Key()
-			v := best[k]
-			if v == nil {
+		}
+	})
+	best := map[string]*verdict{}
+	var order []string
+	for _, vs := range perGroup {
+		for _, v := range vs {
+			k := v.proc.Key()
+			if have := best[k]; have == nil {
 				order = append(order, k)
-			} else if v.median >= med {
+			} else if have.median >= v.median {
 				continue
 			}
-			best[k] = &verdict{proc: m.Proc, group: g, median: med, threshold: threshold,
-				onset: onset(series[i], threshold), samples: len(s), period: period}
+			best[k] = v
 		}
 	}
 	var out []Finding

@@ -59,7 +59,7 @@ func (t *Tracker) Snapshot(o SnapshotOptions) snapshot.Process {
 func (c *Comm) snapshot(o SnapshotOptions) snapshot.Comm {
 	sc := snapshot.Comm{
 		ID: c.ID, Ptr: "0x" + strconv.FormatUint(c.Ptr, 16), Rank: c.Rank, NRanks: c.NRanks,
-		CudaDev: c.CudaDev, State: c.State, Count: c.Count, Created: snapshot.Micros(c.Created),
+		CudaDev: c.CudaDev, State: c.State, Count: c.Count,
 	}
 	if c.BusID != 0 {
 		sc.BusID = strconv.FormatUint(c.BusID, 16)
@@ -82,12 +82,22 @@ func (c *Comm) snapshot(o SnapshotOptions) snapshot.Comm {
 			}
 			recent = recent[i:]
 		}
-		sc.Recent = make([]snapshot.Op, len(recent))
+		sc.Recent = make(snapshot.Ops, len(recent))
 		for i, r := range recent {
 			sc.Recent[i] = SnapshotOp(r)
 		}
 	}
-	for _, m := range c.Marks() {
+	marks := c.Marks()
+	if o.After != nil {
+		// Like ops: the marks a reader does not have yet, and the newest one.
+		after := o.After(c.Ptr)
+		i := 0
+		for i < len(marks)-1 && marks[i].Seq <= after {
+			i++
+		}
+		marks = marks[i:]
+	}
+	for _, m := range marks {
 		sc.Marks = append(sc.Marks, snapshot.Mark{Seq: m.Seq, Digest: strconv.FormatUint(m.Digest, 16), T: snapshot.Micros(m.T)})
 	}
 	if len(c.P2P) > 0 {

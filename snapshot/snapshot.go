@@ -12,7 +12,7 @@ import (
 )
 
 // SchemaVersion is bumped on any incompatible change; readers reject other versions.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // MaxNodeBytes is the hard cap on one encoded node snapshot, far below etcd's 1.5 MiB
 // request limit. Encoders shed detail (recent ops, then warnings) to stay under it.
@@ -95,19 +95,43 @@ type Comm struct {
 	Ptr     string `json:"ptr"`
 	Rank    int    `json:"rank"`
 	NRanks  int    `json:"n"`
-	CudaDev int    `json:"dev"`
+	CudaDev int    `json:"dev,omitempty"`
 	BusID   string `json:"bus,omitempty"`
 	// State: "init" (START seen), "ready", "destroyed", "aborted", "revoked".
 	State string `json:"st,omitempty"`
 	// Count is the number of collectives issued: the last sequence position.
-	Count   int64  `json:"c"`
-	Last    *Op    `json:"last,omitempty"`
-	Recent  []Op   `json:"recent,omitempty"` // latest ops, oldest first
-	Marks   []Mark `json:"marks,omitempty"`  // digests at aligned positions, oldest first
-	P2P     []P2P  `json:"p2p,omitempty"`
-	Created Micros `json:"created,omitempty"`
+	Count  int64 `json:"c"`
+	Last   *Op   `json:"last,omitempty"`
+	Recent Ops   `json:"recent,omitempty"` // latest ops, oldest first
+	Marks  Marks `json:"marks,omitempty"`  // digests at aligned positions, oldest first
+	P2P    []P2P `json:"p2p,omitempty"`
 	// Waiting is true when this comm holds the rank's newest op and its GPU spins.
 	Waiting bool `json:"wait,omitempty"`
+}
+
+// MarshalJSON leaves out Last when it is the newest of Recent (UnmarshalJSON restores it).
+func (c Comm) MarshalJSON() ([]byte, error) {
+	type wire Comm
+	w := wire(c)
+	if n := len(w.Recent); n > 0 && w.Last != nil && *w.Last == w.Recent[n-1] {
+		w.Last = nil
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a communicator and restores Last from Recent.
+func (c *Comm) UnmarshalJSON(b []byte) error {
+	type wire Comm
+	var w wire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*c = Comm(w)
+	if n := len(c.Recent); c.Last == nil && n > 0 {
+		last := c.Recent[n-1]
+		c.Last = &last
+	}
+	return nil
 }
 
 // Op is one collective at a sequence position.

@@ -23,6 +23,7 @@ func commands() []command {
 		{"sidecar", "follow this node's NCCL logs, sample GPUs/ports/RAS, publish to etcd", runSidecar},
 		{"detector", "judge every job live from etcd, open incidents, alert (HA by election)", runDetector},
 		{"demo", "everything on one machine: embedded etcd, simulated faulty jobs, sidecars, detector", runDemo},
+		{"loadgen", "measure the watchdog at scale: simulated sidecars, real etcd, a real detector", runLoadgen},
 		{"simulate", "write a simulated training job's NCCL logs, GPU and IB state, with scripted faults", runSimulate},
 		{"status", "live terminal view of communicators x ranks and incidents", runStatus},
 		{"nvml-probe", "print raw NVML samples of this machine's GPUs (JSON lines)", runNVMLProbe},
