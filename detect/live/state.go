@@ -16,8 +16,8 @@ import (
 
 // History bounds per rank and communicator.
 const (
-	maxHistOps   = 48
-	maxHistMarks = 24
+	maxHistOps   = 32
+	maxHistMarks = 16
 )
 
 // State is every job's latest view. Not safe for concurrent use: the detector serialises.
@@ -88,6 +88,9 @@ func (s *State) Put(n *snapshot.Node, now time.Time) {
 				ns.hist[k] = h
 			}
 			h.merge(c)
+			// The stored snapshot carries the accumulated history itself, so that views
+			// share it instead of copying every communicator each cycle.
+			c.Recent, c.Marks = h.ops, h.marks
 		}
 	}
 	for k := range ns.hist {
@@ -231,16 +234,7 @@ func (s *State) View(job string, now time.Time) (view *detect.Job, lost []*snaps
 		}
 		nodes[name] = ns.snap
 		for pi := range ns.snap.Processes {
-			p := ns.snap.Processes[pi] // copy: the view replaces comms
-			comms := make([]snapshot.Comm, len(p.Comms))
-			for ci, c := range p.Comms {
-				if h := ns.hist[histKey{pid: p.PID, comm: c.ID}]; h != nil {
-					c.Recent, c.Marks = h.ops, h.marks
-				}
-				comms[ci] = c
-			}
-			p.Comms = comms
-			procs = append(procs, &detect.Proc{Process: p, Node: name})
+			procs = append(procs, &detect.Proc{Process: ns.snap.Processes[pi], Node: name})
 		}
 	}
 	return detect.NewJob(job, now, procs, nodes), lost
