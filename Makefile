@@ -4,7 +4,7 @@ BIN       := bin
 TESTFLAGS ?= -race -count=1 -timeout 15m
 FUZZTIME  ?= 60s
 
-.PHONY: build test lint demo bench-parse fuzz-short clean
+.PHONY: build test lint demo bench-parse bench-sidecar bench-detector bench-scale fuzz-short clean
 
 build:
 	$(GO) build -o $(BIN)/watchdog ./cmd/watchdog
@@ -29,6 +29,20 @@ bench-parse:
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench . -benchmem ./logparse/
 	$(GO) run ./internal/benchparse -mb 128
+
+# The sidecar under load: 8 simulated ranks x 2,000 collective lines/s for 60 s; prints its
+# CPU s/s, peak RSS and etcd writes/s (targets: < 5% of a core, < 64 MiB, <= 1/s).
+bench-sidecar: build
+	$(GO) run ./internal/benchsidecar --watchdog $(BIN)/watchdog --duration 60s
+
+# Detector evaluation time per cycle for one job of 4,096 ranks x 4 communicators.
+bench-detector:
+	$(GO) test -run '^$$' -bench Evaluate4096 -benchtime 10x ./detect/live/
+
+# Scale: simulated sidecars of RANKS ranks, embedded etcd, a detector process, a silent rank.
+RANKS ?= 4096
+bench-scale: build
+	$(BIN)/watchdog loadgen --ranks $(RANKS) --json
 
 # Every fuzz target of every parser for FUZZTIME each.
 fuzz-short:
