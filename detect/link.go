@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/logparse"
 )
 
 // errorCounters are the IB port counters whose growth means a sick link.
@@ -175,17 +176,7 @@ func orUnknown(s string) string {
 	return s
 }
 
-func ibStatusName(code int) string {
-	names := [...]string{"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
-		"WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR",
-		"REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR",
-		"REM_INV_RD_REQ_ERR", "REM_ABORT_ERR", "INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR",
-		"RESP_TIMEOUT_ERR", "GENERAL_ERR"}
-	if code >= 0 && code < len(names) {
-		return "IBV_WC_" + names[code]
-	}
-	return "status"
-}
+func ibStatusName(code int) string { return "IBV_WC_" + logparse.IBWCStatus(code) }
 
 // peerIP strips the "<port>" of "10.0.0.8<50123>".
 func peerIP(peer string) string {

@@ -11,10 +11,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ncclwatch/watchdog/internal/procstat"
 	"hash/fnv"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -120,7 +120,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	httpAddr, err := freeAddr()
+	httpAddr, err := procstat.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +176,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			})
 		}()
 	}
-	cpu0, _ := cpuSeconds(det.Process.Pid)
+	cpu0, _ := procstat.CPUSeconds(det.Process.Pid)
 	t0 := time.Now()
 	select {
 	case <-time.After(o.Warmup):
@@ -206,8 +206,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	elapsed := time.Since(t0).Seconds()
-	cpu1, _ := cpuSeconds(det.Process.Pid)
-	rss, _ := peakRSS(det.Process.Pid)
+	cpu1, _ := procstat.CPUSeconds(det.Process.Pid)
+	rss, _ := procstat.PeakRSSKiB(det.Process.Pid)
 	metrics, _ := scrape(base + "/metrics")
 	stop()
 	wg.Wait()
@@ -384,15 +384,6 @@ func digest(id string, seq int64) string {
 	return strconv.FormatUint(h.Sum64(), 16)
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 func waitHTTP(u string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
@@ -415,33 +406,6 @@ func getJSON(u string, v any) error {
 	}
 	defer resp.Body.Close()
 	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-func cpuSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100, nil
-}
-
-func peakRSS(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		}
-	}
-	return 0, errors.New("no VmHWM")
 }
 
 // scrape returns the text exposition lines.

@@ -10,8 +10,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/ncclwatch/watchdog/internal/procstat"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -63,7 +63,7 @@ func run(bin string, dur time.Duration, rate int) error {
 	}
 	logs := sim.Nodes()[0].LogDir
 
-	httpAddr, err := freeAddr()
+	httpAddr, err := procstat.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func run(bin string, dur time.Duration, rate int) error {
 	time.Sleep(time.Second)
 
 	start := time.Now()
-	cpu0, err := cpuSeconds(cmd.Process.Pid)
+	cpu0, err := procstat.CPUSeconds(cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func run(bin string, dur time.Duration, rate int) error {
 	}
 	time.Sleep(2 * time.Second) // let the sidecar catch up and publish
 	elapsed := time.Since(start).Seconds()
-	cpu1, err := cpuSeconds(cmd.Process.Pid)
+	cpu1, err := procstat.CPUSeconds(cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
@@ -98,7 +98,7 @@ func run(bin string, dur time.Duration, rate int) error {
 	if err != nil {
 		return err
 	}
-	rss, err := peakRSS(cmd.Process.Pid)
+	rss, err := procstat.PeakRSSKiB(cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
@@ -109,43 +109,6 @@ func run(bin string, dur time.Duration, rate int) error {
 	fmt.Printf("sidecar peak RSS     %.1f MiB (target < 64 MiB)\n", float64(rss)/1024)
 	fmt.Printf("etcd writes          %.2f /s (target <= 1)\n", (w1-w0)/elapsed)
 	return nil
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-// cpuSeconds is utime+stime of a process (clock ticks of 1/100 s on Linux).
-func cpuSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100, nil
-}
-
-func peakRSS(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb, nil
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM for pid %d", pid)
 }
 
 // writes reads ncclwatch_publish_total{result="ok"} from the sidecar.
