@@ -167,3 +167,32 @@ func (s *Sidecar) encode() ([]byte, error) {
 	s.lastBody, s.lastOut = body, out
 	return out, nil
 }
+
+// OwnsRank says whether a rank in a RAS report (host as NCCL prints it, an IP address, and
+// pid) is one of this node's processes. RAS reports the whole job on every node; a sidecar
+// keeps only its own ranks' counts (ras.Client.Keep), so a node snapshot stays kilobytes.
+func (s *Sidecar) OwnsRank(host string, pid int) bool {
+	s.mu.Lock()
+	ranks := make([]*rankLog, 0, len(s.ranks))
+	for _, r := range s.ranks {
+		ranks = append(ranks, r)
+	}
+	s.mu.Unlock()
+	for _, r := range ranks {
+		if r.pid != pid {
+			continue
+		}
+		r.mu.Lock()
+		addrs := r.tracker.Addrs
+		r.mu.Unlock()
+		if len(addrs) == 0 {
+			return true
+		}
+		for _, a := range addrs {
+			if a == host {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -303,3 +303,32 @@ func TestGPUsAndWaiting(t *testing.T) {
 		t.Fatalf("rank bus %s state %s waiting %v; want 10000, waiting, true", p.BusID, p.GPUState, p.Comms[0].Waiting)
 	}
 }
+
+// TestOwnsRank: a node keeps only its own ranks' RAS counts: same pid and, when NCCL printed
+// one, the same bootstrap address.
+func TestOwnsRank(t *testing.T) {
+	logs := t.TempDir()
+	w := newRankWriter(t, logs, 4247, 0)
+	w.line("Bootstrap: Using eth0:10.1.2.3<0>")
+	w.allReduce(1)
+	s, err := New(Options{Job: "j", Node: "node0", LogPatterns: []string{filepath.Join(logs, "*.log")}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+	if waitFor(t, 5*time.Second, func() bool { return s.OwnsRank("10.1.2.3", 4247) }) < 0 {
+		t.Fatal("own rank not recognised")
+	}
+	for _, c := range []struct {
+		host string
+		pid  int
+	}{{"10.1.2.4", 4247}, {"10.1.2.3", 4248}} {
+		if s.OwnsRank(c.host, c.pid) {
+			t.Errorf("%s pid %d is not ours", c.host, c.pid)
+		}
+	}
+}

@@ -207,7 +207,12 @@ func Encode(n *Node) ([]byte, error) {
 			comms[j].Marks = nil
 		}
 	}
-	shed.Shed = "recent,events,marks"
+	if shed.RAS != nil {
+		r := *shed.RAS
+		r.Comms = nil
+		shed.RAS = &r
+	}
+	shed.Shed = "recent,events,marks,ras"
 	if b, err = json.Marshal(&shed); err != nil {
 		return nil, fmt.Errorf("encode node snapshot: %w", err)
 	}

@@ -90,12 +90,17 @@ func runSidecar(ctx context.Context, args []string) error {
 	if *checkPIDs {
 		opts.Liveness = proc.New(proc.Options{ProcRoot: *procRoot, Logger: log.With("part", "proc")})
 	}
+	var rasClient *ras.Client
 	if *rasAddr != "" {
-		opts.RAS = &ras.Client{Addr: *rasAddr}
+		rasClient = &ras.Client{Addr: *rasAddr}
+		opts.RAS = rasClient
 	}
 	sc, err := heartbeat.New(opts)
 	if err != nil {
 		return err
+	}
+	if rasClient != nil {
+		rasClient.Keep = sc.OwnsRank // only this node's ranks' counts go into its snapshot
 	}
 	var h http.Handler = sc.HTTPHandler(reg)
 	if *pprofOn {
