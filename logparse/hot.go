@@ -10,12 +10,9 @@ import "bytes"
 // hotColl parses, into l.Coll only, "<Op>: opCount <hex> sendbuff <p> recvbuff <p> count <u> datatype <d> op <d>
 // root <d> comm <p> [nranks=<d>]" starting at msg.
 func hotColl(m []byte, l *Line) bool {
-	// Op name up to ':'.
-	i := 0
-	for i < len(m) && i < 16 && m[i] != ':' {
-		i++
-	}
-	if i == 0 || i >= 16 || i+11 > len(m) || string(m[i:i+10]) != ": opCount " {
+	// Op name up to ':' (op names are at most 13 bytes).
+	i := bytes.IndexByte(m[:min(len(m), 16)], ':')
+	if i <= 0 || i+11 > len(m) || string(m[i:i+10]) != ": opCount " {
 		return false
 	}
 	c := &l.Coll
@@ -52,8 +49,12 @@ func hotColl(m []byte, l *Line) bool {
 	// count
 	var u uint64
 	start := j
-	for j < len(m) && m[j]-'0' <= 9 && j-start < 20 {
-		u = u*10 + uint64(m[j]-'0')
+	for j < len(m) {
+		d := m[j] - '0'
+		if d > 9 {
+			break
+		}
+		u = u*10 + uint64(d)
 		j++
 	}
 	if j == start || j-start >= 20 {
@@ -115,7 +116,7 @@ func hotColl(m []byte, l *Line) bool {
 func hotHex(m []byte, j int) (uint64, int, bool) {
 	var v uint64
 	start := j
-	for ; j < len(m) && j-start < 17; j++ {
+	for ; j < len(m); j++ {
 		c := m[j]
 		d := c - '0'
 		if d > 9 {
@@ -132,6 +133,10 @@ func hotHex(m []byte, j int) (uint64, int, bool) {
 
 // hotInt reads an optionally negative decimal of at most 18 digits at m[j:].
 func hotInt(m []byte, j int) (int64, int, bool) {
+	// Datatype, op, root and nranks are mostly one digit.
+	if j+1 < len(m) && m[j]-'0' <= 9 && m[j+1]-'0' > 9 {
+		return int64(m[j] - '0'), j + 1, true
+	}
 	neg := j < len(m) && m[j] == '-'
 	if neg {
 		j++

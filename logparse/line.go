@@ -131,6 +131,8 @@ type Body struct {
 type prefixCache struct {
 	tok      [80]byte
 	tokLen   int
+	hostLen  int
+	tsEnd    int // index of the ']' closing the previous line's timestamp
 	pid, tid int
 	hour     [14]byte // "YYYY-MM-DD HH:"
 	hourOK   bool

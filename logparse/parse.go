@@ -56,37 +56,50 @@ func Parse(line []byte, l *Line) {
 // fastPrefix parses the common INFO layout "[%F %T.%Nf] host:pid:tid [dev] NCCL INFO " left
 // to right. Any other layout (WARN, TRACE, custom timestamps) takes the general path.
 func fastPrefix(b []byte, l *Line) ([]byte, bool) {
+	c := &l.cache
 	i := 0
 	if b[0] == '[' {
-		end := bytes.IndexByte(b, ']')
-		if end < 20 || end > 31 || end+1 >= len(b) || b[end+1] != ' ' {
-			return nil, false
+		// The previous line's timestamp length is the likely one: check its end directly.
+		end := c.tsEnd
+		if end == 0 || end+1 >= len(b) || b[end] != ']' || b[end+1] != ' ' {
+			end = bytes.IndexByte(b, ']')
+			if end < 20 || end > 31 || end+1 >= len(b) || b[end+1] != ' ' {
+				return nil, false
+			}
 		}
 		parseTimestampCached(b[:end+1], l)
 		if !l.HasTime {
 			return nil, false
 		}
+		c.tsEnd = end
 		i = end + 2
 	}
-	sp := bytes.IndexByte(b[i:], ' ')
-	if sp < 0 {
-		l.HasTime, l.Time = false, Timestamp{}
-		return nil, false
-	}
-	tok := b[i : i+sp]
 	var host []byte
 	var pid, tid int
+	var j int
 	ok := false
-	if c := &l.cache; c.tokLen > 0 && c.tokLen == len(tok) && string(c.tok[:c.tokLen]) == string(tok) {
-		host, pid, tid, ok = tok[:bytes.IndexByte(tok, ':')], c.pid, c.tid, true
-	} else if host, pid, tid, ok = hostPidTid(tok); ok && len(tok) <= len(c.tok) {
-		c.tokLen = copy(c.tok[:], tok)
-		c.pid, c.tid = pid, tid
+	// The host:pid:tid token of the previous line, if it repeats, costs one comparison.
+	if n := c.tokLen; n > 0 && i+n < len(b) && b[i+n] == ' ' && string(b[i:i+n]) == string(c.tok[:n]) {
+		host, pid, tid, ok = b[i:i+c.hostLen], c.pid, c.tid, true
+		j = i + n + 1
+	} else {
+		sp := bytes.IndexByte(b[i:], ' ')
+		if sp < 0 {
+			l.HasTime, l.Time = false, Timestamp{}
+			return nil, false
+		}
+		tok := b[i : i+sp]
+		if host, pid, tid, ok = hostPidTid(tok); ok && len(tok) <= len(c.tok) {
+			c.tokLen, c.hostLen = copy(c.tok[:], tok), len(host)
+			c.pid, c.tid = pid, tid
+		}
+		j = i + sp + 1
 	}
-	j := i + sp + 1
 	if ok && j < len(b) && b[j] == '[' {
-		k := bytes.IndexByte(b[j:], ']')
-		if k < 2 || j+k+1 >= len(b) || b[j+k+1] != ' ' {
+		if j+3 < len(b) && isDigit(b[j+1]) && b[j+2] == ']' && b[j+3] == ' ' {
+			l.Dev = int(b[j+1] - '0')
+			j += 4
+		} else if k := bytes.IndexByte(b[j:], ']'); k < 2 || j+k+1 >= len(b) || b[j+k+1] != ' ' {
 			ok = false
 		} else if d, ok2 := atoiSigned(b[j+1 : j+k]); ok2 {
 			l.Dev = d
