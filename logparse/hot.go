@@ -4,8 +4,8 @@ import "bytes"
 
 // The per-op line is most of a production log (hundreds of thousands per rank per hour), so
 // it has a dedicated path: one left-to-right pass with plain index arithmetic, no method
-// calls, that accepts exactly the layout NCCL prints and falls back to the general parser
-// at the first surprise.
+// calls, that accepts exactly the layout NCCL prints (RCCL's trailing fields too). Parse
+// tries it first with the common prefix; the general path uses it for other prefixes.
 
 // hotColl parses, into l.Coll only, "<Op>: opCount <hex> sendbuff <p> recvbuff <p> count <u> datatype <d> op <d>
 // root <d> comm <p> [nranks=<d>]" starting at msg.

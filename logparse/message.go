@@ -16,7 +16,9 @@ func parseMessage(l *Line) {
 	// The per-op line is by far the most frequent: test it first and cheaply.
 	if c := bytes.IndexByte(m, ':'); c > 0 && c < 16 {
 		if hasPrefix(m[c:], ": opCount ") {
-			parseColl(l, c)
+			if hotColl(m, l) {
+				l.Kind = KindColl
+			}
 			return
 		}
 		if c+2 < len(m) && m[c+1] == ' ' && isDigit(m[c+2]) && contains(m[c:], " Bytes -> ") {
@@ -132,52 +134,6 @@ func isTuning(m []byte) bool {
 	}
 	sp := bytes.IndexAny(m[:i], ": ")
 	return sp > 0 && ParseOpName(m[:sp]) != OpUnknown
-}
-
-// parseColl reads "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d
-// root %d comm %p [nranks=%d] stream %p" (RCCL appends more: not anchored at the end).
-func parseColl(l *Line, colon int) {
-	m := l.Msg
-	c := &l.Coll
-	c.OpName = m[:colon]
-	c.Op = ParseOpName(c.OpName)
-	s := scanner{b: m, i: colon + len(": opCount ")}
-	var ok bool
-	if c.OpCount, ok = s.hex(); !ok || !s.key(" sendbuff ") {
-		return
-	}
-	// Fast path: NCCL prints the two buffers, then "count".
-	// The buffers are not needed: skip them without decoding.
-	if s.word(); !s.key(" recvbuff ") {
-		return
-	}
-	if s.word(); !s.key(" count ") {
-		return
-	}
-	if c.Count, ok = s.udec(); !ok || !s.key(" datatype ") {
-		return
-	}
-	dt, ok := s.int()
-	if !ok || !s.key(" op ") {
-		return
-	}
-	c.Datatype = Datatype(dt)
-	if dt < 0 || dt > 127 {
-		c.Datatype = -1
-	}
-	if c.RedOp, ok = s.dec(); !ok || !s.key(" root ") {
-		return
-	}
-	if c.Root, ok = s.int(); !ok || !s.key(" comm ") {
-		return
-	}
-	if c.Comm, ok = s.ptr(); !ok || !s.key(" [nranks=") {
-		return
-	}
-	if c.NRanks, ok = s.int(); !ok || !s.lit("]") {
-		return
-	}
-	l.Kind = KindColl
 }
 
 // parseInit reads every Init START/COMPLETE form of 2.18-2.30.

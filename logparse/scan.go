@@ -11,26 +11,12 @@ type scanner struct {
 
 func (s *scanner) rest() []byte { return s.b[s.i:] }
 
-func (s *scanner) eof() bool { return s.i >= len(s.b) }
-
 // lit consumes a literal.
 func (s *scanner) lit(p string) bool {
 	if len(s.b)-s.i < len(p) || string(s.b[s.i:s.i+len(p)]) != p {
 		return false
 	}
 	s.i += len(p)
-	return true
-}
-
-// key consumes a field label of the per-op line, checking its length and its first and
-// last bytes only: once "<Op>: opCount" matched, the layout is fixed, and this is the
-// parser's hottest path.
-func (s *scanner) key(p string) bool {
-	n := len(p)
-	if len(s.b)-s.i < n || s.b[s.i] != p[0] || s.b[s.i+1] != p[1] || s.b[s.i+n-1] != p[n-1] {
-		return false
-	}
-	s.i += n
 	return true
 }
 
@@ -76,24 +62,6 @@ func (s *scanner) dec() (int64, bool) {
 func (s *scanner) int() (int, bool) {
 	v, ok := s.dec()
 	return int(v), ok
-}
-
-// udec consumes an unsigned decimal that may use all 64 bits (counts print with %zu).
-func (s *scanner) udec() (uint64, bool) {
-	start := s.i
-	var v uint64
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		if c < '0' || c > '9' {
-			break
-		}
-		if v > (^uint64(0)-9)/10 {
-			return 0, false
-		}
-		v = v*10 + uint64(c-'0')
-		s.i++
-	}
-	return v, s.i > start
 }
 
 // hex consumes hex digits (no prefix).
