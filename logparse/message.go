@@ -125,15 +125,15 @@ func parseMessage(l *Line) {
 // isTuning recognises the rank-0 tuning lines of every version: "%ld Bytes -> Algo" (2.20),
 // "<Op>: %ld Bytes -> ..." (2.23+), "<Op> [Symmetric]: ...", "<Op> [Copy Engine]: ...".
 func isTuning(m []byte) bool {
+	// Cheap test first: the line starts with digits or an op name (most INFO lines do not).
+	if !isDigit(m[0]) {
+		sp := bytes.IndexAny(m[:min(len(m), 16)], ": ")
+		if sp <= 0 || ParseOpName(m[:sp]) == OpUnknown {
+			return false
+		}
+	}
 	i := index(m, " Bytes -> ")
-	if i < 0 || i > 64 {
-		return false
-	}
-	if isDigit(m[0]) {
-		return true
-	}
-	sp := bytes.IndexAny(m[:i], ": ")
-	return sp > 0 && ParseOpName(m[:sp]) != OpUnknown
+	return i > 0 && i <= 64
 }
 
 // parseInit reads every Init START/COMPLETE form of 2.18-2.30.
