@@ -89,48 +89,23 @@ func (ops Ops) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads the compact string (or, for older writers, a JSON array of ops).
 func (ops *Ops) UnmarshalJSON(data []byte) error {
-	if len(data) > 0 && data[0] == '[' {
-		var plain []Op
-		if err := json.Unmarshal(data, &plain); err != nil {
-			return err
-		}
+	var plain []Op
+	entries, err := compactEntries(data, &plain, "ops", 5, 7)
+	if err != nil || entries == nil {
 		*ops = plain
-		return nil
+		return err
 	}
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return fmt.Errorf("ops: %w", err)
-	}
-	*ops = nil
-	if s == "" {
-		return nil
-	}
-	var prevSeq int64
-	var prevT Micros
-	for i, e := range strings.Split(s, ";") {
-		f := strings.Split(e, ",")
-		if len(f) < 5 || len(f) > 7 {
-			return fmt.Errorf("ops entry %d %q: want 5 to 7 fields", i, e)
-		}
-		var o Op
-		seq, err := parseDelta(f[0], i > 0)
+	*ops = make(Ops, 0, len(entries))
+	var prev Op
+	for i, f := range entries {
+		seq, t, err := seqAndTime(f[0], f[1], i, prev.Seq, prev.T)
 		if err != nil {
-			return fmt.Errorf("ops entry %d seq: %w", i, err)
+			return fmt.Errorf("ops entry %d: %w", i, err)
 		}
-		t, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return fmt.Errorf("ops entry %d time: %w", i, err)
-		}
-		if i > 0 {
-			seq += prevSeq
-			t += int64(prevT)
-		}
-		o.Seq, o.T = seq, Micros(t)
-		o.Op = abbrev(opLong, f[2])
+		o := Op{Seq: seq, T: t, Op: abbrev(opLong, f[2]), Dtype: abbrev(dtypeLong, f[4])}
 		if o.Count, err = strconv.ParseUint(f[3], 10, 64); err != nil {
 			return fmt.Errorf("ops entry %d count: %w", i, err)
 		}
-		o.Dtype = abbrev(dtypeLong, f[4])
 		if len(f) > 5 {
 			o.Red = f[5]
 		}
@@ -140,9 +115,52 @@ func (ops *Ops) UnmarshalJSON(data []byte) error {
 			}
 		}
 		*ops = append(*ops, o)
-		prevSeq, prevT = o.Seq, o.T
+		prev = o
 	}
 	return nil
+}
+
+// compactEntries reads one compact list: a JSON array goes into plain (older writers) and
+// nil entries are returned; otherwise the string's ';'-separated entries, split on ',' and
+// checked for their field count.
+func compactEntries(data []byte, plain any, what string, minFields, maxFields int) ([][]string, error) {
+	if len(data) > 0 && data[0] == '[' {
+		return nil, json.Unmarshal(data, plain)
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if s == "" {
+		return nil, nil
+	}
+	var out [][]string
+	for i, e := range strings.Split(s, ";") {
+		f := strings.Split(e, ",")
+		if len(f) < minFields || len(f) > maxFields {
+			return nil, fmt.Errorf("%s entry %d %q: want %d to %d fields", what, i, e, minFields, maxFields)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// seqAndTime reads an entry's position and time, deltas from the previous entry after the
+// first (where an empty position delta means +1).
+func seqAndTime(seqField, timeField string, i int, prevSeq int64, prevT Micros) (int64, Micros, error) {
+	seq, err := parseDelta(seqField, i > 0)
+	if err != nil {
+		return 0, 0, fmt.Errorf("seq: %w", err)
+	}
+	t, err := strconv.ParseInt(timeField, 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("time: %w", err)
+	}
+	if i > 0 {
+		seq += prevSeq
+		t += int64(prevT)
+	}
+	return seq, Micros(t), nil
 }
 
 // parseDelta reads a sequence delta; after the first entry an empty one means +1.
@@ -183,44 +201,25 @@ func (ms Marks) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads the compact string (or a JSON array of marks).
 func (ms *Marks) UnmarshalJSON(data []byte) error {
-	if len(data) > 0 && data[0] == '[' {
-		var plain []Mark
-		if err := json.Unmarshal(data, &plain); err != nil {
-			return err
-		}
+	var plain []Mark
+	entries, err := compactEntries(data, &plain, "marks", 3, 3)
+	if err != nil || entries == nil {
 		*ms = plain
-		return nil
+		return err
 	}
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return fmt.Errorf("marks: %w", err)
-	}
-	*ms = nil
-	if s == "" {
-		return nil
-	}
-	var prevSeq int64
-	var prevT Micros
-	for i, e := range strings.Split(s, ";") {
-		f := strings.Split(e, ",")
-		if len(f) != 3 {
-			return fmt.Errorf("marks entry %d %q: want 3 fields", i, e)
+	*ms = make(Marks, 0, len(entries))
+	var prev Mark
+	for i, f := range entries {
+		// A mark's seq delta is always written, so an empty one is malformed.
+		if f[0] == "" {
+			return fmt.Errorf("marks entry %d: empty position", i)
 		}
-		seq, err := strconv.ParseInt(f[0], 10, 64)
+		seq, t, err := seqAndTime(f[0], f[2], i, prev.Seq, prev.T)
 		if err != nil {
-			return fmt.Errorf("marks entry %d seq: %w", i, err)
+			return fmt.Errorf("marks entry %d: %w", i, err)
 		}
-		t, err := strconv.ParseInt(f[2], 10, 64)
-		if err != nil {
-			return fmt.Errorf("marks entry %d time: %w", i, err)
-		}
-		if i > 0 {
-			seq += prevSeq
-			t += int64(prevT)
-		}
-		m := Mark{Seq: seq, Digest: f[1], T: Micros(t)}
-		*ms = append(*ms, m)
-		prevSeq, prevT = m.Seq, m.T
+		prev = Mark{Seq: seq, Digest: f[1], T: t}
+		*ms = append(*ms, prev)
 	}
 	return nil
 }
