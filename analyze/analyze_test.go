@@ -145,7 +145,7 @@ func TestAcceptance(t *testing.T) {
 	})
 }
 
-func TestTimeToAnalyze(t *testing.T) {
+func TestTextReport(t *testing.T) {
 	// A readable report of a real case, printed for humans running -v.
 	var b bytes.Buffer
 	if err := analyzeCase(t, "silent").WriteText(&b); err != nil {
