@@ -82,7 +82,8 @@ func Crash(j *Job, cfg Config) []Finding {
 		f := Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical,
 			Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{k}, Key: "rank:" + k}
 		f.Summary = fmt.Sprintf("%s died", p.Name())
-		if c, peer := mostBehind(j, p); c != nil {
+		if c := mostBehind(j, p); c != nil {
+			peer := c.leader
 			f.Comm, f.Seq = c.group.ID, c.member.Comm.Count+1
 			f.Summary += fmt.Sprintf(" after position %d of communicator %s (%s is at %d)",
 				c.member.Comm.Count, shortComm(c.group.ID), peer.Proc.Name(), peer.Comm.Count)
@@ -138,9 +139,8 @@ func recentEvent(j *Job, cfg Config, t int64) bool {
 }
 
 // mostBehind finds the communicator where p lags its peers the most.
-func mostBehind(j *Job, p *Proc) (*behind, Member) {
+func mostBehind(j *Job, p *Proc) *behind {
 	var best *behind
-	var bestPeer Member
 	gap := int64(0)
 	for _, g := range j.Groups {
 		var mine *Member
@@ -158,10 +158,9 @@ func mostBehind(j *Job, p *Proc) (*behind, Member) {
 		if d := lead.Comm.Count - mine.Comm.Count; d > gap {
 			gap = d
 			best = &behind{group: g, member: *mine, leader: lead}
-			bestPeer = lead
 		}
 	}
-	return best, bestPeer
+	return best
 }
 
 func firstGroup(j *Job, p *Proc) *Group {

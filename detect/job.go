@@ -204,5 +204,3 @@ func shortComm(id string) string {
 	}
 	return id
 }
-
-func timeOf(m snapshot.Micros) time.Time { return m.Time() }

@@ -177,7 +177,7 @@ func describeMismatch(j *Job, g *Group, seq int64, ops []*snapshot.Op) Finding {
 		f.addEvidence("%s issued %s as op %d on %s (it has issued %d)", m.Proc.Name(), describeOp(o), seq, shortComm(g.ID), m.Comm.Count)
 	}
 	if len(idx) > 0 {
-		f.FaultAt = timeOf(ops[idx[0]].T)
+		f.FaultAt = ops[idx[0]].T.Time()
 	}
 	// One root cause per communicator: once histories diverge they stay diverged, and a
 	// later evaluation may only see the divergence through the digests.

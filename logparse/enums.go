@@ -88,9 +88,6 @@ func ParseOpName(b []byte) OpCode {
 	return OpUnknown
 }
 
-// OpByName is ParseOpName for strings (snapshots, tests).
-func OpByName(s string) OpCode { return ParseOpName([]byte(s)) }
-
 // Datatype is ncclDataType_t.
 type Datatype int8
 
@@ -114,16 +111,6 @@ func (d Datatype) Size() uint64 {
 	return 0
 }
 
-// DatatypeByName is the inverse of String; -1 when unknown.
-func DatatypeByName(s string) Datatype {
-	for i, n := range datatypeNames {
-		if n == s {
-			return Datatype(i)
-		}
-	}
-	return -1
-}
-
 var redOpNames = [...]string{"sum", "prod", "max", "min", "avg"}
 
 // RedOpName names ncclRedOp_t; values ≥ 5 are per-communicator user ops (PreMulSum).
@@ -132,16 +119,6 @@ func RedOpName(op int64) string {
 		return redOpNames[op]
 	}
 	return "user"
-}
-
-// RedOpByName is the inverse of RedOpName for the built-in ops; -1 when unknown.
-func RedOpByName(s string) int64 {
-	for i, n := range redOpNames {
-		if n == s {
-			return int64(i)
-		}
-	}
-	return -1
 }
 
 // Reduces reports whether the op's reduction operator is meaningful.
@@ -165,14 +142,4 @@ func IBWCStatus(code int) string {
 		return names[code]
 	}
 	return "UNKNOWN"
-}
-
-// NCCLResult names ncclResult_t values as they appear in `-> N` breadcrumbs.
-func NCCLResult(code int) string {
-	names := [...]string{"ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
-		"ncclInvalidArgument", "ncclInvalidUsage", "ncclRemoteError", "ncclInProgress", "ncclTimeout"}
-	if code >= 0 && code < len(names) {
-		return names[code]
-	}
-	return "unknown"
 }

@@ -376,20 +376,6 @@ func mix(d, v uint64) uint64 {
 	return d ^ d>>31
 }
 
-// SameSignature reports whether two ops are the same call as NCCL requires across ranks.
-func SameSignature(a, b *OpRecord) bool {
-	if a.Op != b.Op || a.Count != b.Count || a.Dtype != b.Dtype {
-		return false
-	}
-	if a.Op.Reduces() && min(a.RedOp, 5) != min(b.RedOp, 5) {
-		return false
-	}
-	if a.Op.Rooted() && a.Root != b.Root {
-		return false
-	}
-	return true
-}
-
 func (t *Tracker) placeholder(ptr uint64, nranks int, ts int64) *Comm {
 	c := t.newComm(ptr, ts)
 	c.NRanks = nranks

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -76,7 +77,7 @@ func runDetector(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("--config: %w", err)
 		}
-		dec := yaml.NewDecoder(bytesReader(b))
+		dec := yaml.NewDecoder(bytes.NewReader(b))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil {
 			return fmt.Errorf("--config %s: %w", *configPath, err)

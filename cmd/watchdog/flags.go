@@ -97,5 +97,3 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	}
 	return nil, fmt.Errorf("--log-format %q: want json or text", l.format)
 }
-
-func bytesReader(b []byte) io.Reader { return strings.NewReader(string(b)) }
