@@ -11,62 +11,36 @@ import "bytes"
 // root <d> comm <p> [nranks=<d>]" starting at msg.
 func hotColl(m []byte, l *Line) bool {
 	// Op name up to ':' (op names are at most 13 bytes).
-	i := bytes.IndexByte(m[:min(len(m), 16)], ':')
+	i := indexByte16(m, 0, ':')
 	if i <= 0 || i+11 > len(m) || string(m[i:i+10]) != ": opCount " {
 		return false
 	}
 	c := &l.Coll
 	c.OpName = m[:i]
 	c.Op = ParseOpName(c.OpName)
-	j := i + 10
-	v, j, ok := hotHex(m, j)
-	if !ok {
+	v, j, n := swarHex(m, i+10)
+	if n == 0 || n > 16 {
 		return false
 	}
 	c.OpCount = v
-	// " sendbuff <p> recvbuff <p> count "
-	if j+10 > len(m) || m[j+1] != 's' || m[j+9] != ' ' {
+	// " sendbuff <p> recvbuff <p> count ": the buffers are not needed, only skipped.
+	if j+11 > len(m) || string(m[j:j+10]) != " sendbuff " || m[j+10] == ' ' {
 		return false
 	}
-	j += 10
-	k := bytes.IndexByte(m[j:], ' ')
-	if k < 0 {
+	if j = skipWord(m, j+10); j+11 > len(m) || string(m[j:j+10]) != " recvbuff " || m[j+10] == ' ' {
 		return false
 	}
-	j += k
-	if j+10 > len(m) || m[j+1] != 'r' || m[j+9] != ' ' {
+	if j = skipWord(m, j+10); j+7 > len(m) || string(m[j:j+7]) != " count " {
 		return false
 	}
-	j += 10
-	if k = bytes.IndexByte(m[j:], ' '); k < 0 {
+	if c.Count, j, n = swarDec(m, j+7); n == 0 || n >= 20 {
 		return false
 	}
-	j += k
-	if j+7 > len(m) || m[j+1] != 'c' || m[j+6] != ' ' {
-		return false
-	}
-	j += 7
-	// count
-	var u uint64
-	start := j
-	for j < len(m) {
-		d := m[j] - '0'
-		if d > 9 {
-			break
-		}
-		u = u*10 + uint64(d)
-		j++
-	}
-	if j == start || j-start >= 20 {
-		return false
-	}
-	c.Count = u
 	// " datatype <d>"
-	if j+10 > len(m) || m[j+1] != 'd' || m[j+9] != ' ' {
+	if j+10 > len(m) || string(m[j:j+10]) != " datatype " {
 		return false
 	}
-	j += 10
-	dt, j, ok := hotInt(m, j)
+	dt, j, ok := hotInt(m, j+10)
 	if !ok {
 		return false
 	}
@@ -75,16 +49,14 @@ func hotColl(m []byte, l *Line) bool {
 		c.Datatype = -1
 	}
 	// " op <d>"
-	if j+4 > len(m) || m[j+1] != 'o' || m[j+3] != ' ' {
+	if j+4 > len(m) || string(m[j:j+4]) != " op " {
 		return false
 	}
-	red, j, ok := hotInt(m, j+4)
-	if !ok {
+	if c.RedOp, j, ok = hotInt(m, j+4); !ok {
 		return false
 	}
-	c.RedOp = red
 	// " root <d>"
-	if j+6 > len(m) || m[j+1] != 'r' || m[j+5] != ' ' {
+	if j+6 > len(m) || string(m[j:j+6]) != " root " {
 		return false
 	}
 	root, j, ok := hotInt(m, j+6)
@@ -93,15 +65,14 @@ func hotColl(m []byte, l *Line) bool {
 	}
 	c.Root = int(root)
 	// " comm 0x<hex>"
-	if j+8 > len(m) || m[j+1] != 'c' || m[j+5] != ' ' || m[j+6] != '0' || m[j+7] != 'x' {
+	if j+8 > len(m) || string(m[j:j+8]) != " comm 0x" {
 		return false
 	}
-	if v, j, ok = hotHex(m, j+8); !ok {
+	if c.Comm, j, n = swarHex(m, j+8); n == 0 || n > 16 {
 		return false
 	}
-	c.Comm = v
 	// " [nranks=<d>]"
-	if j+10 > len(m) || m[j+1] != '[' || m[j+8] != '=' {
+	if j+10 > len(m) || string(m[j:j+9]) != " [nranks=" {
 		return false
 	}
 	nr, j, ok := hotInt(m, j+9)
@@ -112,23 +83,17 @@ func hotColl(m []byte, l *Line) bool {
 	return true
 }
 
-// hotHex reads 1 to 16 lower- or upper-case hex digits at m[j:].
-func hotHex(m []byte, j int) (uint64, int, bool) {
-	var v uint64
-	start := j
-	for ; j < len(m); j++ {
-		c := m[j]
-		d := c - '0'
-		if d > 9 {
-			d = (c | 0x20) - 'a'
-			if d > 5 {
-				break
-			}
-			d += 10
-		}
-		v = v<<4 | uint64(d)
+// skipWord returns the index of the first space at or after m[j], or len(m).
+func skipWord(m []byte, j int) int {
+	if k := indexByte16(m, j, ' '); k >= 0 {
+		return j + k
 	}
-	return v, j, j > start && j-start <= 16
+	if j+16 < len(m) {
+		if k := bytes.IndexByte(m[j+16:], ' '); k >= 0 {
+			return j + 16 + k
+		}
+	}
+	return len(m)
 }
 
 // hotInt reads an optionally negative decimal of at most 18 digits at m[j:].

@@ -134,9 +134,11 @@ type prefixCache struct {
 	hostLen  int
 	tsEnd    int // index of the ']' closing the previous line's timestamp
 	pid, tid int
-	hour     [14]byte // "YYYY-MM-DD HH:"
+	hour     [14]byte  // "YYYY-MM-DD HH:"
+	sec      [3]uint64 // "[YYYY-MM-DD HH:MM:SS" as three overlapping words
 	hourOK   bool
-	ts       Timestamp
+	secOK    bool
+	ts       Timestamp // the date, hour, minute and second of the cached prefix
 }
 
 // Phase of a lifecycle line.

@@ -13,8 +13,13 @@ func parseMessage(l *Line) {
 	if len(m) == 0 || l.Level != LevelInfo {
 		return
 	}
-	// The per-op line is by far the most frequent: test it first and cheaply.
-	if c := bytes.IndexByte(m, ':'); c > 0 && c < 16 {
+	// The per-op line is by far the most frequent: test it first and cheaply; then the
+	// channel lines, hundreds per communicator at start-up and at every lazy connection.
+	if hasPrefix(m, "Channel ") {
+		parseChannel(l)
+		return
+	}
+	if c := indexByte16(m, 0, ':'); c > 0 {
 		if hasPrefix(m[c:], ": opCount ") {
 			if hotColl(m, l) {
 				l.Kind = KindColl
@@ -32,10 +37,6 @@ func parseMessage(l *Line) {
 	}
 	switch m[0] {
 	case 'C':
-		if hasPrefix(m, "Channel ") {
-			parseChannel(l)
-			return
-		}
 		if hasPrefix(m, "CollNet ") {
 			s := scanner{b: m}
 			if s.skipTo(" via ") {
@@ -80,7 +81,7 @@ func parseMessage(l *Line) {
 	case 'B':
 		if hasPrefix(m, "Bootstrap: Using") || hasPrefix(m, "Bootstrap : Using") {
 			l.Kind = KindBootstrap
-			l.Text = trimSpace(m[bytes.Index(m, []byte("Using"))+len("Using"):])
+			l.Text = trimSpace(m[bytes.Index(m, bytesOf("Using"))+len("Using"):])
 			return
 		}
 	case 'R':
@@ -120,6 +121,17 @@ func parseMessage(l *Line) {
 		return
 	}
 	parseBreadcrumb(l)
+}
+
+// closingBracket is the index of the first ']' at or after m[j], or -1.
+func closingBracket(m []byte, j int) int {
+	if k := indexByte16(m, j, ']'); k >= 0 {
+		return j + k
+	}
+	if k := bytes.IndexByte(m[j:], ']'); k >= 0 {
+		return j + k
+	}
+	return -1
 }
 
 // isTuning recognises the rank-0 tuning lines of every version: "%ld Bytes -> Algo" (2.20),
@@ -302,33 +314,43 @@ func parseChannel(l *Line) {
 	m := l.Msg
 	ch := &l.Channel
 	ch.ProxyRank = -1
-	s := scanner{b: m, i: len("Channel ")}
 	var ok bool
-	if ch.Channel, ok = s.int(); !ok {
+	var v int64
+	j := len("Channel ")
+	if v, j, ok = hotInt(m, j); !ok {
 		return
 	}
-	if s.lit("/") {
-		if _, ok = s.int(); !ok {
+	ch.Channel = int(v)
+	if j < len(m) && m[j] == '/' {
+		if _, j, ok = hotInt(m, j+1); !ok {
 			return
 		}
 	}
-	if !s.lit(" : ") {
+	if j+3 > len(m) || string(m[j:j+3]) != " : " {
 		return
 	}
-	if ch.From, ok = s.int(); !ok {
+	if v, j, ok = hotInt(m, j+3); !ok {
 		return
 	}
-	if !s.lit("[") {
+	ch.From = int(v)
+	if j >= len(m) || m[j] != '[' {
 		// "Channel 00/24 :    0   1": the rank-0 ring dump.
 		l.Kind = KindRing
 		return
 	}
-	if !s.skipTo("] -> ") {
+	// "[<dev or busId>] -> "
+	k := closingBracket(m, j)
+	if k < 0 || k+5 > len(m) || string(m[k:k+5]) != "] -> " {
 		return
 	}
-	if ch.To, ok = s.int(); !ok || !s.skipTo("] ") {
+	if v, j, ok = hotInt(m, k+5); !ok {
 		return
 	}
+	ch.To = int(v)
+	if k = closingBracket(m, j); k < 0 || k+2 > len(m) || m[k+1] != ' ' {
+		return
+	}
+	s := scanner{b: m, i: k + 2}
 	if s.lit("[send] ") {
 		ch.Send = true
 	} else if s.lit("[receive] ") {
@@ -371,7 +393,7 @@ func parseChannel(l *Line) {
 
 // deviceList returns the text between "Using" and "; OOB" (or the end).
 func deviceList(m []byte) []byte {
-	i := bytes.Index(m, []byte("Using"))
+	i := bytes.Index(m, bytesOf("Using"))
 	if i < 0 {
 		return nil
 	}
@@ -446,7 +468,7 @@ func parseIBCompletion(l *Line) {
 		}
 		l.Code, _ = s.int()
 	}
-	if i := bytes.LastIndex(m, []byte(" hca ")); i >= 0 {
+	if i := bytes.LastIndex(m, bytesOf(" hca ")); i >= 0 {
 		hs := scanner{b: m, i: i + len(" hca ")}
 		l.Dev2 = hs.word()
 	}
@@ -472,7 +494,7 @@ func parseIBAsync(l *Line) {
 	}
 	rest := s.rest()
 	l.Fatal = contains(rest, "fatal") && !contains(rest, "non-fatal")
-	if c := bytes.LastIndex(rest, []byte(": ")); c >= 0 {
+	if c := bytes.LastIndex(rest, bytesOf(": ")); c >= 0 {
 		l.Text = rest[c+2:]
 	} else {
 		l.Text = rest

@@ -21,6 +21,11 @@ func Parse(line []byte, l *Line) {
 			return
 		}
 	}
+	parseGeneral(line, l)
+}
+
+// parseGeneral is Parse for every layout, without the shortcuts for the common one.
+func parseGeneral(line []byte, l *Line) {
 	l.reset()
 	if len(line) == 0 {
 		l.Kind = KindBlank
@@ -67,7 +72,7 @@ func fastPrefix(b []byte, l *Line) ([]byte, bool) {
 				return nil, false
 			}
 		}
-		parseTimestampCached(b[:end+1], l)
+		parseTimestampCached(b, end, l)
 		if !l.HasTime {
 			return nil, false
 		}
@@ -79,7 +84,7 @@ func fastPrefix(b []byte, l *Line) ([]byte, bool) {
 	var j int
 	ok := false
 	// The host:pid:tid token of the previous line, if it repeats, costs one comparison.
-	if n := c.tokLen; n > 0 && i+n < len(b) && b[i+n] == ' ' && string(b[i:i+n]) == string(c.tok[:n]) {
+	if n := c.tokLen; n > 0 && i+n < len(b) && b[i+n] == ' ' && equalAt(b, i, c.tok[:], n) {
 		host, pid, tid, ok = b[i:i+c.hostLen], c.pid, c.tid, true
 		j = i + n + 1
 	} else {
@@ -189,7 +194,7 @@ func levelLen(l Level) int {
 func findLevel(b []byte) (int, Level) {
 	off := 0
 	for {
-		j := bytes.Index(b[off:], []byte(" NCCL "))
+		j := bytes.Index(b[off:], bytesOf(" NCCL "))
 		if j < 0 {
 			return -1, LevelNone
 		}
@@ -331,43 +336,60 @@ func parseTimestamp(t []byte, l *Line) {
 	l.Time, l.HasTime = ts, true
 }
 
-// parseTimestampCached is parseTimestamp for "[YYYY-MM-DD HH:MM:SS(.f)]" that reuses the
-// date and hour of the previous line when they match.
-func parseTimestampCached(t []byte, l *Line) {
+// parseTimestampCached is parseTimestamp for the "[YYYY-MM-DD HH:MM:SS(.f)]" that ends at
+// b[end]. It reuses the previous line's second, or its date and hour, when they repeat,
+// and reads the fraction eight digits per load.
+func parseTimestampCached(b []byte, end int, l *Line) {
 	c := &l.cache
-	if c.hourOK && len(t) >= 21 && len(t) <= 31 && string(t[1:15]) == string(c.hour[:]) &&
-		isDigit(t[15]) && isDigit(t[16]) && t[17] == ':' && isDigit(t[18]) && isDigit(t[19]) && t[len(t)-1] == ']' {
-		ts := c.ts
-		ts.Min = int(t[15]-'0')*10 + int(t[16]-'0')
-		ts.Sec = int(t[18]-'0')*10 + int(t[19]-'0')
-		ts.Nanos, ts.Digits = 0, 0
-		if len(t) > 21 {
-			frac := t[21 : len(t)-1]
-			if t[20] != '.' || len(frac) == 0 || len(frac) > 9 {
-				return
-			}
-			n, ok := atoi(frac)
-			if !ok {
-				return
-			}
-			for i := len(frac); i < 9; i++ {
-				n *= 10
-			}
-			ts.Nanos, ts.Digits = n, len(frac)
-		} else if t[20] != ']' {
-			return
-		}
+	if end < 20 || end > 30 {
+		parseTimestamp(b[:end+1], l)
+		return
+	}
+	var ts Timestamp
+	switch {
+	case c.secOK && load8(b, 0) == c.sec[0] && load8(b, 8) == c.sec[1] && load8(b, 12) == c.sec[2]:
+		ts = c.ts
+	case c.hourOK && string(b[1:15]) == string(c.hour[:]) && isDigit(b[15]) && isDigit(b[16]) && b[17] == ':' &&
+		isDigit(b[18]) && isDigit(b[19]):
+		ts = c.ts
+		ts.Min = int(b[15]-'0')*10 + int(b[16]-'0')
+		ts.Sec = int(b[18]-'0')*10 + int(b[19]-'0')
 		if ts.Min > 59 || ts.Sec > 60 {
 			return
 		}
-		l.Time, l.HasTime = ts, true
+	default:
+		parseTimestamp(b[:end+1], l)
+		if l.HasTime {
+			copy(c.hour[:], b[1:15])
+			c.hourOK, c.ts = true, l.Time
+			c.ts.Nanos, c.ts.Digits = 0, 0
+			c.sec = [3]uint64{load8(b, 0), load8(b, 8), load8(b, 12)}
+			c.secOK = true
+		}
 		return
 	}
-	parseTimestamp(t, l)
-	if l.HasTime && len(t) >= 15 {
-		copy(c.hour[:], t[1:15])
-		c.hourOK, c.ts = true, l.Time
+	c.ts.Min, c.ts.Sec = ts.Min, ts.Sec
+	c.sec = [3]uint64{load8(b, 0), load8(b, 8), load8(b, 12)}
+	c.secOK = true
+	ts.Nanos, ts.Digits = 0, 0
+	if end > 20 {
+		n := end - 21
+		if b[20] != '.' || n == 0 {
+			return
+		}
+		if n < 8 && 29 <= len(b) && firstMarked(nonDigits(load8(b, 21))) == n {
+			ts.Nanos, ts.Digits = int(decimal8(load8(b, 21), n)*pow10[9-n]), n
+		} else {
+			v, ok := atoi(b[21:end])
+			if !ok {
+				return
+			}
+			ts.Nanos, ts.Digits = v*int(pow10[9-n]), n
+		}
+	} else if b[20] != ']' {
+		return
 	}
+	l.Time, l.HasTime = ts, true
 }
 
 func versionText(b []byte) []byte {

@@ -1,6 +1,9 @@
 package logparse
 
-import "bytes"
+import (
+	"bytes"
+	"unsafe"
+)
 
 // scanner walks a message left to right. Every method reports failure through ok=false and
 // leaves the position unspecified; callers give up on the line kind then.
@@ -100,7 +103,7 @@ func (s *scanner) ptr() (uint64, bool) {
 
 // skipTo advances past the next occurrence of p.
 func (s *scanner) skipTo(p string) bool {
-	j := bytes.Index(s.b[s.i:], []byte(p))
+	j := bytes.Index(s.b[s.i:], bytesOf(p))
 	if j < 0 {
 		return false
 	}
@@ -124,9 +127,13 @@ func hasSuffix(b []byte, p string) bool {
 	return len(b) >= len(p) && string(b[len(b)-len(p):]) == p
 }
 
-func contains(b []byte, p string) bool { return bytes.Contains(b, []byte(p)) }
+func contains(b []byte, p string) bool { return bytes.Contains(b, bytesOf(p)) }
 
-func index(b []byte, p string) int { return bytes.Index(b, []byte(p)) }
+func index(b []byte, p string) int { return bytes.Index(b, bytesOf(p)) }
+
+// bytesOf lets the bytes package search for a string without the copy that converting it
+// makes on every call; the searches only read it.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 

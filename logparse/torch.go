@@ -9,7 +9,7 @@ func parseTorch(b []byte, l *Line) {
 	l.Torch.Rank = -1
 	l.Kind = KindUnknown
 	if len(b) > 3 && b[0] == '[' && (b[1] == 'E' || b[1] == 'W' || b[1] == 'I' || b[1] == 'F') {
-		if j := bytes.Index(b, []byte("] ")); j > 0 && j < 80 {
+		if j := bytes.Index(b, bytesOf("] ")); j > 0 && j < 80 {
 			b = b[j+2:]
 		}
 	}
@@ -96,7 +96,7 @@ func pgPrefix(b []byte, t *Torch) {
 			t.PGDesc = pg[o+1 : o+c]
 		}
 	}
-	if r := bytes.LastIndex(pg, []byte(" Rank ")); r >= 0 {
+	if r := bytes.LastIndex(pg, bytesOf(" Rank ")); r >= 0 {
 		if v, ok := atoi(pg[r+len(" Rank "):]); ok {
 			t.Rank = v
 		}

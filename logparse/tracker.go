@@ -91,6 +91,9 @@ type Tracker struct {
 	hourUS   int64
 	line     Line     // scratch, so Observe allocates nothing
 	scratch  [96]byte // scratch for keys
+
+	lastTransport    [64]byte // the previous channel line's path, to skip the runs
+	lastTransportLen int
 }
 
 type splitKey struct {
@@ -477,6 +480,14 @@ func (t *Tracker) observeDestroy(l *Line, ts int64) {
 func (t *Tracker) observeChannel(l *Line) {
 	// Channel lines carry no communicator pointer, and lazy connections print them long
 	// after Init: keep them per process.
+	// A communicator prints its channels in a run of identical paths.
+	tr := l.Channel.Transport
+	if len(tr) <= len(t.lastTransport) && string(tr) == string(t.lastTransport[:t.lastTransportLen]) {
+		return
+	}
+	if len(tr) <= len(t.lastTransport) {
+		t.lastTransportLen = copy(t.lastTransport[:], tr)
+	}
 	key := appendTransportKey(t.scratch[:0], l.Channel)
 	for _, have := range t.Transports {
 		if have == string(key) {
