@@ -8,68 +8,84 @@ import "bytes"
 // tries it first with the common prefix; the general path uses it for other prefixes.
 
 // hotColl parses, into l.Coll only, "<Op>: opCount <hex> sendbuff <p> recvbuff <p> count <u> datatype <d> op <d>
-// root <d> comm <p> [nranks=<d>]" starting at msg.
+// root <d> comm <p> [nranks=<d>]" starting at msg. Each field's usual shape (a number
+// that ends within one word, one-digit datatype, op and root) is read inline, eight bytes
+// per load; anything else falls back to the general readers.
 func hotColl(m []byte, l *Line) bool {
+	if len(m) < 16 {
+		return false
+	}
 	// Op name up to ':' (op names are at most 13 bytes).
-	i := indexByte16(m, 0, ':')
-	if i <= 0 || i+11 > len(m) || string(m[i:i+10]) != ": opCount " {
+	i := firstMarked(byteMask(load8(m, 0), ':'))
+	if i == 8 {
+		i += firstMarked(byteMask(load8(m, 8), ':'))
+	}
+	if i == 0 || i == 16 || i+11 > len(m) || string(m[i:i+10]) != ": opCount " {
 		return false
 	}
 	c := &l.Coll
 	c.OpName = m[:i]
 	c.Op = ParseOpName(c.OpName)
-	v, j, n := swarHex(m, i+10)
-	if n == 0 || n > 16 {
+	j := i + 10
+	var n int
+	if j+8 <= len(m) {
+		x := load8(m, j)
+		if n = firstMarked(nonHexDigits(x)); n > 0 && n < 8 {
+			c.OpCount, j = hex8(x, n), j+n
+		} else {
+			n = 0
+		}
+	}
+	if n == 0 {
+		if c.OpCount, j, n = swarHex(m, j); n == 0 || n > 16 {
+			return false
+		}
+	}
+	if j = skipBuffers(m, j); j < 0 {
 		return false
 	}
-	c.OpCount = v
-	// " sendbuff <p> recvbuff <p> count ": the buffers are not needed, only skipped.
-	if j+11 > len(m) || string(m[j:j+10]) != " sendbuff " || m[j+10] == ' ' {
+	n = 0
+	if j+8 <= len(m) {
+		x := load8(m, j)
+		if n = firstMarked(nonDigits(x)); n > 0 && n < 8 {
+			c.Count, j = decimal8(x, n), j+n
+		} else {
+			n = 0
+		}
+	}
+	if n == 0 {
+		if c.Count, j, n = swarDec(m, j); n == 0 || n >= 20 {
+			return false
+		}
+	}
+	if j+len(collTailText) <= len(m) && collTail.matches(m, j) {
+		// " datatype <d> op <d> root <d> comm 0x" with one-digit numbers.
+		c.Datatype = Datatype(m[j+10] - '0')
+		c.RedOp = int64(m[j+15] - '0')
+		c.Root = int(m[j+22] - '0')
+		j += len(collTailText)
+	} else if j = collTailFields(m, j, c); j < 0 {
 		return false
 	}
-	if j = skipWord(m, j+10); j+11 > len(m) || string(m[j:j+10]) != " recvbuff " || m[j+10] == ' ' {
-		return false
+	n = 0
+	if j+16 <= len(m) {
+		x := load8(m, j)
+		switch n = firstMarked(nonHexDigits(x)); n {
+		case 1, 2, 3, 4, 5, 6, 7:
+			c.Comm, j = hex8(x, n), j+n
+		case 8: // pointers are mostly 8 to 12 digits
+			y := load8(m, j+8)
+			if k := firstMarked(nonHexDigits(y)); k < 8 {
+				c.Comm, j = hex8(x, 8)<<(4*k)|hex8(y, k), j+8+k
+			} else {
+				n = 0
+			}
+		}
 	}
-	if j = skipWord(m, j+10); j+7 > len(m) || string(m[j:j+7]) != " count " {
-		return false
-	}
-	if c.Count, j, n = swarDec(m, j+7); n == 0 || n >= 20 {
-		return false
-	}
-	// " datatype <d>"
-	if j+10 > len(m) || string(m[j:j+10]) != " datatype " {
-		return false
-	}
-	dt, j, ok := hotInt(m, j+10)
-	if !ok {
-		return false
-	}
-	c.Datatype = Datatype(dt)
-	if dt < 0 || dt > 127 {
-		c.Datatype = -1
-	}
-	// " op <d>"
-	if j+4 > len(m) || string(m[j:j+4]) != " op " {
-		return false
-	}
-	if c.RedOp, j, ok = hotInt(m, j+4); !ok {
-		return false
-	}
-	// " root <d>"
-	if j+6 > len(m) || string(m[j:j+6]) != " root " {
-		return false
-	}
-	root, j, ok := hotInt(m, j+6)
-	if !ok {
-		return false
-	}
-	c.Root = int(root)
-	// " comm 0x<hex>"
-	if j+8 > len(m) || string(m[j:j+8]) != " comm 0x" {
-		return false
-	}
-	if c.Comm, j, n = swarHex(m, j+8); n == 0 || n > 16 {
-		return false
+	if n == 0 {
+		if c.Comm, j, n = swarHex(m, j); n == 0 || n > 16 {
+			return false
+		}
 	}
 	// " [nranks=<d>]"
 	if j+10 > len(m) || string(m[j:j+9]) != " [nranks=" {
@@ -83,15 +99,115 @@ func hotColl(m []byte, l *Line) bool {
 	return true
 }
 
+// collTailText is the usual text between the count and the communicator; each # stands
+// for one digit.
+const collTailText = " datatype # op # root # comm 0x"
+
+var collTail = newTemplate(collTailText)
+
+// template matches a 25 to 32 byte text with three wildcard digits: four word compares,
+// then a test per wildcard.
+type template struct {
+	want, mask [4]uint64 // mask: 0xff for a literal byte, 0 for a digit
+	last       int       // offset of the fourth word, which overlaps the third
+	digits     [3]int    // offsets of the wildcards
+}
+
+func newTemplate(s string) template {
+	t := template{last: len(s) - 8}
+	b := []byte(s)
+	lit := make([]byte, len(b))
+	nd := 0
+	for i := range b {
+		lit[i] = 0xff
+		if b[i] == '#' {
+			if nd < len(t.digits) {
+				t.digits[nd] = i
+			}
+			b[i], lit[i] = 0, 0
+			nd++
+		}
+	}
+	if len(s) < 25 || len(s) > 32 || nd != len(t.digits) {
+		panic("template: 25 to 32 bytes with three wildcards")
+	}
+	for w, at := range [4]int{0, 8, 16, t.last} {
+		t.want[w], t.mask[w] = load8(b, at), load8(lit, at)
+	}
+	return t
+}
+
+// matches reports whether m[j:] starts with the template's text, any digit where it has a
+// #; the caller has checked the length.
+func (t *template) matches(m []byte, j int) bool {
+	return load8(m, j)&t.mask[0] == t.want[0] && load8(m, j+8)&t.mask[1] == t.want[1] &&
+		load8(m, j+16)&t.mask[2] == t.want[2] && load8(m, j+t.last)&t.mask[3] == t.want[3] &&
+		m[j+t.digits[0]]-'0' <= 9 && m[j+t.digits[1]]-'0' <= 9 && m[j+t.digits[2]]-'0' <= 9
+}
+
+// collTailFields reads " datatype <d> op <d> root <d> comm 0x" field by field: the index
+// after it, or -1.
+func collTailFields(m []byte, j int, c *Coll) int {
+	if j+10 > len(m) || string(m[j:j+10]) != " datatype " {
+		return -1
+	}
+	dt, j, ok := hotInt(m, j+10)
+	if !ok {
+		return -1
+	}
+	c.Datatype = Datatype(dt)
+	if dt < 0 || dt > 127 {
+		c.Datatype = -1
+	}
+	if j+4 > len(m) || string(m[j:j+4]) != " op " {
+		return -1
+	}
+	if c.RedOp, j, ok = hotInt(m, j+4); !ok {
+		return -1
+	}
+	if j+6 > len(m) || string(m[j:j+6]) != " root " {
+		return -1
+	}
+	root, j, ok := hotInt(m, j+6)
+	if !ok {
+		return -1
+	}
+	c.Root = int(root)
+	if j+8 > len(m) || string(m[j:j+8]) != " comm 0x" {
+		return -1
+	}
+	return j + 8
+}
+
+// skipBuffers reads " sendbuff <p> recvbuff <p> count " at m[j:]: the buffers are not
+// needed, only skipped. It returns the index after it, or -1.
+func skipBuffers(m []byte, j int) int {
+	if j+11 > len(m) || string(m[j:j+10]) != " sendbuff " || m[j+10] == ' ' {
+		return -1
+	}
+	if j = skipWord(m, j+10); j+11 > len(m) || string(m[j:j+10]) != " recvbuff " || m[j+10] == ' ' {
+		return -1
+	}
+	if j = skipWord(m, j+10); j+7 > len(m) || string(m[j:j+7]) != " count " {
+		return -1
+	}
+	return j + 7
+}
+
 // skipWord returns the index of the first space at or after m[j], or len(m).
 func skipWord(m []byte, j int) int {
-	if k := indexByte16(m, j, ' '); k >= 0 {
-		return j + k
-	}
-	if j+16 < len(m) {
-		if k := bytes.IndexByte(m[j+16:], ' '); k >= 0 {
-			return j + 16 + k
+	if j+16 <= len(m) {
+		// Pointers are at most 18 bytes: most end within two words.
+		k := firstMarked(byteMask(load8(m, j), ' '))
+		if k == 8 {
+			k += firstMarked(byteMask(load8(m, j+8), ' '))
 		}
+		if k < 16 {
+			return j + k
+		}
+	}
+	if k := bytes.IndexByte(m[j:], ' '); k >= 0 {
+		return j + k
 	}
 	return len(m)
 }

@@ -78,8 +78,8 @@ const (
 // Line is one parsed line. Byte slices alias the input.
 type Line struct {
 	Fields
-	// cache keeps the previous line's host:pid:tid token and timestamp date-hour, which
-	// repeat on nearly every line of one process's log; reset keeps it.
+	// cache keeps the previous line's prefix and timestamp second, which repeat on nearly
+	// every line of one process's log; reset keeps it.
 	cache prefixCache
 }
 
@@ -129,16 +129,15 @@ type Body struct {
 }
 
 type prefixCache struct {
-	tok      [80]byte
-	tokLen   int
+	rest     [96]byte // "host:pid:tid [dev] NCCL INFO " of the previous fast-path line
+	restLen  int
 	hostLen  int
-	tsEnd    int // index of the ']' closing the previous line's timestamp
 	pid, tid int
-	hour     [14]byte  // "YYYY-MM-DD HH:"
+	dev      int
+	tsEnd    int       // index of the ']' closing the previous line's timestamp
 	sec      [3]uint64 // "[YYYY-MM-DD HH:MM:SS" as three overlapping words
-	hourOK   bool
 	secOK    bool
-	ts       Timestamp // the date, hour, minute and second of the cached prefix
+	ts       Timestamp // that second, parsed
 }
 
 // Phase of a lifecycle line.

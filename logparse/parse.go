@@ -79,27 +79,19 @@ func fastPrefix(b []byte, l *Line) ([]byte, bool) {
 		c.tsEnd = end
 		i = end + 2
 	}
-	var host []byte
-	var pid, tid int
-	var j int
-	ok := false
-	// The host:pid:tid token of the previous line, if it repeats, costs one comparison.
-	if n := c.tokLen; n > 0 && i+n < len(b) && b[i+n] == ' ' && equalAt(b, i, c.tok[:], n) {
-		host, pid, tid, ok = b[i:i+c.hostLen], c.pid, c.tid, true
-		j = i + n + 1
-	} else {
-		sp := bytes.IndexByte(b[i:], ' ')
-		if sp < 0 {
-			l.HasTime, l.Time = false, Timestamp{}
-			return nil, false
-		}
-		tok := b[i : i+sp]
-		if host, pid, tid, ok = hostPidTid(tok); ok && len(tok) <= len(c.tok) {
-			c.tokLen, c.hostLen = copy(c.tok[:], tok), len(host)
-			c.pid, c.tid = pid, tid
-		}
-		j = i + sp + 1
+	// The rest of the prefix, "host:pid:tid [dev] NCCL INFO ", mostly repeats the previous
+	// line's: one comparison, eight bytes at a time.
+	if n := c.restLen; n > 0 && i+n <= len(b) && equalAt(b, i, c.rest[:], n) {
+		l.Host, l.PID, l.TID, l.Dev = b[i:i+c.hostLen], c.pid, c.tid, c.dev
+		return b[i+n:], true
 	}
+	sp := bytes.IndexByte(b[i:], ' ')
+	if sp < 0 {
+		l.HasTime, l.Time = false, Timestamp{}
+		return nil, false
+	}
+	host, pid, tid, ok := hostPidTid(b[i : i+sp])
+	j := i + sp + 1
 	if ok && j < len(b) && b[j] == '[' {
 		if j+3 < len(b) && isDigit(b[j+1]) && b[j+2] == ']' && b[j+3] == ' ' {
 			l.Dev = int(b[j+1] - '0')
@@ -118,7 +110,12 @@ func fastPrefix(b []byte, l *Line) ([]byte, bool) {
 		return nil, false
 	}
 	l.Host, l.PID, l.TID = host, pid, tid
-	return b[j+len("NCCL INFO "):], true
+	j += len("NCCL INFO ")
+	if j-i <= len(c.rest) {
+		c.restLen = copy(c.rest[:], b[i:j])
+		c.hostLen, c.pid, c.tid, c.dev = len(host), pid, tid, l.Dev
+	}
+	return b[j:], true
 }
 
 func trimRight(b []byte) []byte {
@@ -337,59 +334,45 @@ func parseTimestamp(t []byte, l *Line) {
 }
 
 // parseTimestampCached is parseTimestamp for the "[YYYY-MM-DD HH:MM:SS(.f)]" that ends at
-// b[end]. It reuses the previous line's second, or its date and hour, when they repeat,
-// and reads the fraction eight digits per load.
+// b[end]. Most lines share their second with the previous one: then only the fraction is
+// read, eight digits per load.
 func parseTimestampCached(b []byte, end int, l *Line) {
 	c := &l.cache
 	if end < 20 || end > 30 {
 		parseTimestamp(b[:end+1], l)
 		return
 	}
-	var ts Timestamp
-	switch {
-	case c.secOK && load8(b, 0) == c.sec[0] && load8(b, 8) == c.sec[1] && load8(b, 12) == c.sec[2]:
-		ts = c.ts
-	case c.hourOK && string(b[1:15]) == string(c.hour[:]) && isDigit(b[15]) && isDigit(b[16]) && b[17] == ':' &&
-		isDigit(b[18]) && isDigit(b[19]):
-		ts = c.ts
-		ts.Min = int(b[15]-'0')*10 + int(b[16]-'0')
-		ts.Sec = int(b[18]-'0')*10 + int(b[19]-'0')
-		if ts.Min > 59 || ts.Sec > 60 {
-			return
-		}
-	default:
+	if !c.secOK || load8(b, 0) != c.sec[0] || load8(b, 8) != c.sec[1] || load8(b, 12) != c.sec[2] {
 		parseTimestamp(b[:end+1], l)
 		if l.HasTime {
-			copy(c.hour[:], b[1:15])
-			c.hourOK, c.ts = true, l.Time
+			c.ts = l.Time
 			c.ts.Nanos, c.ts.Digits = 0, 0
 			c.sec = [3]uint64{load8(b, 0), load8(b, 8), load8(b, 12)}
 			c.secOK = true
 		}
 		return
 	}
-	c.ts.Min, c.ts.Sec = ts.Min, ts.Sec
-	c.sec = [3]uint64{load8(b, 0), load8(b, 8), load8(b, 12)}
-	c.secOK = true
-	ts.Nanos, ts.Digits = 0, 0
+	var nanos, digits int
 	if end > 20 {
-		n := end - 21
-		if b[20] != '.' || n == 0 {
+		digits = end - 21
+		if b[20] != '.' || digits == 0 {
 			return
 		}
-		if n < 8 && 29 <= len(b) && firstMarked(nonDigits(load8(b, 21))) == n {
-			ts.Nanos, ts.Digits = int(decimal8(load8(b, 21), n)*pow10[9-n]), n
+		if digits < 8 && 29 <= len(b) && firstMarked(nonDigits(load8(b, 21))) == digits {
+			nanos = int(decimal8(load8(b, 21), digits) * pow10[9-digits])
 		} else {
 			v, ok := atoi(b[21:end])
 			if !ok {
 				return
 			}
-			ts.Nanos, ts.Digits = v*int(pow10[9-n]), n
+			nanos = v * int(pow10[9-digits])
 		}
 	} else if b[20] != ']' {
 		return
 	}
-	l.Time, l.HasTime = ts, true
+	l.Time = c.ts
+	l.Time.Nanos, l.Time.Digits = nanos, digits
+	l.HasTime = true
 }
 
 func versionText(b []byte) []byte {
