@@ -69,16 +69,25 @@ func hotColl(m []byte, l *Line) bool {
 	}
 	n = 0
 	if j+16 <= len(m) {
-		x := load8(m, j)
-		switch n = firstMarked(nonHexDigits(x)); n {
-		case 1, 2, 3, 4, 5, 6, 7:
-			c.Comm, j = hex8(x, n), j+n
-		case 8: // pointers are mostly 8 to 12 digits
-			y := load8(m, j+8)
-			if k := firstMarked(nonHexDigits(y)); k < 8 {
-				c.Comm, j = hex8(x, 8)<<(4*k)|hex8(y, k), j+8+k
-			} else {
-				n = 0
+		x, y := load8(m, j), load8(m, j+8)
+		cc := &l.cache.comm
+		if cc.n > 0 && x&cc.mask[0] == cc.text[0] && y&cc.mask[1] == cc.text[1] {
+			// The previous line's communicator, its terminator included.
+			c.Comm, j, n = cc.value, j+cc.n, cc.n
+		} else {
+			switch n = firstMarked(nonHexDigits(x)); n {
+			case 1, 2, 3, 4, 5, 6, 7:
+				c.Comm = hex8(x, n)
+			case 8: // pointers are mostly 8 to 12 digits
+				if k := firstMarked(nonHexDigits(y)); k < 8 {
+					c.Comm, n = hex8(x, 8)<<(4*k)|hex8(y, k), 8+k
+				} else {
+					n = 0
+				}
+			}
+			if n > 0 {
+				cc.remember(x, y, n, c.Comm)
+				j += n
 			}
 		}
 	}
@@ -97,6 +106,24 @@ func hotColl(m []byte, l *Line) bool {
 	}
 	c.NRanks = int(nr)
 	return true
+}
+
+// wordCache remembers a number's text (up to 15 bytes, with the byte that ended it) and
+// its value.
+type wordCache struct {
+	text, mask [2]uint64
+	n          int
+	value      uint64
+}
+
+func (w *wordCache) remember(x, y uint64, n int, v uint64) {
+	if k := n + 1; k < 8 { // with the terminator, which must not extend the number
+		w.mask = [2]uint64{1<<(8*k) - 1, 0}
+	} else {
+		w.mask = [2]uint64{^uint64(0), 1<<(8*(k-8)) - 1}
+	}
+	w.text = [2]uint64{x & w.mask[0], y & w.mask[1]}
+	w.n, w.value = n, v
 }
 
 // collTailText is the usual text between the count and the communicator; each # stands

@@ -8,10 +8,10 @@ func Parse(line []byte, l *Line) {
 	line = trimRight(line)
 	if len(line) > 0 {
 		// The common INFO layout first, without zeroing the per-kind fields a per-op line
-		// does not use (they are only meaningful for their own kinds).
-		l.Header = Header{LauncherRank: -1, Dev: -1}
+		// does not use (they are only meaningful for their own kinds). fastPrefix sets
+		// every header field but these when it succeeds.
 		if msg, ok := fastPrefix(line, l); ok {
-			l.Level, l.Msg = LevelInfo, msg
+			l.Level, l.Msg, l.LauncherRank, l.File, l.FileLn = LevelInfo, msg, -1, nil, 0
 			if hotColl(msg, l) {
 				l.Kind = KindColl
 				return
@@ -63,7 +63,10 @@ func parseGeneral(line []byte, l *Line) {
 func fastPrefix(b []byte, l *Line) ([]byte, bool) {
 	c := &l.cache
 	i := 0
-	if b[0] == '[' {
+	l.HasTime = false
+	if b[0] != '[' {
+		l.Time = Timestamp{}
+	} else {
 		// The previous line's timestamp length is the likely one: check its end directly.
 		end := c.tsEnd
 		if end == 0 || end+1 >= len(b) || b[end] != ']' || b[end+1] != ' ' {
@@ -85,13 +88,14 @@ func fastPrefix(b []byte, l *Line) ([]byte, bool) {
 		l.Host, l.PID, l.TID, l.Dev = b[i:i+c.hostLen], c.pid, c.tid, c.dev
 		return b[i+n:], true
 	}
+	// A failure leaves fields half set: the general path resets them.
 	sp := bytes.IndexByte(b[i:], ' ')
 	if sp < 0 {
-		l.HasTime, l.Time = false, Timestamp{}
 		return nil, false
 	}
 	host, pid, tid, ok := hostPidTid(b[i : i+sp])
 	j := i + sp + 1
+	l.Dev = -1
 	if ok && j < len(b) && b[j] == '[' {
 		if j+3 < len(b) && isDigit(b[j+1]) && b[j+2] == ']' && b[j+3] == ' ' {
 			l.Dev = int(b[j+1] - '0')
@@ -106,7 +110,6 @@ func fastPrefix(b []byte, l *Line) ([]byte, bool) {
 		}
 	}
 	if !ok || !hasPrefix(b[j:], "NCCL INFO ") {
-		l.HasTime, l.Time, l.Dev = false, Timestamp{}, -1
 		return nil, false
 	}
 	l.Host, l.PID, l.TID = host, pid, tid

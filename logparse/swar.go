@@ -146,10 +146,16 @@ func indexByte16(b []byte, i int, c byte) int {
 }
 
 // equalAt reports whether b[i:i+n] equals want[:n] for n <= len(want) and i+n <= len(b),
-// eight bytes per comparison.
+// eight bytes per comparison (overlapping at the end).
 func equalAt(b []byte, i int, want []byte, n int) bool {
-	if n < 8 {
+	switch {
+	case n < 8:
 		return string(b[i:i+n]) == string(want[:n])
+	case n <= 16:
+		return load8(b, i) == load8(want, 0) && load8(b, i+n-8) == load8(want, n-8)
+	case n <= 32:
+		return load8(b, i) == load8(want, 0) && load8(b, i+8) == load8(want, 8) &&
+			load8(b, i+n-16) == load8(want, n-16) && load8(b, i+n-8) == load8(want, n-8)
 	}
 	k := 0
 	for ; k+8 <= n; k += 8 {
