@@ -241,9 +241,16 @@ func skipWord(m []byte, j int) int {
 
 // hotInt reads an optionally negative decimal of at most 18 digits at m[j:].
 func hotInt(m []byte, j int) (int64, int, bool) {
-	// Datatype, op, root and nranks are mostly one digit.
-	if j+1 < len(m) && m[j]-'0' <= 9 && m[j+1]-'0' > 9 {
-		return int64(m[j] - '0'), j + 1, true
+	// Datatype, op, root, nranks, channels and ranks mostly have one or two digits.
+	if j+2 < len(m) {
+		if d0, d1 := m[j]-'0', m[j+1]-'0'; d0 <= 9 {
+			if d1 > 9 {
+				return int64(d0), j + 1, true
+			}
+			if m[j+2]-'0' > 9 {
+				return int64(d0)*10 + int64(d1), j + 2, true
+			}
+		}
 	}
 	neg := j < len(m) && m[j] == '-'
 	if neg {

@@ -281,15 +281,14 @@ func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 
 func (t *Tracker) timeOf(l *Line, readAt time.Time) int64 {
 	if l.HasTime {
-		ts := l.Time
+		ts := &l.Time
 		if ts.Digits > t.TimestampDigits {
 			t.TimestampDigits = ts.Digits
 		} else if t.TimestampDigits < 0 {
 			t.TimestampDigits = 0
 		}
-		key := [4]int{ts.Year, ts.Month, ts.Day, ts.Hour}
-		if key != t.hourKey || t.hourUS == 0 {
-			t.hourKey = key
+		if k := &t.hourKey; ts.Hour != k[3] || ts.Day != k[2] || ts.Month != k[1] || ts.Year != k[0] || t.hourUS == 0 {
+			*k = [4]int{ts.Year, ts.Month, ts.Day, ts.Hour}
 			t.hourUS = time.Date(ts.Year, time.Month(ts.Month), ts.Day, ts.Hour, 0, 0, 0, t.opts.Location).UnixMicro()
 		}
 		return t.hourUS + int64(ts.Min*60+ts.Sec)*1e6 + int64(ts.Nanos/1000)
