@@ -212,10 +212,31 @@ func skipBuffers(m []byte, j int) int {
 	if j+11 > len(m) || string(m[j:j+10]) != " sendbuff " || m[j+10] == ' ' {
 		return -1
 	}
-	if j = skipWord(m, j+10); j+11 > len(m) || string(m[j:j+10]) != " recvbuff " || m[j+10] == ' ' {
+	j += 10
+	// Pointers are at most 18 bytes: most end within two words.
+	if k := 16; j+16 <= len(m) {
+		if k = firstSpace(load8(m, j), load8(m, j+8)); k < 16 {
+			j += k
+		} else {
+			j = skipWord(m, j)
+		}
+	} else {
+		j = skipWord(m, j)
+	}
+	if j+11 > len(m) || string(m[j:j+10]) != " recvbuff " || m[j+10] == ' ' {
 		return -1
 	}
-	if j = skipWord(m, j+10); j+7 > len(m) || string(m[j:j+7]) != " count " {
+	j += 10
+	if k := 16; j+16 <= len(m) {
+		if k = firstSpace(load8(m, j), load8(m, j+8)); k < 16 {
+			j += k
+		} else {
+			j = skipWord(m, j)
+		}
+	} else {
+		j = skipWord(m, j)
+	}
+	if j+7 > len(m) || string(m[j:j+7]) != " count " {
 		return -1
 	}
 	return j + 7
@@ -223,16 +244,6 @@ func skipBuffers(m []byte, j int) int {
 
 // skipWord returns the index of the first space at or after m[j], or len(m).
 func skipWord(m []byte, j int) int {
-	if j+16 <= len(m) {
-		// Pointers are at most 18 bytes: most end within two words.
-		k := firstMarked(byteMask(load8(m, j), ' '))
-		if k == 8 {
-			k += firstMarked(byteMask(load8(m, j+8), ' '))
-		}
-		if k < 16 {
-			return j + k
-		}
-	}
 	if k := bytes.IndexByte(m[j:], ' '); k >= 0 {
 		return j + k
 	}

@@ -46,6 +46,15 @@ func nonHexDigits(x uint64) uint64 {
 // firstMarked is the index of the first byte whose high bit is set in mask, 8 when none.
 func firstMarked(mask uint64) int { return bits.TrailingZeros64(mask) >> 3 }
 
+// firstSpace is the index of the first space in the 16 bytes of x then y, 16 when none.
+func firstSpace(x, y uint64) int {
+	const spaces = 0x2020202020202020
+	if m := ^nonZeroBytes(x^spaces) & highs; m != 0 {
+		return firstMarked(m)
+	}
+	return 8 + firstMarked(^nonZeroBytes(y^spaces)&highs)
+}
+
 // decimal8 is the value of the n (1..8) decimal digits at the start of x.
 func decimal8(x uint64, n int) uint64 {
 	// Move the digits to the top bytes: the bytes shifted in are leading zeros. Then
