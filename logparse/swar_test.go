@@ -72,7 +72,10 @@ func TestWordAtATimeNumbers(t *testing.T) {
 func FuzzWordAtATimeNumbers(f *testing.F) {
 	f.Add([]byte("0x7faa1f440000 count 16384 datatype 7"))
 	f.Add([]byte("\x3a\x40\x47\x60\x67 123"))
-	f.Fuzz(func(t *testing.T, b []byte) { checkNumbers(t, b) })
+	f.Fuzz(func(t *testing.T, b []byte) {
+		// checkNumbers reads from every offset: keep each run short.
+		checkNumbers(t, b[:min(len(b), 256)])
+	})
 }
 
 func TestEqualAt(t *testing.T) {
