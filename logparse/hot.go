@@ -59,45 +59,43 @@ func hotColl(m []byte, l *Line) bool {
 			return false
 		}
 	}
-	if j+len(collTailText) <= len(m) && collTail.matches(m, j) {
-		// " datatype <d> op <d> root <d> comm 0x" with one-digit numbers.
+	// " datatype <d> op <d> root <d> comm 0x", mostly with one-digit numbers.
+	if j+31 <= len(m) && string(m[j:j+10]) == " datatype " && m[j+10]-'0' <= 9 && string(m[j+11:j+15]) == " op " &&
+		m[j+15]-'0' <= 9 && string(m[j+16:j+22]) == " root " && m[j+22]-'0' <= 9 && string(m[j+23:j+31]) == " comm 0x" {
 		c.Datatype = Datatype(m[j+10] - '0')
 		c.RedOp = int64(m[j+15] - '0')
 		c.Root = int(m[j+22] - '0')
-		j += len(collTailText)
+		j += 31
 	} else if j = collTailFields(m, j, c); j < 0 {
 		return false
 	}
+	// "<hex> [nranks=<d>]" mostly repeats the previous per-op line's: one comparison.
+	tc := &l.cache.tail
+	if tc.n > 0 && j+32 <= len(m) && tc.matches(m, j) {
+		c.Comm, c.NRanks = tc.comm, tc.nranks
+		return true
+	}
+	start := j
 	n = 0
 	if j+16 <= len(m) {
 		x, y := load8(m, j), load8(m, j+8)
-		cc := &l.cache.comm
-		if cc.n > 0 && x&cc.mask[0] == cc.text[0] && y&cc.mask[1] == cc.text[1] {
-			// The previous line's communicator, its terminator included.
-			c.Comm, j, n = cc.value, j+cc.n, cc.n
-		} else {
-			switch n = firstMarked(nonHexDigits(x)); n {
-			case 1, 2, 3, 4, 5, 6, 7:
-				c.Comm = hex8(x, n)
-			case 8: // pointers are mostly 8 to 12 digits
-				if k := firstMarked(nonHexDigits(y)); k < 8 {
-					c.Comm, n = hex8(x, 8)<<(4*k)|hex8(y, k), 8+k
-				} else {
-					n = 0
-				}
-			}
-			if n > 0 {
-				cc.remember(x, y, n, c.Comm)
-				j += n
+		switch n = firstMarked(nonHexDigits(x)); n {
+		case 1, 2, 3, 4, 5, 6, 7:
+			c.Comm = hex8(x, n)
+		case 8: // pointers are mostly 8 to 12 digits
+			if k := firstMarked(nonHexDigits(y)); k < 8 {
+				c.Comm, n = hex8(x, 8)<<(4*k)|hex8(y, k), 8+k
+			} else {
+				n = 0
 			}
 		}
+		j += n
 	}
 	if n == 0 {
 		if c.Comm, j, n = swarHex(m, j); n == 0 || n > 16 {
 			return false
 		}
 	}
-	// " [nranks=<d>]"
 	if j+10 > len(m) || string(m[j:j+9]) != " [nranks=" {
 		return false
 	}
@@ -106,71 +104,42 @@ func hotColl(m []byte, l *Line) bool {
 		return false
 	}
 	c.NRanks = int(nr)
+	if start+32 <= len(m) && j+1-start <= 32 {
+		tc.remember(m, start, j+1-start, c.Comm, c.NRanks)
+	}
 	return true
 }
 
-// wordCache remembers a number's text (up to 15 bytes, with the byte that ended it) and
-// its value.
-type wordCache struct {
-	text, mask [2]uint64
+// tailCache remembers the text of a per-op line from its communicator to "]" (at most 32
+// bytes), with the values read from it.
+type tailCache struct {
+	text, mask [4]uint64
 	n          int
-	value      uint64
+	comm       uint64
+	nranks     int
 }
 
-func (w *wordCache) remember(x, y uint64, n int, v uint64) {
-	if k := n + 1; k < 8 { // with the terminator, which must not extend the number
-		w.mask = [2]uint64{1<<(8*k) - 1, 0}
-	} else {
-		w.mask = [2]uint64{^uint64(0), 1<<(8*(k-8)) - 1}
-	}
-	w.text = [2]uint64{x & w.mask[0], y & w.mask[1]}
-	w.n, w.value = n, v
-}
-
-// collTailText is the usual text between the count and the communicator; each # stands
-// for one digit.
-const collTailText = " datatype # op # root # comm 0x"
-
-var collTail = newTemplate(collTailText)
-
-// template matches a 25 to 32 byte text with three wildcard digits: four word compares,
-// then a test per wildcard.
-type template struct {
-	want, mask [4]uint64 // mask: 0xff for a literal byte, 0 for a digit
-	last       int       // offset of the fourth word, which overlaps the third
-	digits     [3]int    // offsets of the wildcards
-}
-
-func newTemplate(s string) template {
-	t := template{last: len(s) - 8}
-	b := []byte(s)
-	lit := make([]byte, len(b))
-	nd := 0
-	for i := range b {
-		lit[i] = 0xff
-		if b[i] == '#' {
-			if nd < len(t.digits) {
-				t.digits[nd] = i
-			}
-			b[i], lit[i] = 0, 0
-			nd++
+// remember keeps m[j:j+n]; the caller has checked j+32 <= len(m).
+func (t *tailCache) remember(m []byte, j, n int, comm uint64, nranks int) {
+	for w := range t.mask {
+		switch k := n - 8*w; {
+		case k >= 8:
+			t.mask[w] = ^uint64(0)
+		case k > 0:
+			t.mask[w] = 1<<(8*k) - 1
+		default:
+			t.mask[w] = 0
 		}
+		t.text[w] = load8(m, j+8*w) & t.mask[w]
 	}
-	if len(s) < 25 || len(s) > 32 || nd != len(t.digits) {
-		panic("template: 25 to 32 bytes with three wildcards")
-	}
-	for w, at := range [4]int{0, 8, 16, t.last} {
-		t.want[w], t.mask[w] = load8(b, at), load8(lit, at)
-	}
-	return t
+	t.n, t.comm, t.nranks = n, comm, nranks
 }
 
-// matches reports whether m[j:] starts with the template's text, any digit where it has a
-// #; the caller has checked the length.
-func (t *template) matches(m []byte, j int) bool {
-	return load8(m, j)&t.mask[0] == t.want[0] && load8(m, j+8)&t.mask[1] == t.want[1] &&
-		load8(m, j+16)&t.mask[2] == t.want[2] && load8(m, j+t.last)&t.mask[3] == t.want[3] &&
-		m[j+t.digits[0]]-'0' <= 9 && m[j+t.digits[1]]-'0' <= 9 && m[j+t.digits[2]]-'0' <= 9
+// matches reports whether m[j:] starts with the remembered text; the caller has checked
+// j+32 <= len(m).
+func (t *tailCache) matches(m []byte, j int) bool {
+	return (load8(m, j)^t.text[0])&t.mask[0]|(load8(m, j+8)^t.text[1])&t.mask[1]|
+		(load8(m, j+16)^t.text[2])&t.mask[2]|(load8(m, j+24)^t.text[3])&t.mask[3] == 0
 }
 
 // collTailFields reads " datatype <d> op <d> root <d> comm 0x" field by field: the index

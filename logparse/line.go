@@ -138,7 +138,7 @@ type prefixCache struct {
 	sec      [3]uint64 // "[YYYY-MM-DD HH:MM:SS" as three overlapping words
 	secOK    bool
 	ts       Timestamp // that second, parsed
-	comm     wordCache // the previous per-op line's communicator
+	tail     tailCache // the previous per-op line's "<comm> [nranks=<n>]"
 }
 
 // Phase of a lifecycle line.
