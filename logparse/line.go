@@ -137,8 +137,9 @@ type prefixCache struct {
 	tsEnd    int       // index of the ']' closing the previous line's timestamp
 	sec      [3]uint64 // "[YYYY-MM-DD HH:MM:SS" as three overlapping words
 	secOK    bool
-	ts       Timestamp // that second, parsed
-	tail     tailCache // the previous per-op line's "<comm> [nranks=<n>]"
+	ts       Timestamp    // that second, parsed
+	tail     tailCache    // the previous per-op line's "<comm> [nranks=<n>]"
+	channel  channelCache // the previous channel line
 }
 
 // Phase of a lifecycle line.

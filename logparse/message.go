@@ -314,13 +314,60 @@ func parseChannel(l *Line) {
 	m := l.Msg
 	ch := &l.Channel
 	ch.ProxyRank = -1
-	var ok bool
-	var v int64
-	j := len("Channel ")
-	if v, j, ok = hotInt(m, j); !ok {
+	v, j, ok := hotInt(m, len("Channel "))
+	if !ok {
 		return
 	}
 	ch.Channel = int(v)
+	// A communicator prints one line per channel, alike but for the channel number.
+	cc := &l.cache.channel
+	if rest := m[j:]; cc.n > 0 && len(rest) == cc.n && equalAt(rest, 0, cc.text[:], cc.n) {
+		cc.apply(l, j)
+		return
+	}
+	parseChannelRest(l, j)
+	if l.Kind == KindChannel && len(m)-j <= len(cc.text) {
+		cc.remember(l, j)
+	}
+}
+
+// channelCache remembers a channel line's text after the channel number, with what was
+// read from it; slices are kept as offsets into that text.
+type channelCache struct {
+	text          [64]byte
+	n             int
+	ch            Channel
+	transportAt   int
+	netAt, netLen int
+}
+
+func (c *channelCache) remember(l *Line, j int) {
+	m := l.Msg
+	c.n = copy(c.text[:], m[j:])
+	c.ch = l.Channel
+	c.ch.Transport, c.ch.Net = nil, nil
+	c.transportAt = len(m) - len(l.Channel.Transport) - j
+	c.netAt, c.netLen = c.transportAt+len("NET/"), len(l.Channel.Net)
+}
+
+func (c *channelCache) apply(l *Line, j int) {
+	m := l.Msg
+	ch := c.ch
+	ch.Channel = l.Channel.Channel
+	ch.Transport = m[j+c.transportAt:]
+	if c.netLen > 0 {
+		ch.Net = m[j+c.netAt : j+c.netAt+c.netLen]
+	}
+	l.Channel = ch
+	l.Kind = KindChannel
+}
+
+// parseChannelRest reads a channel line from after its channel number, at m[j:].
+func parseChannelRest(l *Line, j int) {
+	m := l.Msg
+	ch := &l.Channel
+	var ok bool
+	var v int64
 	if j < len(m) && m[j] == '/' {
 		if _, j, ok = hotInt(m, j+1); !ok {
 			return
