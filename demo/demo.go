@@ -390,11 +390,24 @@ func (l *simLiveness) Watch(pid int) (proc.Info, error) {
 		l.watched = map[int]bool{}
 	}
 	l.watched[pid] = true
+	return l.infoLocked(pid), nil
+}
+
+func (l *simLiveness) Info(pid int) (proc.Info, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.watched[pid] {
+		return proc.Info{}, false
+	}
+	return l.infoLocked(pid), true
+}
+
+func (l *simLiveness) infoLocked(pid int) proc.Info {
 	st := proc.Running
 	if !l.sim.Alive(pid) {
 		st = proc.Exited
 	}
-	return proc.Info{PID: pid, State: st}, nil
+	return proc.Info{PID: pid, State: st}
 }
 
 func (l *simLiveness) Unwatch(pid int) {

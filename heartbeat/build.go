@@ -87,6 +87,11 @@ func (s *Sidecar) renderRank(r *rankLog, since int64, gpus []snapshot.GPU, delta
 	case r.watched && r.info.State == proc.Running:
 		p.State = "running"
 	}
+	if r.watched && !r.info.EnvKnown && s.opts.Liveness != nil {
+		if info, ok := s.opts.Liveness.Info(r.pid); ok && info.EnvKnown {
+			r.info.Env, r.info.EnvKnown = info.Env, true
+		}
+	}
 	if r.info.EnvKnown {
 		env := r.info.Env
 		if env.Rank >= 0 {

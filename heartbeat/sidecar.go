@@ -41,6 +41,8 @@ type RASSource interface {
 // Liveness watches rank processes by pid (heartbeat/proc.Watcher).
 type Liveness interface {
 	Watch(pid int) (proc.Info, error)
+	// Info is what is known of a watched pid now (its environment may come after Watch).
+	Info(pid int) (proc.Info, bool)
 	Unwatch(pid int)
 	Run(ctx context.Context, onExit func(pid int, at time.Time))
 }

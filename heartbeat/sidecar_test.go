@@ -16,6 +16,7 @@ import (
 	"github.com/ncclwatch/watchdog/etcdconn"
 	"github.com/ncclwatch/watchdog/etcdembed"
 	"github.com/ncclwatch/watchdog/heartbeat/gpu"
+	"github.com/ncclwatch/watchdog/heartbeat/proc"
 	"github.com/ncclwatch/watchdog/heartbeat/publish"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -301,6 +302,49 @@ func TestGPUsAndWaiting(t *testing.T) {
 	}
 	if p.BusID != "10000" || p.GPUState != "waiting" || !p.Comms[0].Waiting {
 		t.Fatalf("rank bus %s state %s waiting %v; want 10000, waiting, true", p.BusID, p.GPUState, p.Comms[0].Waiting)
+	}
+}
+
+// TestRankFromLateEnvironment: a rank whose environment was still empty when its log
+// appeared (caught inside execve) gets its RANK once the watcher reads it again.
+func TestRankFromLateEnvironment(t *testing.T) {
+	procRoot := t.TempDir()
+	dir := filepath.Join(procRoot, "4247")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(procRoot, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("stat", "cpu  1 2 3 4\nbtime 1700000000\n")
+	write("4247/stat", "4247 (python3) S 1 4247 4247 0 -1 4194560 1520 0 0 0 12 3 0 0 20 0 1 0 100 9027584 396\n")
+	write("4247/environ", "")
+	watcher := proc.New(proc.Options{ProcRoot: procRoot, Every: 20 * time.Millisecond})
+
+	logs := t.TempDir()
+	w := newRankWriter(t, logs, 4247, 0)
+	w.allReduce(1)
+	s, err := New(Options{Job: "j", Node: "node0", LogPatterns: []string{filepath.Join(logs, "*.log")}, Liveness: watcher,
+		SampleEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+	if waitFor(t, 5*time.Second, func() bool { n := s.Snapshot(); return len(n.Processes) == 1 }) < 0 {
+		t.Fatal("the rank's log was not picked up")
+	}
+	if p := s.Snapshot().Processes[0]; p.WorldSize != 0 {
+		t.Fatalf("world size %d before the environment was readable", p.WorldSize)
+	}
+	write("4247/environ", "RANK=1\x00LOCAL_RANK=0\x00WORLD_SIZE=2\x00")
+	if waitFor(t, 5*time.Second, func() bool { p := s.Snapshot().Processes[0]; return p.Rank == 1 && p.WorldSize == 2 }) < 0 {
+		t.Fatalf("rank and world size from the late environment not in the snapshot: %+v", s.Snapshot().Processes[0])
 	}
 }
 

@@ -70,7 +70,8 @@ type Info struct {
 	StartTicks uint64
 	Started    time.Time
 	// Env holds the launcher variables; EnvKnown is false when the environment could not
-	// be read (another user's process without CAP_SYS_PTRACE: normal).
+	// be read (another user's process without CAP_SYS_PTRACE: normal), or was empty: a
+	// process caught in execve shows none for a moment, and Check reads it again.
 	Env      Env
 	EnvKnown bool
 	ExitedAt time.Time // when the Watcher noticed the exit
@@ -88,7 +89,13 @@ type Options struct {
 type entry struct {
 	info     Info
 	notified bool // onExit was called
+	// envRetries counts the checks left to read an environment that was empty: a process
+	// caught between execve and the loader's setting up of its stack shows none yet.
+	envRetries int
 }
+
+// envRetries is how many checks (a period each) re-read an empty environment.
+const envRetries = 20
 
 // Watcher tracks a bounded set of pids. Its methods are safe for concurrent use.
 type Watcher struct {
@@ -172,7 +179,10 @@ func (w *Watcher) Watch(pid int) (Info, error) {
 		info.State, info.ExitedAt = Exited, w.now()
 	}
 	env, err := w.readEnviron(pid)
+	retries := 0
 	switch {
+	case err == nil && len(env) == 0 && info.State == Running:
+		retries = envRetries
 	case err == nil:
 		info.Env, info.EnvKnown = ParseEnviron(env), true
 	case errors.Is(err, fs.ErrPermission):
@@ -189,7 +199,7 @@ func (w *Watcher) Watch(pid int) (Info, error) {
 	if len(w.procs) >= w.maxPIDs && !w.evictLocked() {
 		return Info{}, fmt.Errorf("proc: watch pid %d: %w (%d pids)", pid, ErrFull, w.maxPIDs)
 	}
-	w.procs[pid] = &entry{info: info}
+	w.procs[pid] = &entry{info: info, envRetries: retries}
 	return info, nil
 }
 
@@ -247,17 +257,23 @@ func (w *Watcher) Check(onExit func(pid int, at time.Time)) {
 	type probe struct {
 		pid   int
 		start uint64
+		env   bool // its environment is still to be read
 	}
 	w.mu.Lock()
 	probes := make([]probe, 0, len(w.procs))
 	for pid, e := range w.procs {
 		if e.info.State == Running {
-			probes = append(probes, probe{pid, e.info.StartTicks})
+			probes = append(probes, probe{pid, e.info.StartTicks, e.envRetries > 0})
 		}
 	}
 	w.mu.Unlock()
 
 	// Read /proc without the lock: Watch and Info stay responsive.
+	for _, p := range probes {
+		if p.env {
+			w.retryEnviron(p.pid, p.start)
+		}
+	}
 	var exited []probe
 	for _, p := range probes {
 		st, err := w.readStat(p.pid)
@@ -300,6 +316,25 @@ func (w *Watcher) Check(onExit func(pid int, at time.Time)) {
 	slices.SortFunc(report, func(a, b exit) int { return a.pid - b.pid })
 	for _, x := range report {
 		onExit(x.pid, x.at)
+	}
+}
+
+// retryEnviron reads again the environment of a process that showed none when first seen.
+func (w *Watcher) retryEnviron(pid int, start uint64) {
+	env, err := w.readEnviron(pid)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.procs[pid]
+	if !ok || e.info.StartTicks != start || e.envRetries == 0 {
+		return
+	}
+	switch {
+	case err != nil: // unreadable now, or gone (the stat check reports that)
+		e.envRetries = 0
+	case len(env) > 0:
+		e.info.Env, e.info.EnvKnown, e.envRetries = ParseEnviron(env), true, 0
+	default:
+		e.envRetries--
 	}
 }
 

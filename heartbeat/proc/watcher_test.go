@@ -163,6 +163,36 @@ func TestWatcherFakeProc(t *testing.T) {
 	}
 }
 
+// TestWatcherEnvironLater: a process seen between execve and the loader's setting up of
+// its stack has an empty environ; the watcher reads it again, a bounded number of times.
+func TestWatcherEnvironLater(t *testing.T) {
+	fp := newFakeProc(t)
+	w := New(Options{ProcRoot: fp.root})
+	for _, pid := range []int{10, 20} {
+		fp.set(pid, "python3", 'S', 100, "")
+		if err := os.WriteFile(filepath.Join(fp.root, strconv.Itoa(pid), "environ"), nil, 0o400); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := w.Watch(pid); err != nil || info.EnvKnown {
+			t.Fatalf("Watch(%d) = %+v, %v; want the environment unknown", pid, info, err)
+		}
+	}
+	fp.set(10, "python3", 'S', 100, "RANK=3\x00WORLD_SIZE=4\x00")
+	w.Check(nil)
+	if info, _ := w.Info(10); !info.EnvKnown || info.Env.Rank != 3 || info.Env.WorldSize != 4 {
+		t.Errorf("after the environment appeared: %+v", info)
+	}
+	for i := 0; i < 2*envRetries; i++ {
+		w.Check(nil)
+	}
+	w.mu.Lock()
+	left := w.procs[20].envRetries
+	w.mu.Unlock()
+	if info, _ := w.Info(20); info.EnvKnown || left != 0 || info.State != Running {
+		t.Errorf("an environment that stays empty: %+v, %d retries left", info, left)
+	}
+}
+
 func TestWatcherEnvironPermission(t *testing.T) {
 	fp := newFakeProc(t)
 	fp.set(100, "python3", 'S', 5000, "RANK=3\x00")
@@ -266,6 +296,12 @@ func TestWatcherRealChild(t *testing.T) {
 	info, err := w.Watch(pid)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Caught inside execve, the child shows no environment yet: Check reads it again.
+	for i := 0; i < envRetries && !info.EnvKnown; i++ {
+		time.Sleep(10 * time.Millisecond)
+		w.Check(nil)
+		info, _ = w.Info(pid)
 	}
 	if info.State != Running || !info.EnvKnown || info.Env.Rank != 5 || info.Env.WorldSize != 8 || info.Env.JobID() != "4242" {
 		t.Fatalf("Watch(child) = %+v", info)
