@@ -97,15 +97,8 @@ func startSidecar(t *testing.T, endpoint, logDir, stateDir string, ttl time.Dura
 	log := slog.New(slog.DiscardHandler)
 	pub := publish.New(cli, publish.Options{Key: etcdconn.NodeKey("job1", "node0"), TTL: ttl, Interval: 200 * time.Millisecond,
 		MaxBackoff: time.Second, Logger: log})
-	opts := Options{Job: "job1", Node: "node0", LogPatterns: []string{filepath.Join(logDir, "*.log")}, StateDir: stateDir,
-		Publisher: pub, Logger: log, SampleEvery: 200 * time.Millisecond}
-	if extra != nil {
-		extra(&opts)
-	}
-	s, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSidecar(t, Options{Job: "job1", Node: "node0", LogPatterns: []string{filepath.Join(logDir, "*.log")}, StateDir: stateDir,
+		Publisher: pub, Logger: log, SampleEvery: 200 * time.Millisecond}, extra)
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{t: t, cli: cli, cancel: cancel, done: make(chan struct{}), side: s}
 	go func() { defer close(h.done); s.Run(ctx) }()
@@ -116,6 +109,32 @@ func (h *harness) stop() {
 	h.cancel()
 	<-h.done
 	h.cli.Close()
+}
+
+// newSidecar is New(opts) after extra changed them.
+func newSidecar(t *testing.T, opts Options, extra func(*Options)) *Sidecar {
+	t.Helper()
+	if extra != nil {
+		extra(&opts)
+	}
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// runLocalSidecar runs a sidecar without etcd on the logs in logDir until the test ends.
+func runLocalSidecar(t *testing.T, logDir string, extra func(*Options)) *Sidecar {
+	t.Helper()
+	s := newSidecar(t, Options{Job: "j", Node: "node0", LogPatterns: []string{filepath.Join(logDir, "*.log")},
+		Logger: slog.New(slog.DiscardHandler)}, extra)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return s
 }
 
 // counts reads the node key and returns the collective count per pid.
@@ -279,16 +298,7 @@ func TestGPUsAndWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sampler.Close()
-	s, err := New(Options{Job: "j", Node: "node0", LogPatterns: []string{filepath.Join(logs, "*.log")}, GPU: sampler,
-		SampleEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); s.Run(ctx) }()
-	defer func() { cancel(); wg.Wait() }()
+	s := runLocalSidecar(t, logs, func(o *Options) { o.GPU, o.SampleEvery = sampler, 50*time.Millisecond })
 	var p snapshot.Process
 	if waitFor(t, 5*time.Second, func() bool {
 		n := s.Snapshot()
@@ -326,16 +336,7 @@ func TestRankFromLateEnvironment(t *testing.T) {
 	logs := t.TempDir()
 	w := newRankWriter(t, logs, 4247, 0)
 	w.allReduce(1)
-	s, err := New(Options{Job: "j", Node: "node0", LogPatterns: []string{filepath.Join(logs, "*.log")}, Liveness: watcher,
-		SampleEvery: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); s.Run(ctx) }()
-	defer func() { cancel(); wg.Wait() }()
+	s := runLocalSidecar(t, logs, func(o *Options) { o.Liveness, o.SampleEvery = watcher, 50*time.Millisecond })
 	if waitFor(t, 5*time.Second, func() bool { n := s.Snapshot(); return len(n.Processes) == 1 }) < 0 {
 		t.Fatal("the rank's log was not picked up")
 	}
@@ -355,15 +356,7 @@ func TestOwnsRank(t *testing.T) {
 	w := newRankWriter(t, logs, 4247, 0)
 	w.line("Bootstrap: Using eth0:10.1.2.3<0>")
 	w.allReduce(1)
-	s, err := New(Options{Job: "j", Node: "node0", LogPatterns: []string{filepath.Join(logs, "*.log")}, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); s.Run(ctx) }()
-	defer func() { cancel(); wg.Wait() }()
+	s := runLocalSidecar(t, logs, nil)
 	if waitFor(t, 5*time.Second, func() bool { return s.OwnsRank("10.1.2.3", 4247) }) < 0 {
 		t.Fatal("own rank not recognised")
 	}
