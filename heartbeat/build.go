@@ -173,17 +173,23 @@ func (s *Sidecar) encode() ([]byte, error) {
 	return out, nil
 }
 
-// OwnsRank says whether a rank in a RAS report (host as NCCL prints it, an IP address, and
-// pid) is one of this node's processes. RAS reports the whole job on every node; a sidecar
-// keeps only its own ranks' counts (ras.Client.Keep), so a node snapshot stays kilobytes.
-func (s *Sidecar) OwnsRank(host string, pid int) bool {
+// rankLogs is the followed ranks now, taken under s.mu so that each can then be read under
+// its own lock.
+func (s *Sidecar) rankLogs() []*rankLog {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	ranks := make([]*rankLog, 0, len(s.ranks))
 	for _, r := range s.ranks {
 		ranks = append(ranks, r)
 	}
-	s.mu.Unlock()
-	for _, r := range ranks {
+	return ranks
+}
+
+// OwnsRank says whether a rank in a RAS report (host as NCCL prints it, an IP address, and
+// pid) is one of this node's processes. RAS reports the whole job on every node; a sidecar
+// keeps only its own ranks' counts (ras.Client.Keep), so a node snapshot stays kilobytes.
+func (s *Sidecar) OwnsRank(host string, pid int) bool {
+	for _, r := range s.rankLogs() {
 		if r.pid != pid {
 			continue
 		}

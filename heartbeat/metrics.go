@@ -185,13 +185,7 @@ func (c *rankCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *rankCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	now := s.opts.Now()
-	s.mu.Lock()
-	ranks := make([]*rankLog, 0, len(s.ranks))
-	for _, r := range s.ranks {
-		ranks = append(ranks, r)
-	}
-	s.mu.Unlock()
-	for _, r := range ranks {
+	for _, r := range s.rankLogs() {
 		r.mu.Lock()
 		rank := r.tracker.GlobalRank()
 		if r.info.EnvKnown && r.info.Env.Rank >= 0 {

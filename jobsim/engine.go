@@ -1,6 +1,7 @@
 package jobsim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,10 @@ type event struct {
 	want  logparse.Kind
 }
 
+// byTime orders events by their time; sorts that use it are stable, so ties keep the order
+// in which they were generated.
+func byTime(a, b event) int { return cmp.Compare(a.t, b.t) }
+
 // Phases of the job: init, each step that runs, and the clean end.
 const phaseInit = -1
 
@@ -60,15 +65,7 @@ func (s *Sim) phaseEvents(r *simRank, phase int, evs []event, live bool) []event
 	default:
 		evs = s.stepEvents(r, phase, evs, live)
 	}
-	slices.SortStableFunc(evs[from:], func(a, b event) int {
-		switch {
-		case a.t < b.t:
-			return -1
-		case a.t > b.t:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(evs[from:], byTime)
 	return evs
 }
 
@@ -518,15 +515,7 @@ func (s *Sim) Run(ctx context.Context) error {
 		for _, r := range s.ranks {
 			evs = s.phaseEvents(r, ph, evs, true)
 		}
-		slices.SortStableFunc(evs, func(a, b event) int {
-			switch {
-			case a.t < b.t:
-				return -1
-			case a.t > b.t:
-				return 1
-			}
-			return 0
-		})
+		slices.SortStableFunc(evs, byTime)
 		for i := 0; i < len(evs); {
 			if wait := time.Until(base.Add(time.Duration(evs[i].t))); wait > 0 {
 				if err := flush(); err != nil {
