@@ -4,7 +4,7 @@ BIN       := bin
 TESTFLAGS ?= -race -count=1 -timeout 15m
 FUZZTIME  ?= 60s
 
-.PHONY: build test lint demo bench-parse bench-sidecar bench-detector bench-scale fuzz-short clean
+.PHONY: build test lint demo bench-parse bench-parse-instr bench-sidecar bench-detector bench-scale fuzz-short clean
 
 build:
 	$(GO) build -o $(BIN)/watchdog ./cmd/watchdog
@@ -29,6 +29,17 @@ bench-parse:
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench . -benchmem ./logparse/
 	$(GO) run ./internal/benchparse -mb 128
+
+# Instructions per line (callgrind: exact, unlike timings on a shared machine). Needs valgrind.
+bench-parse-instr:
+	@command -v valgrind >/dev/null || { echo "bench-parse-instr needs valgrind (apt-get install valgrind)"; exit 1; }
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/benchparse ./internal/benchparse
+	@base=$$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $(BIN)/benchparse -loop none 2>&1 | awk '/refs:/ {gsub(",","",$$4); print $$4}'); \
+	for k in parse observe channel; do \
+	  n=$$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $(BIN)/benchparse -loop $$k -n 100000 2>&1 | awk '/refs:/ {gsub(",","",$$4); print $$4}'); \
+	  echo "$$k: $$(( (n - base) / 100000 )) instructions per line"; \
+	done
 
 # The sidecar under load: 8 simulated ranks x 2,000 collective lines/s for 60 s; prints its
 # CPU s/s, peak RSS and etcd writes/s (targets: < 5% of a core, < 64 MiB, <= 1/s).

@@ -27,6 +27,8 @@ func hotColl(m []byte, l *Line) bool {
 	c := &l.Coll
 	c.OpName = m[:i]
 	c.Op = ParseOpName(c.OpName)
+	// Each number is first tried as one word read inline, then by swarHex/swarDec: calling
+	// them for every field costs 63 more instructions per line (7%, callgrind).
 	j := i + 10
 	var n int
 	if j+8 <= len(m) {

@@ -24,7 +24,15 @@ func main() {
 	out := flag.String("out", "bin/bench-parse.log", "where to build the large log")
 	size := flag.Int64("mb", 128, "size of the large log in MB")
 	runs := flag.Int("runs", 15, "timed runs of each contender, interleaved; the best is reported")
+	loop := flag.String("loop", "", "instead of timing: run one line kind (none, parse, observe, channel) -n times, for callgrind (make bench-parse-instr)")
+	loopN := flag.Int("n", 100000, "iterations of -loop")
 	flag.Parse()
+	if *loop != "" {
+		if err := repeat(*loop, *loopN); err != nil {
+			fail(err)
+		}
+		return
+	}
 	runtime.GOMAXPROCS(1)
 	if err := build(*src, *out, *size<<20); err != nil {
 		fail(err)
@@ -67,6 +75,39 @@ func main() {
 	fmt.Printf("grep -c opCount      %8.0f MB/s  (best of %d: %s)\n", grepMBs, *runs, grep.best.Round(time.Millisecond))
 	fmt.Printf("ratio parser/grep    %8.2fx  (target >= 0.5x, 0 allocs/line)\n", grep.best.Seconds()/parseOnly.best.Seconds())
 	fmt.Printf("ratio + tracker/grep %8.2fx\n", grep.best.Seconds()/tracked.best.Seconds())
+}
+
+// Lines of the benchmark log, for counting instructions per line.
+const (
+	collLine    = "[2026-11-21 23:00:35.402707] vm:607:607 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x7faa1f440000 recvbuff 0x7faa1f440000 count 16384 datatype 7 op 0 root 0 comm 0x10d842d0 [nranks=2] stream (nil)\n"
+	channelLine = "[2026-11-21 23:00:35.086241] vm:607:607 [0] NCCL INFO Channel 17/1 : 0[0] -> 1[1] via P2P/CUMEM\n"
+)
+
+// repeat runs one line kind n times: under valgrind --tool=callgrind, the instruction count
+// minus that of "none", divided by n, is the cost of one line, the same on every run.
+func repeat(kind string, n int) error {
+	var l logparse.Line
+	tr := logparse.NewTracker(logparse.TrackerOptions{})
+	now := time.Now()
+	coll, channel := []byte(collLine), []byte(channelLine)
+	switch kind {
+	case "none":
+	case "parse":
+		for i := 0; i < n; i++ {
+			logparse.Parse(coll, &l)
+		}
+	case "observe":
+		for i := 0; i < n; i++ {
+			tr.Observe(coll, now)
+		}
+	case "channel":
+		for i := 0; i < n; i++ {
+			tr.Observe(channel, now)
+		}
+	default:
+		return fmt.Errorf("-loop %q: want none, parse, observe or channel", kind)
+	}
+	return nil
 }
 
 // result keeps the best of a contender's runs.
