@@ -473,17 +473,24 @@ func TestResumeFromState(t *testing.T) {
 	equalLines(t, linesOf(s), want)
 }
 
-func TestInodeChangedWhileStopped(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "a.log")
-	opts := testOptions(t, dir)
+// followThenStop follows dir/a.log with a state file until it has read lines, then stops:
+// what a restarted follower resumes from.
+func followThenStop(t *testing.T, lines []string) (dir, path string, opts Options) {
+	t.Helper()
+	dir = t.TempDir()
+	path = filepath.Join(dir, "a.log")
+	opts = testOptions(t, dir)
 	opts.StatePath = filepath.Join(dir, "state.json")
+	rec := &recorder{}
+	r := start(t, opts, rec)
+	writeLines(t, path, lines...)
+	waitFor(t, "lines", func() bool { return rec.lineCount() == len(lines) })
+	r.stop(t)
+	return dir, path, opts
+}
 
-	rec1 := &recorder{}
-	r1 := start(t, opts, rec1)
-	writeLines(t, path, numbered("old", 1, 10)...)
-	waitFor(t, "lines", func() bool { return rec1.lineCount() == 10 })
-	r1.stop(t)
+func TestInodeChangedWhileStopped(t *testing.T) {
+	dir, path, opts := followThenStop(t, numbered("old", 1, 10))
 
 	// Replace the file with a longer one: a new inode (the old one still
 	// exists when the rename happens, so its number cannot be reused).
@@ -505,15 +512,7 @@ func TestInodeChangedWhileStopped(t *testing.T) {
 func TestSameInodeDifferentContentStartsAtZero(t *testing.T) {
 	// A file truncated and rewritten while the follower was stopped keeps
 	// its inode; the head hash tells it apart.
-	dir := t.TempDir()
-	path := filepath.Join(dir, "a.log")
-	opts := testOptions(t, dir)
-	opts.StatePath = filepath.Join(dir, "state.json")
-	rec1 := &recorder{}
-	r1 := start(t, opts, rec1)
-	writeLines(t, path, numbered("old", 1, 3)...)
-	waitFor(t, "lines", func() bool { return rec1.lineCount() == 3 })
-	r1.stop(t)
+	_, path, opts := followThenStop(t, numbered("old", 1, 3))
 	if err := os.WriteFile(path, []byte(strings.Join(numbered("new content", 1, 5), "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
