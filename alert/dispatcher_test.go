@@ -15,8 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ncclwatch/watchdog/etcdconn"
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // immediate sends as soon as something is queued: tests that are not about grouping.
@@ -425,11 +426,11 @@ func TestEtcdStore(t *testing.T) {
 	if err != nil || len(list) != 250 {
 		t.Fatalf("List = %d, %v", len(list), err)
 	}
-	r, err := c.Get(ctx, etcdconn.DeliveryKey("pd", "inc-7"))
+	r, err := c.Get(ctx, snapshot.DeliveryKey("pd", "inc-7"))
 	if err != nil || len(r.Kvs) != 1 || r.Kvs[0].Lease == 0 {
 		t.Errorf("resolved delivery should carry a lease: %+v %v", r.Kvs, err)
 	}
-	r, _ = c.Get(ctx, etcdconn.DeliveryKey("slack", "inc-1"))
+	r, _ = c.Get(ctx, snapshot.DeliveryKey("slack", "inc-1"))
 	if r.Kvs[0].Lease != 0 {
 		t.Error("an open incident's delivery must not expire")
 	}

@@ -20,9 +20,10 @@ import (
 	"github.com/jonboulle/clockwork"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ncclwatch/watchdog/etcdconn"
-	"github.com/ncclwatch/watchdog/etcdembed"
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
+	"github.com/ncclwatch/watchdog/internal/etcdembed"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
@@ -295,7 +296,7 @@ func testEtcd(t *testing.T) *clientv3.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.Delete(ctx, etcdconn.Prefix+"delivery/", clientv3.WithPrefix()); err != nil {
+	if _, err := c.Delete(ctx, snapshot.Prefix+"delivery/", clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
 	return c

@@ -8,8 +8,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ncclwatch/watchdog/etcdconn"
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // deliverySchema versions the JSON of a Delivery in etcd.
@@ -65,7 +65,7 @@ func decide(prev *Delivery, inc incident.Incident) (Event, bool) {
 	}
 }
 
-// EtcdStore keeps deliveries in etcd under etcdconn.DeliveryKey.
+// EtcdStore keeps deliveries in etcd under snapshot.DeliveryKey.
 type EtcdStore struct {
 	client    *clientv3.Client
 	retention time.Duration
@@ -88,7 +88,7 @@ func NewEtcdStore(c *clientv3.Client, opts EtcdStoreOptions) *EtcdStore {
 
 // Get implements Store.
 func (s *EtcdStore) Get(ctx context.Context, notifier, incidentID string) (Delivery, bool, error) {
-	resp, err := s.client.Get(ctx, etcdconn.DeliveryKey(notifier, incidentID))
+	resp, err := s.client.Get(ctx, snapshot.DeliveryKey(notifier, incidentID))
 	if err != nil {
 		return Delivery{}, false, fmt.Errorf("get delivery %s/%s: %w", notifier, incidentID, err)
 	}
@@ -104,7 +104,7 @@ func (s *EtcdStore) Get(ctx context.Context, notifier, incidentID string) (Deliv
 
 // List implements Store.
 func (s *EtcdStore) List(ctx context.Context, notifier string) ([]Delivery, error) {
-	prefix := etcdconn.DeliveryKey(notifier, "")
+	prefix := snapshot.DeliveryKey(notifier, "")
 	resp, err := s.client.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of %s: %w", notifier, err)
@@ -147,7 +147,7 @@ func (s *EtcdStore) Put(ctx context.Context, records ...Delivery) error {
 				}
 				opts = append(opts, clientv3.WithLease(lease))
 			}
-			ops = append(ops, clientv3.OpPut(etcdconn.DeliveryKey(d.Notifier, d.IncidentID), string(b), opts...))
+			ops = append(ops, clientv3.OpPut(snapshot.DeliveryKey(d.Notifier, d.IncidentID), string(b), opts...))
 		}
 		if _, err := s.client.Txn(ctx).Then(ops...).Commit(); err != nil {
 			return fmt.Errorf("put %d deliveries: %w", len(ops), err)

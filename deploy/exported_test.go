@@ -19,12 +19,13 @@ import (
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/detect/live"
-	"github.com/ncclwatch/watchdog/etcdconn"
-	"github.com/ncclwatch/watchdog/etcdembed"
 	"github.com/ncclwatch/watchdog/heartbeat"
 	"github.com/ncclwatch/watchdog/heartbeat/gpu"
 	"github.com/ncclwatch/watchdog/heartbeat/ibport"
 	"github.com/ncclwatch/watchdog/heartbeat/publish"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
+	"github.com/ncclwatch/watchdog/internal/etcdembed"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // recorder is a Registerer that remembers every collector registered through it, so
@@ -129,7 +130,7 @@ func startComponents(dir string) (exported, error) {
 		return exported{}, err
 	}
 	defer gpus.Close()
-	pub := publish.New(cli, publish.Options{Key: etcdconn.NodeKey("metrics", "node0"), Interval: 100 * time.Millisecond,
+	pub := publish.New(cli, publish.Options{Key: snapshot.NodeKey("metrics", "node0"), Interval: 100 * time.Millisecond,
 		Logger: log, Registerer: sidecarReg})
 	sc, err := heartbeat.New(heartbeat.Options{Job: "metrics", Node: "node0",
 		LogPatterns: []string{filepath.Join(dir, "*.log")}, GPU: gpus, Publisher: pub, Logger: log,

@@ -7,7 +7,6 @@ import (
 
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
-	"github.com/ncclwatch/watchdog/xid"
 )
 
 // GPU finds GPU faults: recent XID errors (with their meaning), uncorrectable ECC errors,
@@ -50,7 +49,7 @@ func gpuFinding(j *Job, cfg Config, node string, g *snapshot.GPU) (Finding, bool
 		if !recentEvent(j, cfg, int64(x.T)) {
 			continue
 		}
-		text, severe := xid.Meaning(x.Code)
+		text, severe := snapshot.XIDMeaning(x.Code)
 		if severe {
 			f.Severity = incident.SeverityCritical
 		}

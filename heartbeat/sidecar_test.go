@@ -13,8 +13,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ncclwatch/watchdog/etcdconn"
-	"github.com/ncclwatch/watchdog/etcdembed"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
+	"github.com/ncclwatch/watchdog/internal/etcdembed"
 	"github.com/ncclwatch/watchdog/heartbeat/gpu"
 	"github.com/ncclwatch/watchdog/heartbeat/proc"
 	"github.com/ncclwatch/watchdog/heartbeat/publish"
@@ -95,7 +95,7 @@ func startSidecar(t *testing.T, endpoint, logDir, stateDir string, ttl time.Dura
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	pub := publish.New(cli, publish.Options{Key: etcdconn.NodeKey("job1", "node0"), TTL: ttl, Interval: 200 * time.Millisecond,
+	pub := publish.New(cli, publish.Options{Key: snapshot.NodeKey("job1", "node0"), TTL: ttl, Interval: 200 * time.Millisecond,
 		MaxBackoff: time.Second, Logger: log})
 	s := newSidecar(t, Options{Job: "job1", Node: "node0", LogPatterns: []string{filepath.Join(logDir, "*.log")}, StateDir: stateDir,
 		Publisher: pub, Logger: log, SampleEvery: 200 * time.Millisecond}, extra)
@@ -141,7 +141,7 @@ func runLocalSidecar(t *testing.T, logDir string, extra func(*Options)) *Sidecar
 func counts(t *testing.T, cli *clientv3.Client) (map[int]int64, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	r, err := cli.Get(ctx, etcdconn.NodeKey("job1", "node0"))
+	r, err := cli.Get(ctx, snapshot.NodeKey("job1", "node0"))
 	if err != nil || len(r.Kvs) == 0 {
 		return nil, false
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/ncclwatch/watchdog/alert"
-	"github.com/ncclwatch/watchdog/demo"
+	"github.com/ncclwatch/watchdog/internal/demo"
 )
 
 func runDemo(ctx context.Context, args []string) error {

@@ -17,8 +17,8 @@ import (
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/detect/live"
-	"github.com/ncclwatch/watchdog/etcdconn"
-	"github.com/ncclwatch/watchdog/etcdembed"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
+	"github.com/ncclwatch/watchdog/internal/etcdembed"
 )
 
 // DetectorConfig is the YAML configuration of `watchdog detector`; flags override it.

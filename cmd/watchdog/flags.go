@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/ncclwatch/watchdog/etcdconn"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
 )
 
 // envName is the environment variable that sets a flag's default: NCCLWATCH_ETCD_ENDPOINTS.

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/ncclwatch/watchdog/loadgen"
+	"github.com/ncclwatch/watchdog/internal/loadgen"
 )
 
 func runLoadgen(ctx context.Context, args []string) error {

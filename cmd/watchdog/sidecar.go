@@ -15,13 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/ncclwatch/watchdog/etcdconn"
 	"github.com/ncclwatch/watchdog/heartbeat"
 	"github.com/ncclwatch/watchdog/heartbeat/gpu"
 	"github.com/ncclwatch/watchdog/heartbeat/ibport"
 	"github.com/ncclwatch/watchdog/heartbeat/proc"
 	"github.com/ncclwatch/watchdog/heartbeat/publish"
 	"github.com/ncclwatch/watchdog/heartbeat/ras"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 func runSidecar(ctx context.Context, args []string) error {
@@ -69,7 +70,7 @@ func runSidecar(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cli.Close()
-	pub := publish.New(cli, publish.Options{Key: etcdconn.NodeKey(*job, *node), TTL: *leaseTTL, Interval: *interval,
+	pub := publish.New(cli, publish.Options{Key: snapshot.NodeKey(*job, *node), TTL: *leaseTTL, Interval: *interval,
 		Logger: log.With("part", "publish"), Registerer: reg})
 
 	opts := heartbeat.Options{

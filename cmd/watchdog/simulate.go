@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ncclwatch/watchdog/jobsim"
+	"github.com/ncclwatch/watchdog/internal/jobsim"
 )
 
 // faultFlags collects repeated --fault values.

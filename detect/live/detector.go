@@ -17,7 +17,6 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/ncclwatch/watchdog/detect"
-	"github.com/ncclwatch/watchdog/etcdconn"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -147,7 +146,7 @@ func (d *Detector) watchLoop(ctx context.Context) {
 		d.etcdReachable()
 		backoff = 250 * time.Millisecond
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		ch := d.opts.Client.Watch(wctx, etcdconn.JobsPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
+		ch := d.opts.Client.Watch(wctx, snapshot.JobsPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
 		for resp := range ch {
 			if err := resp.Err(); err != nil {
 				d.opts.Logger.Warn("etcd watch failed; reloading", "err", err)
@@ -166,9 +165,9 @@ func (d *Detector) watchLoop(ctx context.Context) {
 func (d *Detector) load(ctx context.Context) (int64, error) {
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := d.opts.Client.Get(octx, etcdconn.JobsPrefix, clientv3.WithPrefix())
+	resp, err := d.opts.Client.Get(octx, snapshot.JobsPrefix, clientv3.WithPrefix())
 	if err != nil {
-		return 0, fmt.Errorf("load %s: %w", etcdconn.JobsPrefix, err)
+		return 0, fmt.Errorf("load %s: %w", snapshot.JobsPrefix, err)
 	}
 	now := d.opts.Now()
 	d.mu.Lock()
@@ -208,12 +207,12 @@ func (d *Detector) apply(evs []*clientv3.Event) {
 	for _, ev := range evs {
 		key := string(ev.Kv.Key)
 		if ev.Type == clientv3.EventTypeDelete {
-			if job, node, ok := parseNodeKey(key, etcdconn.JobsPrefix); ok {
+			if job, node, ok := snapshot.ParseNodeKey(key); ok {
 				if d.state.Delete(job, node, now) {
 					d.lostTimes[job] = append(d.lostTimes[job], now)
 					d.opts.Logger.Warn("node lease expired", "job", job, "node", node)
 				}
-			} else if _, id, ok := parseIncidentKey(key, etcdconn.JobsPrefix); ok {
+			} else if _, id, ok := snapshot.ParseIncidentKey(key); ok {
 				delete(d.incidents, id)
 			}
 			continue
@@ -224,7 +223,7 @@ func (d *Detector) apply(evs []*clientv3.Event) {
 }
 
 func (d *Detector) applyKV(key string, value []byte, now time.Time) {
-	if _, _, ok := parseNodeKey(key, etcdconn.JobsPrefix); ok {
+	if _, _, ok := snapshot.ParseNodeKey(key); ok {
 		n, err := snapshot.Decode(value)
 		if err != nil {
 			d.m.badSnapshots.Inc()
@@ -237,7 +236,7 @@ func (d *Detector) applyKV(key string, value []byte, now time.Time) {
 		d.state.Put(n, now)
 		return
 	}
-	if _, _, ok := parseIncidentKey(key, etcdconn.JobsPrefix); ok {
+	if _, _, ok := snapshot.ParseIncidentKey(key); ok {
 		var inc incident.Incident
 		if err := json.Unmarshal(value, &inc); err == nil {
 			d.incidents[inc.ID] = inc
@@ -278,7 +277,7 @@ func (d *Detector) electionLoop(ctx context.Context) {
 			}
 			continue
 		}
-		el := concurrency.NewElection(sess, etcdconn.LeaderKey)
+		el := concurrency.NewElection(sess, snapshot.LeaderKey)
 		go d.observeLeader(ctx, el)
 		if err := el.Campaign(ctx, d.opts.ID); err != nil {
 			sess.Close()
@@ -362,13 +361,13 @@ func (d *Detector) lead(ctx context.Context, sess *concurrency.Session) {
 func (d *Detector) storedIncidents(ctx context.Context) ([]incident.Incident, error) {
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := d.opts.Client.Get(octx, etcdconn.JobsPrefix, clientv3.WithPrefix())
+	resp, err := d.opts.Client.Get(octx, snapshot.JobsPrefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, err
 	}
 	var out []incident.Incident
 	for _, kv := range resp.Kvs {
-		if _, _, ok := parseIncidentKey(string(kv.Key), etcdconn.JobsPrefix); !ok {
+		if _, _, ok := snapshot.ParseIncidentKey(string(kv.Key)); !ok {
 			continue
 		}
 		var inc incident.Incident
@@ -509,7 +508,7 @@ func (d *Detector) persist(ctx context.Context, incs []incident.Incident) {
 				opts = append(opts, clientv3.WithLease(g.ID))
 			}
 		}
-		if _, err := d.opts.Client.Put(octx, etcdconn.IncidentKey(inc.Job, inc.ID), string(b), opts...); err != nil {
+		if _, err := d.opts.Client.Put(octx, snapshot.IncidentKey(inc.Job, inc.ID), string(b), opts...); err != nil {
 			d.m.storeErrors.Inc()
 			d.opts.Logger.Warn("store incident", "id", inc.ID, "err", err)
 		}

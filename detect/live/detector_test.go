@@ -12,8 +12,8 @@ import (
 
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/detect"
-	"github.com/ncclwatch/watchdog/etcdconn"
-	"github.com/ncclwatch/watchdog/etcdembed"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
+	"github.com/ncclwatch/watchdog/internal/etcdembed"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -64,7 +64,7 @@ func put(t *testing.T, cli *clientv3.Client, n *snapshot.Node) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := cli.Put(ctx, etcdconn.NodeKey(n.Job, n.Node), string(b)); err != nil {
+	if _, err := cli.Put(ctx, snapshot.NodeKey(n.Job, n.Node), string(b)); err != nil {
 		t.Fatal(err)
 	}
 }

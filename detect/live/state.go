@@ -7,7 +7,6 @@ package live
 
 import (
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/ncclwatch/watchdog/detect"
@@ -252,30 +251,4 @@ func (s *State) Counts() (jobs, nodes, ranks int) {
 		}
 	}
 	return
-}
-
-// parseNodeKey splits /ncclwatch/v1/jobs/<job>/nodes/<node>.
-func parseNodeKey(key, prefix string) (job, node string, ok bool) {
-	rest, found := strings.CutPrefix(key, prefix)
-	if !found {
-		return "", "", false
-	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 3 || parts[1] != "nodes" || parts[0] == "" || parts[2] == "" {
-		return "", "", false
-	}
-	return parts[0], parts[2], true
-}
-
-// parseIncidentKey splits /ncclwatch/v1/jobs/<job>/incidents/<id>.
-func parseIncidentKey(key, prefix string) (job, id string, ok bool) {
-	rest, found := strings.CutPrefix(key, prefix)
-	if !found {
-		return "", "", false
-	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 3 || parts[1] != "incidents" {
-		return "", "", false
-	}
-	return parts[0], parts[2], true
 }

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ncclwatch/watchdog/xid"
 	"log/slog"
 	"sync"
 	"time"
@@ -520,7 +519,7 @@ func (s *Sampler) record(ev Event, history int) {
 		if ev.Type&EventXID != 0 {
 			s.strayXIDs++
 			if s.strayXIDs <= 8 {
-				text, _ := xid.Meaning(int(ev.Data))
+				text, _ := snapshot.XIDMeaning(int(ev.Data))
 				s.log.Warn("nvml: XID for an unknown GPU", "xid", ev.Data, "meaning", text, "gpu", ev.Index)
 			}
 		}
@@ -535,7 +534,7 @@ func (s *Sampler) record(ev Event, history int) {
 		} else {
 			d.xids = append(d.xids, x)
 		}
-		text, severe := xid.Meaning(x.Code)
+		text, severe := snapshot.XIDMeaning(x.Code)
 		s.log.Warn("nvml: XID", "gpu", d.index, "xid", x.Code, "meaning", text, "severe", severe)
 	case ev.Type&EventDoubleBitECC != 0:
 		d.dbeEvents++

@@ -20,8 +20,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ncclwatch/watchdog/etcdembed"
-	"github.com/ncclwatch/watchdog/jobsim"
+	"github.com/ncclwatch/watchdog/internal/etcdembed"
+	"github.com/ncclwatch/watchdog/internal/jobsim"
 )
 
 func main() {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ncclwatch/watchdog/etcdconn"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
 )
 
 func TestStartPutGet(t *testing.T) {

@@ -84,23 +84,3 @@ func tlsConfig(cfg Config) (*tls.Config, error) {
 	}
 	return t, nil
 }
-
-// Keys under one versioned prefix.
-const Prefix = "/ncclwatch/v1/"
-
-// JobsPrefix is watched by the detector.
-const JobsPrefix = Prefix + "jobs/"
-
-// NodeKey is where a node's sidecar publishes its snapshot.
-func NodeKey(job, node string) string { return JobsPrefix + job + "/nodes/" + node }
-
-// IncidentKey stores one incident of a job.
-func IncidentKey(job, id string) string { return JobsPrefix + job + "/incidents/" + id }
-
-// LeaderKey is the election prefix of detector replicas.
-const LeaderKey = Prefix + "leader"
-
-// DeliveryKey stores which state of an incident a notifier has delivered.
-func DeliveryKey(notifier, incidentID string) string {
-	return Prefix + "delivery/" + notifier + "/" + incidentID
-}

@@ -23,15 +23,16 @@ import (
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/detect/live"
-	"github.com/ncclwatch/watchdog/etcdconn"
-	"github.com/ncclwatch/watchdog/etcdembed"
 	"github.com/ncclwatch/watchdog/heartbeat"
 	"github.com/ncclwatch/watchdog/heartbeat/gpu"
 	"github.com/ncclwatch/watchdog/heartbeat/ibport"
 	"github.com/ncclwatch/watchdog/heartbeat/proc"
 	"github.com/ncclwatch/watchdog/heartbeat/publish"
 	"github.com/ncclwatch/watchdog/incident"
-	"github.com/ncclwatch/watchdog/jobsim"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
+	"github.com/ncclwatch/watchdog/internal/etcdembed"
+	"github.com/ncclwatch/watchdog/internal/jobsim"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // Scenario is one simulated job and what the detector must find in it.
@@ -231,7 +232,7 @@ func runScenario(ctx context.Context, opts Options, sc Scenario, dir string, cli
 			return res
 		}
 		defer sampler.Close()
-		pub := publish.New(cli, publish.Options{Key: etcdconn.NodeKey(job, n.Name), TTL: 5 * time.Second,
+		pub := publish.New(cli, publish.Options{Key: snapshot.NodeKey(job, n.Name), TTL: 5 * time.Second,
 			Interval: 500 * time.Millisecond, Logger: opts.Logger})
 		side, err := heartbeat.New(heartbeat.Options{Job: job, Node: n.Name, LogPatterns: []string{filepath.Join(n.LogDir, "*.log")},
 			GPU: sampler, Ports: ibport.New(ibport.Options{IBRoot: n.IBRoot, NetRoot: filepath.Join(dir, "no-net"), Logger: opts.Logger}),

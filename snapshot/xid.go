@@ -1,6 +1,4 @@
-// Package xid explains NVIDIA XID error codes for incident evidence. It is pure, so the
-// detector can use it without NVML.
-package xid
+package snapshot
 
 import "fmt"
 
@@ -72,10 +70,11 @@ func xidInfoOf(code int) (text string, severe bool, known bool) {
 	return "", false, false
 }
 
-// Meaning is a short meaning of an XID code and whether it blames the GPU hardware,
+// XIDMeaning is a short meaning of an XID code (shared vocabulary: the sidecar logs it,
+// the detector judges it, neither needs NVML) and whether it blames the GPU hardware,
 // firmware or driver (severe) rather than the application. Unknown codes get a generic
 // text and severe=false.
-func Meaning(code int) (text string, severe bool) {
+func XIDMeaning(code int) (text string, severe bool) {
 	if text, severe, ok := xidInfoOf(code); ok {
 		return text, severe
 	}

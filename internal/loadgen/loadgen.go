@@ -27,8 +27,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ncclwatch/watchdog/etcdconn"
-	"github.com/ncclwatch/watchdog/etcdembed"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
+	"github.com/ncclwatch/watchdog/internal/etcdembed"
 	"github.com/ncclwatch/watchdog/heartbeat/publish"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
@@ -151,7 +151,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for n := 0; n < nodes; n++ {
-		pub := publish.New(clients[n%len(clients)], publish.Options{Key: etcdconn.NodeKey("load", nodeName(n)),
+		pub := publish.New(clients[n%len(clients)], publish.Options{Key: snapshot.NodeKey("load", nodeName(n)),
 			TTL: 10 * time.Second, Interval: time.Second, Logger: o.Logger})
 		wg.Add(1)
 		go func() {

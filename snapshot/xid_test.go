@@ -1,11 +1,11 @@
-package xid
+package snapshot
 
 import (
 	"strings"
 	"testing"
 )
 
-func TestMeaning(t *testing.T) {
+func TestXIDMeaning(t *testing.T) {
 	for _, tt := range []struct {
 		code   int
 		severe bool
@@ -30,7 +30,7 @@ func TestMeaning(t *testing.T) {
 		{140, true, "unrecovered ECC"},
 		{9999, false, "XID 9999"},
 	} {
-		text, severe := Meaning(tt.code)
+		text, severe := XIDMeaning(tt.code)
 		if severe != tt.severe || !strings.Contains(text, tt.has) {
 			t.Errorf("Meaning(%d) = %q, %v; want %q, %v", tt.code, text, severe, tt.has, tt.severe)
 		}
