@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ncclwatch/watchdog/detect"
@@ -54,7 +53,6 @@ type procKey struct {
 
 type torchEvent struct {
 	rank int // global rank, -1 when unknown
-	pid  int // launcher exit: the child's pid
 	ev   snapshot.Event
 }
 
@@ -188,7 +186,7 @@ func (j *Job) apply(l *logparse.Line, raw []byte, cur **logparse.Tracker, seen m
 			st.Coll++
 		}
 		t.Apply(l, raw, time.Time{})
-	case isTorch(l.Kind):
+	case l.Kind.FromTorch():
 		j.torchLine(l)
 	case *cur != nil:
 		(*cur).Apply(l, raw, time.Time{})
@@ -202,15 +200,6 @@ func (j *Job) apply(l *logparse.Line, raw []byte, cur **logparse.Tracker, seen m
 	}
 }
 
-func isTorch(k logparse.Kind) bool {
-	switch k {
-	case logparse.KindTorchTimeout, logparse.KindTorchWorkStatus, logparse.KindTorchTerminate,
-		logparse.KindTorchNCCLError, logparse.KindTorchCommCreated, logparse.KindLauncherExit:
-		return true
-	}
-	return false
-}
-
 func (j *Job) tracker(k procKey) *logparse.Tracker {
 	t := j.trackers[k]
 	if t == nil {
@@ -222,33 +211,19 @@ func (j *Job) tracker(k procKey) *logparse.Tracker {
 	return t
 }
 
-// torchLine keeps PyTorch and launcher lines for the rank or pid they name.
+// torchLine keeps PyTorch and launcher events for the rank or pid they name.
 func (j *Job) torchLine(l *logparse.Line) {
+	ev, ok := logparse.EventOf(l, 0)
+	if !ok {
+		return
+	}
 	rank := l.Torch.Rank
 	if l.LauncherRank >= 0 {
 		rank = l.LauncherRank
 	}
-	ev := snapshot.Event{Kind: l.Kind.String(), Msg: truncate(string(l.Msg), 240)}
-	switch l.Kind {
-	case logparse.KindTorchTimeout:
-		ev.Code = int(l.Torch.SeqNum)
-	case logparse.KindTorchWorkStatus:
-		ev.Code = int(l.Torch.Completed)
-	case logparse.KindLauncherExit:
-		ev.Code, ev.Port, ev.Peer = l.Code, l.Torch.PID, "local:"+strconv.Itoa(l.LocalRk)
-	case logparse.KindTorchCommCreated:
-		return
-	}
 	if len(j.torch) < 10000 {
-		j.torch = append(j.torch, torchEvent{rank: rank, pid: l.Torch.PID, ev: ev})
+		j.torch = append(j.torch, torchEvent{rank: rank, ev: ev})
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }
 
 // Detect builds the detect view of the final state and evaluates it.
@@ -269,9 +244,9 @@ func (j *Job) Detect() (*detect.Job, detect.Result) {
 	}
 	for _, te := range j.torch {
 		var p *detect.Proc
-		if te.ev.Kind == logparse.KindLauncherExit.String() {
-			if p = byPID[te.pid]; p != nil && p.LocalRank < 0 {
-				p.LocalRank, _ = strconv.Atoi(strings.TrimPrefix(te.ev.Peer, "local:"))
+		if te.ev.Kind == snapshot.EventLauncherExit {
+			if p = byPID[te.ev.PID]; p != nil && p.LocalRank < 0 {
+				p.LocalRank = te.ev.LocalRank
 			}
 		} else if te.rank >= 0 {
 			p = byRank[te.rank]

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // Report is the result of an analysis. Its JSON field names are a contract: other tools
@@ -30,24 +31,24 @@ type CommReport struct {
 
 // CommRankReport is one rank's progress on a communicator.
 type CommRankReport struct {
-	Rank        int    `json:"rank"`
-	Host        string `json:"host"`
-	PID         int    `json:"pid"`
-	Collectives int64  `json:"collectives"`
-	State       string `json:"state,omitempty"`
+	Rank        int                `json:"rank"`
+	Host        string             `json:"host"`
+	PID         int                `json:"pid"`
+	Collectives int64              `json:"collectives"`
+	State       snapshot.CommState `json:"state,omitempty"`
 }
 
 // RankReport is one process.
 type RankReport struct {
-	Rank    int      `json:"rank"`
-	Host    string   `json:"host"`
-	PID     int      `json:"pid"`
-	CudaDev int      `json:"cuda_dev"`
-	BusID   string   `json:"bus_id,omitempty"`
-	NCCL    string   `json:"nccl,omitempty"`
-	Network string   `json:"network,omitempty"`
-	Lines   int64    `json:"lines"`
-	Events  []string `json:"events,omitempty"`
+	Rank    int                  `json:"rank"`
+	Host    string               `json:"host"`
+	PID     int                  `json:"pid"`
+	CudaDev int                  `json:"cuda_dev"`
+	BusID   string               `json:"bus_id,omitempty"`
+	NCCL    string               `json:"nccl,omitempty"`
+	Network string               `json:"network,omitempty"`
+	Lines   int64                `json:"lines"`
+	Events  []snapshot.EventKind `json:"events,omitempty"`
 }
 
 // FindingReport is one finding.

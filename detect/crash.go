@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
@@ -46,7 +45,7 @@ func Crash(j *Job, cfg Config) []Finding {
 		byPID[p.PID] = append(byPID[p.PID], p)
 	}
 	for _, p := range j.Procs {
-		if p.State == "exited" && !cleanExit(p) {
+		if p.State == snapshot.ProcExited && !cleanExit(p) {
 			note(p, int64(p.ExitedAt), "the process exited at %s with communicators still in use", fmtTime(p.ExitedAt.Time()))
 		}
 		for _, e := range p.Events {
@@ -54,19 +53,16 @@ func Crash(j *Job, cfg Config) []Finding {
 				continue
 			}
 			switch e.Kind {
-			case "conn_closed_local":
-				lr, err := strconv.Atoi(strings.TrimPrefix(e.Peer, "local:"))
-				if err != nil {
-					continue
-				}
+			case snapshot.EventConnClosedLocal:
+				lr := e.LocalRank
 				if dead := byHostLocal[p.Host+"/"+strconv.Itoa(lr)]; dead != nil && dead != p {
 					note(dead, int64(e.T), "%s logged \"Connection closed by localRank %d\": the proxy connection to this process broke", p.Name(), lr)
 				}
-			case "launcher_exit":
-				pid := e.Port
+			case snapshot.EventLauncherExit:
+				pid := e.PID
 				for _, dead := range byPID[pid] {
 					if e.Code != 0 {
-						note(dead, int64(e.T), "the launcher reported local_rank %s (pid %d) failed with exit code %d", strings.TrimPrefix(e.Peer, "local:"), pid, e.Code)
+						note(dead, int64(e.T), "the launcher reported local_rank %d (pid %d) failed with exit code %d", e.LocalRank, pid, e.Code)
 					}
 				}
 			}
@@ -113,7 +109,7 @@ func cleanExit(p *Proc) bool {
 		return false
 	}
 	for _, c := range p.Comms {
-		if c.State != "destroyed" {
+		if c.State != snapshot.CommDestroyed {
 			return false
 		}
 	}
@@ -124,7 +120,7 @@ func cleanExit(p *Proc) bool {
 // waiting on someone else, and its death is the watchdog's reaction.
 func timedOutItself(p *Proc) bool {
 	for _, e := range p.Events {
-		if e.Kind == "torch_timeout" {
+		if e.Kind == snapshot.EventTorchTimeout {
 			return true
 		}
 	}

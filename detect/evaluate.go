@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // Result is one evaluation of a job.
@@ -166,7 +167,7 @@ func torchEvidence(j *Job, f *Finding) {
 	}
 	for _, p := range j.Procs {
 		for _, e := range p.Events {
-			if e.Kind != "torch_timeout" {
+			if e.Kind != snapshot.EventTorchTimeout {
 				continue
 			}
 			role := "a waiting rank"
@@ -278,9 +279,9 @@ func StuckInFlight(j *Job, cfg Config) ([]Finding, []string) {
 		waiting, idle, unknown := 0, 0, 0
 		for _, m := range g.Members {
 			switch gs := gpuOf(j, m.Proc); {
-			case gs == nil || gs.State == "":
+			case gs == nil || gs.State == snapshot.GPUUnknown:
 				unknown++
-			case gs.State == "waiting":
+			case gs.State == snapshot.GPUWaiting:
 				waiting++
 			default:
 				idle++

@@ -28,7 +28,7 @@ func GPU(j *Job, cfg Config) []Finding {
 	}
 	for _, p := range j.Procs {
 		for _, e := range p.Events {
-			if e.Kind != "cuda_error" || !recentEvent(j, cfg, int64(e.T)) {
+			if e.Kind != snapshot.EventCudaError || !recentEvent(j, cfg, int64(e.T)) {
 				continue
 			}
 			f := Finding{Kind: incident.KindGPU, Severity: incident.SeverityCritical,

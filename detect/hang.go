@@ -99,7 +99,7 @@ func lastProgress(g *Group) snapshot.Micros {
 func stalled(j *Job, g *Group, cfg Config) (bool, time.Duration) {
 	if j.Offline {
 		for _, m := range g.Members {
-			if m.Comm.State != "destroyed" {
+			if m.Comm.State != snapshot.CommDestroyed {
 				return true, 0
 			}
 		}
@@ -213,17 +213,17 @@ func hangFinding(j *Job, bs []behind) Finding {
 // processEvidence adds what is known about a culprit process: liveness and its GPU.
 func processEvidence(j *Job, p *Proc, f *Finding) {
 	switch p.State {
-	case "exited":
+	case snapshot.ProcExited:
 		f.addEvidence("the process has exited (at %s)", fmtTime(p.ExitedAt.Time()))
-	case "running":
+	case snapshot.ProcRunning:
 		f.addEvidence("the process is still alive")
 	}
 	if g := gpuOf(j, p); g != nil {
 		f.addEvidence("its GPU %d: %s", g.Index, describeGPU(g))
 		switch g.State {
-		case "idle":
+		case snapshot.GPUIdle:
 			f.addEvidence("its GPU is idle: the host code is stuck before the collective (data loader, deadlock, I/O), not NCCL")
-		case "waiting":
+		case snapshot.GPUWaiting:
 			f.addEvidence("its GPU spins in an NCCL kernel: it waits on a collective of another communicator")
 		}
 	}
@@ -272,7 +272,7 @@ func describeGPU(g *snapshot.GPU) string {
 		s += ", clock events " + strings.Join(g.Reasons, "+")
 	}
 	if g.State != "" {
-		s += ", state " + g.State
+		s += ", state " + string(g.State)
 	}
 	return s
 }

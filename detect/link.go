@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/ncclwatch/watchdog/incident"
-	"github.com/ncclwatch/watchdog/logparse"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // errorCounters are the IB port counters whose growth means a sick link.
@@ -91,11 +91,11 @@ func ibEvents(j *Job, cfg Config) []Finding {
 	addrHost := addressBook(j)
 	for _, p := range j.Procs {
 		for _, e := range p.Events {
-			if (e.Kind != "ib_completion" && e.Kind != "ib_async") || !recentEvent(j, cfg, int64(e.T)) {
+			if (e.Kind != snapshot.EventIBCompletion && e.Kind != snapshot.EventIBAsync) || !recentEvent(j, cfg, int64(e.T)) {
 				continue
 			}
 			dev := e.Dev
-			if e.Kind == "ib_async" && e.Port > 0 {
+			if e.Kind == snapshot.EventIBAsync && e.Port > 0 {
 				dev = e.Dev + ":" + strconv.Itoa(e.Port)
 			}
 			k := key{p.Host, dev}
@@ -107,8 +107,8 @@ func ibEvents(j *Job, cfg Config) []Finding {
 				order = append(order, k)
 			}
 			switch e.Kind {
-			case "ib_completion":
-				status := ibStatusName(e.Code)
+			case snapshot.EventIBCompletion:
+				status := snapshot.IBStatusName(e.Code)
 				f.addEvidence("%s: NET/IB completion error %s(%d) with peer %s on HCA %s", p.Name(), status, e.Code, e.Peer, orUnknown(e.Dev))
 				ip := peerIP(e.Peer)
 				if peerReporters[ip] == nil {
@@ -119,11 +119,11 @@ func ibEvents(j *Job, cfg Config) []Finding {
 					f.Summary = fmt.Sprintf("IB completion error %s on %s HCA %s talking to %s: the link or the peer is failing",
 						status, p.Host, orUnknown(e.Dev), describePeer(e.Peer, addrHost))
 				}
-			case "ib_async":
-				f.addEvidence("%s: NCCL got IB async event %q on %s port %d", p.Name(), e.Peer, e.Dev, e.Port)
+			case snapshot.EventIBAsync:
+				f.addEvidence("%s: NCCL got IB async event %q on %s port %d", p.Name(), e.Detail, e.Dev, e.Port)
 				if f.Summary == "" {
-					f.Summary = fmt.Sprintf("IB port event %q on %s %s port %d", e.Peer, p.Host, e.Dev, e.Port)
-					if !strings.Contains(e.Peer, "error") && !strings.Contains(e.Msg, "fatal") {
+					f.Summary = fmt.Sprintf("IB port event %q on %s %s port %d", e.Detail, p.Host, e.Dev, e.Port)
+					if !strings.Contains(e.Detail, "error") && !strings.Contains(e.Msg, "fatal") {
 						f.Severity = incident.SeverityWarning
 					}
 				}
@@ -176,8 +176,6 @@ func orUnknown(s string) string {
 	return s
 }
 
-func ibStatusName(code int) string { return "IBV_WC_" + logparse.IBWCStatus(code) }
-
 // peerIP strips the "<port>" of "10.0.0.8<50123>".
 func peerIP(peer string) string {
 	if i := strings.IndexByte(peer, '<'); i >= 0 {
@@ -220,12 +218,12 @@ func portFindings(j *Job, cfg Config) []Finding {
 		n := j.Nodes[name]
 		for i := range n.Ports {
 			pt := &n.Ports[i]
-			if pt.Kind != "ib" {
+			if pt.Kind != snapshot.PortIB {
 				continue
 			}
 			var problems []string
 			sev := incident.SeverityWarning
-			if pt.State != "" && pt.State != "ACTIVE" {
+			if pt.State != "" && pt.State != snapshot.PortActive {
 				problems = append(problems, fmt.Sprintf("port state %s (%s)", pt.State, pt.PhysState))
 				sev = incident.SeverityCritical
 			} else if usual > 0 && pt.RateGbps > 0 && pt.RateGbps < usual*0.99 {
@@ -281,7 +279,7 @@ func usualRate(j *Job) float64 {
 	counts := map[float64]int{}
 	for _, n := range j.Nodes {
 		for _, pt := range n.Ports {
-			if pt.Kind == "ib" && pt.State == "ACTIVE" && pt.RateGbps > 0 {
+			if pt.Kind == snapshot.PortIB && pt.State == snapshot.PortActive && pt.RateGbps > 0 {
 				counts[pt.RateGbps]++
 			}
 		}

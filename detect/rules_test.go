@@ -203,7 +203,7 @@ func TestStraggler(t *testing.T) {
 	})
 }
 
-func gpuNode(name string, state string, xids ...int) *snapshot.Node {
+func gpuNode(name string, state snapshot.GPUState, xids ...int) *snapshot.Node {
 	g := snapshot.GPU{Index: 0, BusID: "1b000", Util: 100, PowerW: 120, PowerLimitW: 700, State: state}
 	for _, x := range xids {
 		g.XIDs = append(g.XIDs, snapshot.XID{Code: x, T: us(time.Second)})
@@ -213,7 +213,7 @@ func gpuNode(name string, state string, xids ...int) *snapshot.Node {
 
 func TestStuckInFlightVersusPause(t *testing.T) {
 	cfg := DefaultConfig()
-	mk := func(state string) *Job {
+	mk := func(state snapshot.GPUState) *Job {
 		j := job(30*time.Second, rank(0, 30, 100*time.Millisecond, 0, nil), rank(1, 30, 100*time.Millisecond, 0, nil))
 		j.Nodes = map[string]*snapshot.Node{"node0": gpuNode("node0", state), "node1": gpuNode("node1", state)}
 		return j

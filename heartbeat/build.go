@@ -83,9 +83,9 @@ func (s *Sidecar) renderRank(r *rankLog, since int64, gpus []snapshot.GPU, delta
 	}
 	switch {
 	case !r.exitedAt.IsZero():
-		p.State, p.ExitedAt = "exited", snapshot.MicrosOf(r.exitedAt)
+		p.State, p.ExitedAt = snapshot.ProcExited, snapshot.MicrosOf(r.exitedAt)
 	case r.watched && r.info.State == proc.Running:
-		p.State = "running"
+		p.State = snapshot.ProcRunning
 	}
 	if r.watched && !r.info.EnvKnown && s.opts.Liveness != nil {
 		if info, ok := s.opts.Liveness.Info(r.pid); ok && info.EnvKnown {
@@ -109,7 +109,7 @@ func (s *Sidecar) renderRank(r *rankLog, since int64, gpus []snapshot.GPU, delta
 	p.Events = append(p.Events, s.torch.forProcess(p.Rank, p.PID)...)
 	if g := gpuFor(gpus, p.BusID); g != nil {
 		p.GPUState = g.State
-		if g.State == "waiting" {
+		if g.State == snapshot.GPUWaiting {
 			markWaiting(&p)
 		}
 	}
@@ -136,7 +136,7 @@ func markWaiting(p *snapshot.Process) {
 	best := -1
 	var newest snapshot.Micros
 	for i, c := range p.Comms {
-		if c.Last != nil && c.Last.T >= newest && c.State != "destroyed" {
+		if c.Last != nil && c.Last.T >= newest && c.State != snapshot.CommDestroyed {
 			best, newest = i, c.Last.T
 		}
 	}

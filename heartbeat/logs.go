@@ -1,7 +1,6 @@
 package heartbeat
 
 import (
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,16 +150,16 @@ func (h *logHandler) Checkpoint(f *follow.File) []byte {
 	return b
 }
 
-// torchLog keeps PyTorch and launcher lines from stdout logs, by rank or pid.
+// torchLog keeps PyTorch and launcher events from stdout logs, by rank or pid.
 type torchLog struct {
 	mu     sync.Mutex
 	events []torchEvent // ring
 	next   int
 }
 
+// torchEvent is an event and the global rank its line named (-1 when none).
 type torchEvent struct {
 	rank int
-	pid  int
 	ev   snapshot.Event
 }
 
@@ -179,12 +178,14 @@ func (t *torchLog) add(e torchEvent) {
 	t.next = (t.next + 1) % maxTorchEvents
 }
 
+// forProcess returns the events about one process: those naming its pid (launcher exits),
+// else those naming its rank.
 func (t *torchLog) forProcess(rank, pid int) []snapshot.Event {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []snapshot.Event
 	for _, e := range t.events {
-		if (e.pid != 0 && e.pid == pid) || (e.pid == 0 && rank >= 0 && e.rank == rank) {
+		if (e.ev.PID != 0 && e.ev.PID == pid) || (e.ev.PID == 0 && rank >= 0 && e.rank == rank) {
 			out = append(out, e.ev)
 		}
 	}
@@ -200,31 +201,19 @@ type stdoutHandler struct {
 func (h *stdoutHandler) Line(f *follow.File, line []byte, readAt time.Time, flags follow.LineFlags) {
 	l := &h.line
 	logparse.Parse(line, l)
-	ev := snapshot.Event{Kind: l.Kind.String(), T: snapshot.MicrosOf(readAt), Msg: truncate(string(l.Msg), 240)}
+	if !l.Kind.FromTorch() {
+		return // NCCL lines are read from NCCL's own files
+	}
+	ev, ok := logparse.EventOf(l, int64(snapshot.MicrosOf(readAt)))
+	if !ok {
+		return
+	}
 	rank := l.Torch.Rank
 	if l.LauncherRank >= 0 {
 		rank = l.LauncherRank
 	}
-	pid := 0
-	switch l.Kind {
-	case logparse.KindTorchTimeout:
-		ev.Code = int(l.Torch.SeqNum)
-	case logparse.KindTorchTerminate, logparse.KindTorchNCCLError:
-	case logparse.KindLauncherExit:
-		ev.Code, ev.Port, ev.Peer = l.Code, l.Torch.PID, "local:"+strconv.Itoa(l.LocalRk)
-		pid = l.Torch.PID
-	default:
-		return
-	}
-	h.s.torch.add(torchEvent{rank: rank, pid: pid, ev: ev})
+	h.s.torch.add(torchEvent{rank: rank, ev: ev})
 	h.s.markChanged()
 }
 
 func (h *stdoutHandler) Event(*follow.File, follow.EventKind) {}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
-}

@@ -27,7 +27,7 @@ type metrics struct {
 	rasMissing prometheus.Gauge
 }
 
-var gpuStates = []string{"computing", "waiting", "idle"}
+var gpuStates = []snapshot.GPUState{snapshot.GPUComputing, snapshot.GPUWaiting, snapshot.GPUIdle}
 
 func newMetrics(s *Sidecar, reg prometheus.Registerer) *metrics {
 	m := &metrics{}
@@ -100,7 +100,7 @@ func (m *metrics) observeGPUs(gpus []snapshot.GPU) {
 			if g.State == st {
 				v = 1
 			}
-			m.gpuState.WithLabelValues(l, st).Set(v)
+			m.gpuState.WithLabelValues(l, string(st)).Set(v)
 		}
 		m.gpuDBE.WithLabelValues(l).Set(float64(g.ECCVolatileDBE))
 		m.gpuSBE.WithLabelValues(l).Set(float64(g.ECCVolatileSBE))
@@ -112,19 +112,19 @@ func (m *metrics) observeGPUs(gpus []snapshot.GPU) {
 
 func (m *metrics) observePorts(ports []snapshot.Port) {
 	for _, p := range ports {
-		port := strconv.Itoa(p.Port)
-		m.portRate.WithLabelValues(p.Kind, p.Device, port).Set(p.RateGbps)
+		port, kind := strconv.Itoa(p.Port), string(p.Kind)
+		m.portRate.WithLabelValues(kind, p.Device, port).Set(p.RateGbps)
 		up := 0.0
-		if p.State == "ACTIVE" || p.State == "up" {
+		if p.State == snapshot.PortActive || p.State == snapshot.NetUp {
 			up = 1
 		}
-		m.portUp.WithLabelValues(p.Kind, p.Device, port).Set(up)
-		m.portTx.WithLabelValues(p.Kind, p.Device, port).Set(p.XmitGbps)
-		m.portRx.WithLabelValues(p.Kind, p.Device, port).Set(p.RecvGbps)
-		m.portWait.WithLabelValues(p.Kind, p.Device, port).Set(p.XmitWaitPerS)
+		m.portUp.WithLabelValues(kind, p.Device, port).Set(up)
+		m.portTx.WithLabelValues(kind, p.Device, port).Set(p.XmitGbps)
+		m.portRx.WithLabelValues(kind, p.Device, port).Set(p.RecvGbps)
+		m.portWait.WithLabelValues(kind, p.Device, port).Set(p.XmitWaitPerS)
 		for c, d := range p.Deltas {
 			if errorCounters[c] && d > 0 {
-				m.portErrors.WithLabelValues(p.Kind, p.Device, port, c).Add(float64(d))
+				m.portErrors.WithLabelValues(kind, p.Device, port, c).Add(float64(d))
 			}
 		}
 	}

@@ -130,16 +130,3 @@ func (o OpCode) Reduces() bool {
 func (o OpCode) Rooted() bool {
 	return o == OpBroadcast || o == OpReduce || o == OpGather || o == OpScatter
 }
-
-// IBWCStatus names enum ibv_wc_status values.
-func IBWCStatus(code int) string {
-	names := [...]string{"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
-		"WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR",
-		"REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR",
-		"REM_INV_RD_REQ_ERR", "REM_ABORT_ERR", "INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR",
-		"RESP_TIMEOUT_ERR", "GENERAL_ERR"}
-	if code >= 0 && code < len(names) {
-		return names[code]
-	}
-	return "UNKNOWN"
-}

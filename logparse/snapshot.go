@@ -47,12 +47,7 @@ func (t *Tracker) Snapshot(o SnapshotOptions) snapshot.Process {
 	for _, c := range t.all {
 		p.Comms = append(p.Comms, c.snapshot(o))
 	}
-	for _, e := range t.Events() {
-		p.Events = append(p.Events, snapshot.Event{
-			Kind: e.Kind.String(), T: snapshot.Micros(e.T), Dev: e.Dev, Port: e.Port,
-			Peer: e.Peer, Code: e.Code, Msg: e.Msg,
-		})
-	}
+	p.Events = t.Events()
 	return p
 }
 

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // stateVersion is bumped when the checkpoint layout changes; older checkpoints are refused
-// (the file is then read again from its start).
-const stateVersion = 1
+// (the file is then read again from its start). 2: events in the snapshot contract's form.
+const stateVersion = 2
 
 // checkpoint is what a Tracker needs to resume mid-file after a sidecar restart.
 type checkpoint struct {
@@ -28,7 +30,7 @@ type checkpoint struct {
 	LauncherRank    int              `json:"launcher"`
 	Comms           []commCheckpoint `json:"comms"`
 	SplitSeq        []splitSeqEntry  `json:"splits,omitempty"`
-	Events          []Event          `json:"events,omitempty"`
+	Events          []snapshot.Event `json:"events,omitempty"`
 	EventTotal      int64            `json:"evtotal,omitempty"`
 	Lines           int64            `json:"lines"`
 	Kinds           [NumKinds]int64  `json:"kinds"`
@@ -38,26 +40,26 @@ type checkpoint struct {
 }
 
 type commCheckpoint struct {
-	Ptr        uint64            `json:"ptr"`
-	ID         string            `json:"id"`
-	Rank       int               `json:"rank"`
-	NRanks     int               `json:"n"`
-	CudaDev    int               `json:"dev"`
-	NvmlDev    int               `json:"nvml"`
-	BusID      uint64            `json:"bus"`
-	API        string            `json:"api,omitempty"`
-	Parent     uint64            `json:"parent,omitempty"`
-	SplitCount int               `json:"split"`
-	Color      int               `json:"color,omitempty"`
-	State      string            `json:"st"`
-	Created    int64             `json:"created,omitempty"`
-	Count      int64             `json:"c"`
-	LastT      int64             `json:"lt,omitempty"`
-	Digest     uint64            `json:"h"`
-	Recent     []OpRecord        `json:"recent,omitempty"`
-	Marks      []Mark            `json:"marks,omitempty"`
-	MarksN     []int             `json:"marksn,omitempty"`
-	P2P        map[int]*P2PCount `json:"p2p,omitempty"`
+	Ptr        uint64             `json:"ptr"`
+	ID         string             `json:"id"`
+	Rank       int                `json:"rank"`
+	NRanks     int                `json:"n"`
+	CudaDev    int                `json:"dev"`
+	NvmlDev    int                `json:"nvml"`
+	BusID      uint64             `json:"bus"`
+	API        string             `json:"api,omitempty"`
+	Parent     uint64             `json:"parent,omitempty"`
+	SplitCount int                `json:"split"`
+	Color      int                `json:"color,omitempty"`
+	State      snapshot.CommState `json:"st"`
+	Created    int64              `json:"created,omitempty"`
+	Count      int64              `json:"c"`
+	LastT      int64              `json:"lt,omitempty"`
+	Digest     uint64             `json:"h"`
+	Recent     []OpRecord         `json:"recent,omitempty"`
+	Marks      []Mark             `json:"marks,omitempty"`
+	MarksN     []int              `json:"marksn,omitempty"`
+	P2P        map[int]*P2PCount  `json:"p2p,omitempty"`
 }
 
 type splitSeqEntry struct {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // TrackerOptions bound what a Tracker keeps.
@@ -76,7 +78,7 @@ type Tracker struct {
 	all      []*Comm          // every communicator kept, creation order
 	splitSeq map[splitKey]int // split occurrences when NCCL does not print splitCount
 
-	events     []Event // ring of MaxEvents
+	events     []snapshot.Event // ring of MaxEvents
 	eventHead  int
 	eventTotal int64
 	lastWarn   bool
@@ -114,7 +116,7 @@ type Comm struct {
 	Parent     uint64
 	SplitCount int
 	Color      int
-	State      string // init, ready, destroyed, aborted, revoked
+	State      snapshot.CommState
 	Created    int64
 
 	Count  int64 // collectives issued: the sequence position of the newest
@@ -152,18 +154,6 @@ type P2PCount struct {
 	LastRecvOp         OpRecord
 }
 
-// Event is a WARN-class occurrence worth reporting.
-type Event struct {
-	Kind  Kind
-	T     int64
-	Dev   string
-	Port  int
-	Peer  string
-	Code  int
-	Fatal bool
-	Msg   string
-}
-
 var markLevels = [...]int64{16, 256, 4096}
 
 const marksPerLevel = 4
@@ -178,7 +168,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		LauncherRank:    -1,
 		comms:           make(map[uint64]*Comm),
 		splitSeq:        make(map[splitKey]int),
-		events:          make([]Event, 0, opts.MaxEvents),
+		events:          make([]snapshot.Event, 0, opts.MaxEvents),
 	}
 }
 
@@ -260,21 +250,20 @@ func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 		t.lastWarn = true
 		if n := len(t.events); n > 0 {
 			e := &t.events[(t.eventHead+n-1)%n]
-			if len(e.Msg) < 240 {
-				e.Msg = truncate(e.Msg+" | "+string(trimSpace(raw)), 240)
+			if len(e.Msg) < snapshot.MaxMsg {
+				e.Msg = snapshot.CutMsg(e.Msg + " | " + string(trimSpace(raw)))
 			}
 		}
-	case KindIBCompletion, KindIBAsync, KindSocketError, KindConnClosedRemote, KindConnClosedLocal,
-		KindProxyError, KindCudaError, KindSystemError, KindRASPeerDead, KindWarn,
-		KindTorchTimeout, KindTorchTerminate, KindTorchNCCLError, KindLauncherExit:
-		t.lastWarn = l.Level == LevelWarn
-		t.addEvent(l, ts)
 	case KindBreadcrumb:
 		// A run of "-> N" lines marks one failure path: keep its first line only.
 		if !wasWarn && l.Code != 0 {
 			t.addEvent(l, ts)
 		}
 		t.lastWarn = true
+	default:
+		if t.addEvent(l, ts) {
+			t.lastWarn = l.Level == LevelWarn
+		}
 	}
 	return l
 }
@@ -382,7 +371,7 @@ func (t *Tracker) placeholder(ptr uint64, nranks int, ts int64) *Comm {
 	c := t.newComm(ptr, ts)
 	c.NRanks = nranks
 	c.Rank = -1
-	c.State = "unknown"
+	c.State = snapshot.CommUnknown
 	c.ID = fmt.Sprintf("unjoined:%s:%d:0x%x", t.Host, t.PID, ptr)
 	return c
 }
@@ -402,7 +391,7 @@ func (t *Tracker) newComm(ptr uint64, ts int64) *Comm {
 func (t *Tracker) evictOne() {
 	victim := 0
 	for i, c := range t.all {
-		if c.State == "destroyed" || c.State == "aborted" || c.State == "revoked" {
+		if c.State.Ended() {
 			victim = i
 			break
 		}
@@ -419,10 +408,10 @@ func (t *Tracker) observeInit(l *Line, ts int64) {
 	in := &l.Init
 	c := t.comms[in.Comm]
 	switch {
-	case c != nil && c.State == "init" && l.Phase == PhaseInitComplete:
-		c.State = "ready"
+	case c != nil && c.State == snapshot.CommInit && l.Phase == PhaseInitComplete:
+		c.State = snapshot.CommReady
 		return
-	case c != nil && c.State == "unknown":
+	case c != nil && c.State == snapshot.CommUnknown:
 		// Ops were seen before the Init line (a log joined late): adopt the communicator.
 	default:
 		c = t.newComm(in.Comm, ts) // a new communicator, or a reused pointer
@@ -430,9 +419,9 @@ func (t *Tracker) observeInit(l *Line, ts int64) {
 	c.Rank, c.NRanks, c.CudaDev, c.NvmlDev, c.BusID = in.Rank, in.NRanks, in.CudaDev, in.NvmlDev, in.BusID
 	c.API = string(in.API)
 	c.Parent, c.SplitCount, c.Color = in.Parent, in.SplitCount, in.Color
-	c.State = "init"
+	c.State = snapshot.CommInit
 	if l.Phase == PhaseInitComplete {
-		c.State = "ready"
+		c.State = snapshot.CommReady
 	}
 	c.ID = t.commID(in)
 }
@@ -467,12 +456,12 @@ func (t *Tracker) observeDestroy(l *Line, ts int64) {
 	}
 	switch l.Phase {
 	case PhaseDestroy:
-		c.State = "destroyed"
+		c.State = snapshot.CommDestroyed
 	case PhaseAbortStart, PhaseAbort:
-		c.State = "aborted"
+		c.State = snapshot.CommAborted
 		t.addEvent(l, ts)
 	case PhaseRevoke, PhaseRevokeStart:
-		c.State = "revoked"
+		c.State = snapshot.CommRevoked
 	}
 }
 
@@ -518,39 +507,20 @@ func appendTransportKey(b []byte, ch Channel) []byte {
 	return append(b, tr...)
 }
 
-func (t *Tracker) addEvent(l *Line, ts int64) {
-	e := Event{Kind: l.Kind, T: ts, Code: l.Code, Fatal: l.Fatal, Port: l.Port}
-	switch l.Kind {
-	case KindConnClosedLocal:
-		e.Peer = "local:" + strconv.Itoa(l.LocalRk)
-	case KindLauncherExit:
-		e.Peer = "local:" + strconv.Itoa(l.LocalRk)
-		e.Code = l.Code
-		e.Port = l.Torch.PID
-	case KindDestroy:
-		e.Kind = KindDestroy
-		e.Peer = "0x" + strconv.FormatUint(l.Comm, 16)
-	case KindTorchTimeout:
-		e.Code = int(l.Torch.SeqNum)
-	default:
-		e.Peer = string(l.Text)
+// addEvent keeps the event the line reports, if any, in the bounded ring.
+func (t *Tracker) addEvent(l *Line, ts int64) bool {
+	e, ok := EventOf(l, ts)
+	if !ok {
+		return false
 	}
-	e.Dev = string(l.Dev2)
-	e.Msg = truncate(string(l.Msg), 240)
 	t.eventTotal++
 	if len(t.events) < cap(t.events) {
 		t.events = append(t.events, e)
-		return
+		return true
 	}
 	t.events[t.eventHead] = e
 	t.eventHead = (t.eventHead + 1) % len(t.events)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
+	return true
 }
 
 // versionNumber turns "2.28.9+cuda13.0" into "2.28.9".
@@ -616,8 +586,8 @@ func (t *Tracker) addAddrs(list string) {
 func (t *Tracker) Comms() []*Comm { return t.all }
 
 // Events returns the kept events, oldest first.
-func (t *Tracker) Events() []Event {
-	out := make([]Event, 0, len(t.events))
+func (t *Tracker) Events() []snapshot.Event {
+	out := make([]snapshot.Event, 0, len(t.events))
 	for i := range t.events {
 		out = append(out, t.events[(t.eventHead+i)%len(t.events)])
 	}

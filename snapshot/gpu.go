@@ -22,8 +22,7 @@ type GPU struct {
 	ECCVolatileDBE uint64   `json:"dbe,omitempty"`
 	NVLinkErrors   uint64   `json:"nvlerr,omitempty"` // CRC + replay + recovery, summed over links
 	PCIeReplays    uint64   `json:"pcierep,omitempty"`
-	// State is derived: "computing", "waiting" (NCCL kernel spinning: high util, low power), "idle".
-	State string `json:"state,omitempty"`
+	State          GPUState `json:"state,omitempty"` // derived from utilisation and power
 	// Missing lists, by JSON name, the readings NVML could not give this time (not
 	// supported on this GPU, or failed), so a zero is never taken for a measurement.
 	Missing []string `json:"na,omitempty"`

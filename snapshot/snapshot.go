@@ -12,7 +12,9 @@ import (
 )
 
 // SchemaVersion is bumped on any incompatible change; readers reject other versions.
-const SchemaVersion = 2
+// 3: typed events (PID, LocalRank and Comm fields instead of values packed into Port and
+// Peer), abort events named comm_abort.
+const SchemaVersion = 3
 
 // MaxNodeBytes is the hard cap on one encoded node snapshot, far below etcd's 1.5 MiB
 // request limit. Encoders shed detail (recent ops, then warnings) to stay under it.
@@ -61,21 +63,20 @@ type Process struct {
 	PID  int    `json:"pid"`
 	// Rank is the global rank: RANK from the environment, else the rank in the largest
 	// root communicator; -1 when unknown.
-	Rank      int    `json:"rank"`
-	LocalRank int    `json:"lrank"`
-	WorldSize int    `json:"world,omitempty"`
-	JobID     string `json:"jobid,omitempty"` // TORCHELASTIC_RUN_ID or SLURM_JOB_ID
-	File      string `json:"file,omitempty"`
-	// State is "running", "exited" (process gone), or "" when liveness is not checked.
-	State      string   `json:"state,omitempty"`
-	ExitedAt   Micros   `json:"exited,omitempty"`
-	NCCL       string   `json:"nccl,omitempty"` // NCCL version, e.g. "2.28.9"
-	Timestamps bool     `json:"ts,omitempty"`   // lines carry NCCL's own timestamps
-	TSDigits   int      `json:"tsd,omitempty"`  // their sub-second digits (0: whole seconds)
-	CudaDev    int      `json:"cudadev"`
-	BusID      string   `json:"bus,omitempty"`     // PCI bus id as NCCL prints it, e.g. "1b000"
-	Network    string   `json:"net,omitempty"`     // "IB", "Socket", or a plugin name
-	NetDevs    []string `json:"netdevs,omitempty"` // e.g. "mlx5_0:1/IB", "eth0"
+	Rank       int       `json:"rank"`
+	LocalRank  int       `json:"lrank"`
+	WorldSize  int       `json:"world,omitempty"`
+	JobID      string    `json:"jobid,omitempty"` // TORCHELASTIC_RUN_ID or SLURM_JOB_ID
+	File       string    `json:"file,omitempty"`
+	State      ProcState `json:"state,omitempty"`
+	ExitedAt   Micros    `json:"exited,omitempty"`
+	NCCL       string    `json:"nccl,omitempty"` // NCCL version, e.g. "2.28.9"
+	Timestamps bool      `json:"ts,omitempty"`   // lines carry NCCL's own timestamps
+	TSDigits   int       `json:"tsd,omitempty"`  // their sub-second digits (0: whole seconds)
+	CudaDev    int       `json:"cudadev"`
+	BusID      string    `json:"bus,omitempty"`     // PCI bus id as NCCL prints it, e.g. "1b000"
+	Network    string    `json:"net,omitempty"`     // "IB", "Socket", or a plugin name
+	NetDevs    []string  `json:"netdevs,omitempty"` // e.g. "mlx5_0:1/IB", "eth0"
 	// Addrs are the process's bootstrap and NET/Socket IP addresses, to name remote peers.
 	Addrs []string `json:"addrs,omitempty"`
 	// Transports lists the channel paths this rank set up, e.g. "P2P/CUMEM", "NET/IB/0/GDRDMA".
@@ -84,21 +85,20 @@ type Process struct {
 	Lines      int64    `json:"lines,omitempty"`
 	Comms      []Comm   `json:"comms,omitempty"`
 	Events     []Event  `json:"ev,omitempty"`  // recent WARN-class events, newest last
-	GPUState   string   `json:"gpu,omitempty"` // computing | waiting | idle | "" (unknown)
+	GPUState   GPUState `json:"gpu,omitempty"` // the state of the GPU this rank runs on
 }
 
 // Comm is one communicator as one rank sees it.
 type Comm struct {
 	// ID is the cross-rank identity: "0x<commId>" for root communicators; for split
 	// children without a commId, "<parent ID>/s<splitCount>c<color>".
-	ID      string `json:"id"`
-	Ptr     string `json:"ptr"`
-	Rank    int    `json:"rank"`
-	NRanks  int    `json:"n"`
-	CudaDev int    `json:"dev,omitempty"`
-	BusID   string `json:"bus,omitempty"`
-	// State: "init" (START seen), "ready", "destroyed", "aborted", "revoked".
-	State string `json:"st,omitempty"`
+	ID      string    `json:"id"`
+	Ptr     string    `json:"ptr"`
+	Rank    int       `json:"rank"`
+	NRanks  int       `json:"n"`
+	CudaDev int       `json:"dev,omitempty"`
+	BusID   string    `json:"bus,omitempty"`
+	State   CommState `json:"st,omitempty"`
 	// Count is the number of collectives issued: the last sequence position.
 	Count  int64 `json:"c"`
 	Last   *Op   `json:"last,omitempty"`
@@ -163,15 +163,25 @@ type P2P struct {
 	LastRecv Micros `json:"tr,omitempty"`
 }
 
-// Event is a WARN-class line or liveness event worth keeping.
+// Event is a WARN-class line or liveness event worth keeping. Which fields a kind sets is
+// documented with its EventKind.
 type Event struct {
-	Kind string `json:"k"` // see the logparse event kinds, e.g. "ib_completion"
-	T    Micros `json:"t"`
-	Dev  string `json:"dev,omitempty"`  // HCA or interface
-	Port int    `json:"port,omitempty"` // HCA port
-	Peer string `json:"peer,omitempty"` // remote address, or local rank as "local:N"
-	Code int    `json:"code,omitempty"` // status / error number
-	Msg  string `json:"msg,omitempty"`  // the message, cut to 240 bytes
+	Kind EventKind `json:"k"`
+	T    Micros    `json:"t"`
+	Dev  string    `json:"dev,omitempty"`  // HCA or interface
+	Port int       `json:"port,omitempty"` // HCA port
+	Peer string    `json:"peer,omitempty"` // remote address as NCCL prints it
+	// Detail is what NCCL says happened when it is not the message itself (EventIBAsync:
+	// the async event's name, e.g. "port error").
+	Detail string `json:"detail,omitempty"`
+	// LocalRank is the local rank an event names (EventConnClosedLocal, EventLauncherExit);
+	// meaningful only for those kinds.
+	LocalRank int    `json:"lrank,omitempty"`
+	PID       int    `json:"pid,omitempty"`  // the process an event names (EventLauncherExit)
+	Comm      string `json:"comm,omitempty"` // communicator pointer (EventCommAbort)
+	Code      int    `json:"code,omitempty"` // status, error number or sequence number
+	Fatal     bool   `json:"fatal,omitempty"`
+	Msg       string `json:"msg,omitempty"` // the message, cut by CutMsg
 }
 
 // Encode marshals a node snapshot, shedding detail until it fits MaxNodeBytes.

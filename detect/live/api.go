@@ -31,12 +31,12 @@ type NodeView struct {
 
 // RankView is one rank process.
 type RankView struct {
-	Rank     int    `json:"rank"`
-	Host     string `json:"host"`
-	PID      int    `json:"pid"`
-	State    string `json:"state,omitempty"`
-	GPUState string `json:"gpu_state,omitempty"`
-	Comms    int    `json:"communicators"`
+	Rank     int               `json:"rank"`
+	Host     string            `json:"host"`
+	PID      int               `json:"pid"`
+	State    string            `json:"state,omitempty"` // the process state, or "lost" with its node
+	GPUState snapshot.GPUState `json:"gpu_state,omitempty"`
+	Comms    int               `json:"communicators"`
 }
 
 // CommView is one communicator across its ranks.
@@ -48,15 +48,15 @@ type CommView struct {
 
 // MemberView is one rank's progress on a communicator.
 type MemberView struct {
-	Rank     int          `json:"rank"`
-	Host     string       `json:"host"`
-	PID      int          `json:"pid"`
-	Count    int64        `json:"collectives"`
-	Behind   int64        `json:"behind"`
-	LastOp   *snapshot.Op `json:"last_op,omitempty"`
-	AgeS     float64      `json:"last_op_age_seconds,omitempty"`
-	Waiting  bool         `json:"waiting,omitempty"`
-	GPUState string       `json:"gpu_state,omitempty"`
+	Rank     int               `json:"rank"`
+	Host     string            `json:"host"`
+	PID      int               `json:"pid"`
+	Count    int64             `json:"collectives"`
+	Behind   int64             `json:"behind"`
+	LastOp   *snapshot.Op      `json:"last_op,omitempty"`
+	AgeS     float64           `json:"last_op_age_seconds,omitempty"`
+	Waiting  bool              `json:"waiting,omitempty"`
+	GPUState snapshot.GPUState `json:"gpu_state,omitempty"`
 }
 
 // Handler serves the API: /api/v1/incidents[?job=&state=], /api/v1/jobs, /api/v1/jobs/<job>,
@@ -124,7 +124,7 @@ func (d *Detector) JobView(job string) (JobView, bool) {
 	for _, n := range view.Nodes {
 		nv := NodeView{Node: n.Node, State: "reporting", GPUs: n.GPUs, Ports: n.Ports}
 		for _, p := range n.Processes {
-			nv.Ranks = append(nv.Ranks, RankView{Rank: p.Rank, Host: p.Host, PID: p.PID, State: p.State, GPUState: p.GPUState, Comms: len(p.Comms)})
+			nv.Ranks = append(nv.Ranks, RankView{Rank: p.Rank, Host: p.Host, PID: p.PID, State: string(p.State), GPUState: p.GPUState, Comms: len(p.Comms)})
 		}
 		nodes = append(nodes, nv)
 	}

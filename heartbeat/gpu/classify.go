@@ -7,13 +7,6 @@ import (
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
-// GPU states, as in snapshot.GPU.State and snapshot.Process.GPUState.
-const (
-	StateComputing = "computing"
-	StateWaiting   = "waiting" // an NCCL kernel spinning: busy, but at near-idle power
-	StateIdle      = "idle"    // no kernel running: the host is not feeding the GPU
-)
-
 // Thresholds of Classify, picked on the 2x H200 captures
 // (testdata/captures/nccl-2.28.9-2xH200/*/nvml.rank*.csv, 700 W limit):
 //   - idle: 0-9 % utilization before the first kernel, 0 % on a rank stuck in host code;
@@ -36,19 +29,19 @@ const (
 	WaitPowerWatts = 315
 )
 
-// Classify derives the state of one GPU sample: StateIdle for low utilization,
-// StateWaiting for high utilization at low power, StateComputing otherwise, and "" when
+// Classify derives the state of one GPU sample: snapshot.GPUIdle for low utilization,
+// snapshot.GPUWaiting for high utilization at low power, snapshot.GPUComputing otherwise, and "" when
 // the sample lacks what it needs (no utilization, or high utilization without power).
 // It is pure; Smoother applies it over a short window.
-func Classify(g snapshot.GPU) string {
+func Classify(g snapshot.GPU) snapshot.GPUState {
 	if !g.Has("util") {
 		return ""
 	}
 	if g.Util < IdleUtilBelow {
-		return StateIdle
+		return snapshot.GPUIdle
 	}
 	if g.Util < SpinUtilAtLeast {
-		return StateComputing
+		return snapshot.GPUComputing
 	}
 	if !g.Has("pw") {
 		return ""
@@ -58,9 +51,9 @@ func Classify(g snapshot.GPU) string {
 		cut = WaitPowerFraction * g.PowerLimitW
 	}
 	if g.PowerW < cut {
-		return StateWaiting
+		return snapshot.GPUWaiting
 	}
-	return StateComputing
+	return snapshot.GPUComputing
 }
 
 // Smoother classifies each GPU on the mean utilization and power of its samples of the
@@ -97,7 +90,7 @@ func NewSmoother(window time.Duration, max int) *Smoother {
 }
 
 // Observe adds a sample and returns the GPU's smoothed state.
-func (m *Smoother) Observe(g snapshot.GPU) string {
+func (m *Smoother) Observe(g snapshot.GPU) snapshot.GPUState {
 	if Classify(g) == "" {
 		delete(m.hist, g.Index)
 		return ""

@@ -68,7 +68,7 @@ func loadNVMLCSV(t *testing.T, path string, index int) []snapshot.GPU {
 // first busy sample, the sample where memory traffic stops at the hang.
 type phase struct {
 	from  float64
-	state string
+	state snapshot.GPUState
 }
 
 type captureCase struct {
@@ -79,26 +79,26 @@ type captureCase struct {
 
 func captureTruth() []captureCase {
 	const b = 1795300000.0
-	idle := phase{0, StateIdle}
+	idle := phase{0, snapshot.GPUIdle}
 	return []captureCase{
-		{"healthy", 0, []phase{idle, {b + 1244.559, StateComputing}}},
-		{"healthy", 1, []phase{idle, {b + 1244.409, StateComputing}}},
-		{"crash", 0, []phase{idle, {b + 1524.134, StateComputing}}},
-		{"crash", 1, []phase{idle, {b + 1524.331, StateComputing}}},
-		{"socket", 0, []phase{idle, {b + 1533.181, StateComputing}}},
-		{"socket", 1, []phase{idle, {b + 1533.301, StateComputing}}},
-		{"timestamps", 0, []phase{idle, {b + 1542.543, StateComputing}}},
-		{"timestamps", 1, []phase{idle, {b + 1542.469, StateComputing}}},
+		{"healthy", 0, []phase{idle, {b + 1244.559, snapshot.GPUComputing}}},
+		{"healthy", 1, []phase{idle, {b + 1244.409, snapshot.GPUComputing}}},
+		{"crash", 0, []phase{idle, {b + 1524.134, snapshot.GPUComputing}}},
+		{"crash", 1, []phase{idle, {b + 1524.331, snapshot.GPUComputing}}},
+		{"socket", 0, []phase{idle, {b + 1533.181, snapshot.GPUComputing}}},
+		{"socket", 1, []phase{idle, {b + 1533.301, snapshot.GPUComputing}}},
+		{"timestamps", 0, []phase{idle, {b + 1542.543, snapshot.GPUComputing}}},
+		{"timestamps", 1, []phase{idle, {b + 1542.469, snapshot.GPUComputing}}},
 		// Both ranks hang in different collectives: both spin.
-		{"mismatch_op", 0, []phase{idle, {b + 1302.560, StateComputing}, {b + 1303.411, StateWaiting}}},
-		{"mismatch_op", 1, []phase{idle, {b + 1302.556, StateComputing}, {b + 1303.407, StateWaiting}}},
+		{"mismatch_op", 0, []phase{idle, {b + 1302.560, snapshot.GPUComputing}, {b + 1303.411, snapshot.GPUWaiting}}},
+		{"mismatch_op", 1, []phase{idle, {b + 1302.556, snapshot.GPUComputing}, {b + 1303.407, snapshot.GPUWaiting}}},
 		// Rank 1 stops in host code at step 15; rank 0 waits for it in its collective.
-		{"silent", 0, []phase{idle, {b + 1453.094, StateComputing}, {b + 1453.945, StateWaiting}}},
-		{"silent", 1, []phase{idle, {b + 1453.006, StateComputing}, {b + 1453.857, StateIdle}}},
+		{"silent", 0, []phase{idle, {b + 1453.094, snapshot.GPUComputing}, {b + 1453.945, snapshot.GPUWaiting}}},
+		{"silent", 1, []phase{idle, {b + 1453.006, snapshot.GPUComputing}, {b + 1453.857, snapshot.GPUIdle}}},
 		// Rank 1 sleeps 0.25 s per step before ~50 ms of matmuls: rank 0 spends most
 		// of each step spinning in AllReduce, rank 1's GPU is busy 0-56 % (mean 21 %):
 		// idle or computing are both right for it, waiting is not.
-		{"straggler", 0, []phase{idle, {b + 1255.874, StateWaiting}}},
+		{"straggler", 0, []phase{idle, {b + 1255.874, snapshot.GPUWaiting}}},
 		{"straggler", 1, []phase{idle, {b + 1255.852, notWaiting}}},
 	}
 }
@@ -106,14 +106,14 @@ func captureTruth() []captureCase {
 // notWaiting is a truth that accepts idle and computing.
 const notWaiting = "idle|computing"
 
-func matches(got, want string) bool {
+func matches(got, want snapshot.GPUState) bool {
 	if want == notWaiting {
-		return got == StateIdle || got == StateComputing
+		return got == snapshot.GPUIdle || got == snapshot.GPUComputing
 	}
 	return got == want
 }
 
-func (c captureCase) truthAt(t snapshot.Micros) (state string, sincePhase time.Duration) {
+func (c captureCase) truthAt(t snapshot.Micros) (state snapshot.GPUState, sincePhase time.Duration) {
 	sec := float64(t) / 1e6
 	state, start := c.phases[0].state, 0.0
 	for _, p := range c.phases {
@@ -129,7 +129,7 @@ func (c captureCase) truthAt(t snapshot.Micros) (state string, sincePhase time.D
 
 type score struct{ ok, n, okSettled, nSettled int }
 
-func (s *score) add(got, want string, since time.Duration) {
+func (s *score) add(got, want snapshot.GPUState, since time.Duration) {
 	s.n++
 	if matches(got, want) {
 		s.ok++
@@ -199,10 +199,10 @@ func TestClassifyCaptures(t *testing.T) {
 
 func TestClassifyHangEndings(t *testing.T) {
 	// The brief's check, stated plainly: the silent case's last seconds.
-	for rank, want := range map[int]string{0: StateWaiting, 1: StateIdle} {
+	for rank, want := range map[int]snapshot.GPUState{0: snapshot.GPUWaiting, 1: snapshot.GPUIdle} {
 		samples := loadNVMLCSV(t, filepath.Join(captures, "silent", fmt.Sprintf("nvml.rank%d.csv", rank)), rank)
 		m := NewSmoother(0, 0)
-		var got string
+		var got snapshot.GPUState
 		for _, g := range samples {
 			got = m.Observe(g)
 		}
@@ -217,22 +217,22 @@ func TestClassify(t *testing.T) {
 	tests := []struct {
 		name string
 		g    snapshot.GPU
-		want string
+		want snapshot.GPUState
 	}{
-		{"spinning NCCL kernel", snapshot.GPU{T: at, Util: 100, PowerW: 121, PowerLimitW: 700}, StateWaiting},
-		{"mismatch spin", snapshot.GPU{T: at, Util: 100, PowerW: 167, PowerLimitW: 700}, StateWaiting},
-		{"straggler's peer", snapshot.GPU{T: at, Util: 100, PowerW: 245, PowerLimitW: 700}, StateWaiting},
-		{"matmul", snapshot.GPU{T: at, Util: 99, PowerW: 630, PowerLimitW: 700}, StateComputing},
-		{"stuck host", snapshot.GPU{T: at, Util: 0, PowerW: 120, PowerLimitW: 700}, StateIdle},
-		{"just stopped, power lags", snapshot.GPU{T: at, Util: 0, PowerW: 551, PowerLimitW: 700}, StateIdle},
-		{"partly busy", snapshot.GPU{T: at, Util: 54, PowerW: 238, PowerLimitW: 700}, StateComputing},
-		{"power-capped at 400 W, computing", snapshot.GPU{T: at, Util: 99, PowerW: 390, PowerLimitW: 400}, StateComputing},
-		{"power-capped at 400 W, spinning", snapshot.GPU{T: at, Util: 100, PowerW: 110, PowerLimitW: 400}, StateWaiting},
-		{"no limit: absolute cut, low", snapshot.GPU{T: at, Util: 100, PowerW: 150}, StateWaiting},
-		{"no limit: absolute cut, high", snapshot.GPU{T: at, Util: 100, PowerW: 500}, StateComputing},
-		{"limit missing", snapshot.GPU{T: at, Util: 100, PowerW: 300, PowerLimitW: 0, Missing: []string{"pwmax"}}, StateWaiting},
+		{"spinning NCCL kernel", snapshot.GPU{T: at, Util: 100, PowerW: 121, PowerLimitW: 700}, snapshot.GPUWaiting},
+		{"mismatch spin", snapshot.GPU{T: at, Util: 100, PowerW: 167, PowerLimitW: 700}, snapshot.GPUWaiting},
+		{"straggler's peer", snapshot.GPU{T: at, Util: 100, PowerW: 245, PowerLimitW: 700}, snapshot.GPUWaiting},
+		{"matmul", snapshot.GPU{T: at, Util: 99, PowerW: 630, PowerLimitW: 700}, snapshot.GPUComputing},
+		{"stuck host", snapshot.GPU{T: at, Util: 0, PowerW: 120, PowerLimitW: 700}, snapshot.GPUIdle},
+		{"just stopped, power lags", snapshot.GPU{T: at, Util: 0, PowerW: 551, PowerLimitW: 700}, snapshot.GPUIdle},
+		{"partly busy", snapshot.GPU{T: at, Util: 54, PowerW: 238, PowerLimitW: 700}, snapshot.GPUComputing},
+		{"power-capped at 400 W, computing", snapshot.GPU{T: at, Util: 99, PowerW: 390, PowerLimitW: 400}, snapshot.GPUComputing},
+		{"power-capped at 400 W, spinning", snapshot.GPU{T: at, Util: 100, PowerW: 110, PowerLimitW: 400}, snapshot.GPUWaiting},
+		{"no limit: absolute cut, low", snapshot.GPU{T: at, Util: 100, PowerW: 150}, snapshot.GPUWaiting},
+		{"no limit: absolute cut, high", snapshot.GPU{T: at, Util: 100, PowerW: 500}, snapshot.GPUComputing},
+		{"limit missing", snapshot.GPU{T: at, Util: 100, PowerW: 300, PowerLimitW: 0, Missing: []string{"pwmax"}}, snapshot.GPUWaiting},
 		{"no power, busy", snapshot.GPU{T: at, Util: 100, Missing: []string{"pw"}}, ""},
-		{"no power, idle", snapshot.GPU{T: at, Util: 3, Missing: []string{"pw"}}, StateIdle},
+		{"no power, idle", snapshot.GPU{T: at, Util: 3, Missing: []string{"pw"}}, snapshot.GPUIdle},
 		{"no utilization", snapshot.GPU{T: at, PowerW: 100, Missing: []string{"util", "memutil"}}, ""},
 		{"never sampled", snapshot.GPU{}, ""},
 		{"gpu lost", snapshot.GPU{T: at, Err: "gpu is lost"}, ""},
@@ -250,14 +250,14 @@ func TestSmootherHoldsOverOneOddSample(t *testing.T) {
 	spin := snapshot.GPU{Util: 100, PowerW: 121, PowerLimitW: 700}
 	for s := 1; s <= 5; s++ {
 		spin.T = sec(s)
-		if got := m.Observe(spin); got != StateWaiting {
+		if got := m.Observe(spin); got != snapshot.GPUWaiting {
 			t.Fatalf("second %d: %s", s, got)
 		}
 	}
 	// One sample of a launch gap does not make the waiting rank idle.
 	gap := spin
 	gap.T, gap.Util = sec(6), 0
-	if got := m.Observe(gap); got != StateWaiting {
+	if got := m.Observe(gap); got != snapshot.GPUWaiting {
 		t.Errorf("one idle sample flipped the state to %s", got)
 	}
 	// Idle for a whole window does.
@@ -265,7 +265,7 @@ func TestSmootherHoldsOverOneOddSample(t *testing.T) {
 		gap.T = sec(s)
 		m.Observe(gap)
 	}
-	if got := m.Observe(snapshot.GPU{T: sec(10), Util: 0, PowerW: 120, PowerLimitW: 700}); got != StateIdle {
+	if got := m.Observe(snapshot.GPU{T: sec(10), Util: 0, PowerW: 120, PowerLimitW: 700}); got != snapshot.GPUIdle {
 		t.Errorf("after a window of idle samples: %s", got)
 	}
 	// Unknown samples reset, and the history stays bounded.

@@ -100,12 +100,12 @@ func TestSampleFake(t *testing.T) {
 		T: snapshot.MicrosOf(clock.Now()), Util: 100, PowerW: 121, PowerLimitW: 700,
 		SMClockMHz: 1980, SMMaxMHz: 1980, TempC: 71,
 		ClockEvents: ReasonSwPowerCap | ReasonHwThermalSlowdown, Reasons: []string{"SwPowerCap", "HwThermalSlowdown"},
-		ECCVolatileSBE: 3, ECCVolatileDBE: 1, NVLinkErrors: 18, PCIeReplays: 7, State: StateWaiting,
+		ECCVolatileSBE: 3, ECCVolatileDBE: 1, NVLinkErrors: 18, PCIeReplays: 7, State: snapshot.GPUWaiting,
 	}
 	if got := gpus[1]; !equalGPU(got, want) {
 		t.Errorf("GPU 1:\n got %+v\nwant %+v", got, want)
 	}
-	if gpus[0].BusID != "18000" || gpus[0].State != StateIdle || len(gpus[0].Missing) != 0 {
+	if gpus[0].BusID != "18000" || gpus[0].State != snapshot.GPUIdle || len(gpus[0].Missing) != 0 {
 		t.Errorf("GPU 0: %+v", gpus[0])
 	}
 }
@@ -180,7 +180,7 @@ func TestNotSupportedLeavesFieldsUnset(t *testing.T) {
 		if !sameSet(g.Missing, wantMissing) {
 			t.Errorf("Missing = %v, want %v", g.Missing, wantMissing)
 		}
-		if g.Util != 99 || g.PowerW != 630 || g.State != StateComputing || g.Err != "" {
+		if g.Util != 99 || g.PowerW != 630 || g.State != snapshot.GPUComputing || g.Err != "" {
 			t.Errorf("supported readings: %+v", g)
 		}
 	}
@@ -234,7 +234,7 @@ func TestGPULost(t *testing.T) {
 	if gpus[1].Err != "gpu is lost" || gpus[1].State != "" || gpus[1].Missing != nil {
 		t.Errorf("lost GPU: %+v", gpus[1])
 	}
-	if gpus[0].Err != "" || gpus[0].State != StateIdle {
+	if gpus[0].Err != "" || gpus[0].State != snapshot.GPUIdle {
 		t.Errorf("the other GPU suffered: %+v", gpus[0])
 	}
 }

@@ -406,7 +406,7 @@ func (r *portRead) fail(err error) {
 }
 
 func (s *Sampler) readIB(st *portState, now time.Time) snapshot.Port {
-	p := snapshot.Port{Kind: "ib", Device: st.dev, Port: st.port, T: snapshot.MicrosOf(now)}
+	p := snapshot.Port{Kind: snapshot.PortIB, Device: st.dev, Port: st.port, T: snapshot.MicrosOf(now)}
 	var r portRead
 	if st.linkLayer.raw == "" { // never changes while the port exists
 		s.readText(&st.linkLayer, &r, identity)
@@ -427,7 +427,7 @@ func (s *Sampler) readIB(st *portState, now time.Time) snapshot.Port {
 }
 
 func (s *Sampler) readNet(st *portState, now time.Time) snapshot.Port {
-	p := snapshot.Port{Kind: "net", Device: st.dev, T: snapshot.MicrosOf(now)}
+	p := snapshot.Port{Kind: snapshot.PortNet, Device: st.dev, T: snapshot.MicrosOf(now)}
 	var r portRead
 	if s.readText(&st.state, &r, identity) {
 		p.State = st.state.parsed

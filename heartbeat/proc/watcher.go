@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // Defaults for Options.
@@ -48,16 +50,15 @@ const (
 	Exited
 )
 
-// String gives the snapshot.Process.State spelling: "running", "exited", "" for not
-// visible (liveness unknown).
+// String gives the snapshot.Process.State spelling ("" for not visible: liveness unknown).
 func (s State) String() string {
 	switch s {
 	case Running:
-		return "running"
+		return string(snapshot.ProcRunning)
 	case Exited:
-		return "exited"
+		return string(snapshot.ProcExited)
 	}
-	return ""
+	return string(snapshot.ProcUnknown)
 }
 
 // Info is what the Watcher knows of one process.

@@ -114,9 +114,9 @@ func TestRunHangGPUState(t *testing.T) {
 			node := s.Nodes()[1]
 			gs := sampleStates(t, node.GPUs)
 			for i, g := range gs[:4] {
-				want := gpu.StateWaiting
+				want := snapshot.GPUWaiting
 				if i == 1 { // rank 5 is node1's GPU 1
-					want = gpu.StateIdle
+					want = snapshot.GPUIdle
 				}
 				if g.State != want {
 					t.Errorf("GPU %d (bus %s): %s (%d%%, %.0f W), want %s", i, g.BusID, g.State, g.Util, g.PowerW, want)
@@ -147,12 +147,12 @@ func TestRunComputingAndPause(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	f := s.Nodes()[0].GPUs
-	seen := map[string]bool{}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !(seen[gpu.StateComputing] && seen[gpu.StateIdle] && len(s.Injections()) > 0); {
+	seen := map[snapshot.GPUState]bool{}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !(seen[snapshot.GPUComputing] && seen[snapshot.GPUIdle] && len(s.Injections()) > 0); {
 		seen[sampleStates(t, f)[0].State] = true
 		time.Sleep(20 * time.Millisecond)
 	}
-	if !seen[gpu.StateComputing] || !seen[gpu.StateIdle] {
+	if !seen[snapshot.GPUComputing] || !seen[snapshot.GPUIdle] {
 		t.Errorf("GPU 0 states seen %v, want computing and idle (pause)", seen)
 	}
 	if err := <-done; err != nil {
@@ -161,7 +161,7 @@ func TestRunComputingAndPause(t *testing.T) {
 	if s.Alive(s.Ranks()[0].PID) {
 		t.Error("processes alive after a clean end")
 	}
-	if gs := sampleStates(t, f); gs[0].State != gpu.StateIdle {
+	if gs := sampleStates(t, f); gs[0].State != snapshot.GPUIdle {
 		t.Errorf("GPU 0 after the job: %s", gs[0].State)
 	}
 }

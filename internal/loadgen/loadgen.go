@@ -27,10 +27,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ncclwatch/watchdog/internal/etcdconn"
-	"github.com/ncclwatch/watchdog/internal/etcdembed"
 	"github.com/ncclwatch/watchdog/heartbeat/publish"
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
+	"github.com/ncclwatch/watchdog/internal/etcdembed"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -314,9 +314,9 @@ func (j *simJob) encode(node int, now time.Time, lastSent map[string]int64) ([]b
 		rank := node*8 + local
 		steps := j.steps(rank, now)
 		p := snapshot.Process{Host: nodeName(node), PID: 10000 + local, Rank: rank, LocalRank: local, CudaDev: local,
-			BusID: fmt.Sprintf("%x000", 0x18+local), State: "running", NCCL: "2.28.9", Timestamps: true, TSDigits: 6}
+			BusID: fmt.Sprintf("%x000", 0x18+local), State: snapshot.ProcRunning, NCCL: "2.28.9", Timestamps: true, TSDigits: 6}
 		for _, c := range j.comms(rank) {
-			sc := snapshot.Comm{ID: c.id, Ptr: fmt.Sprintf("0x%x", len(p.Comms)+1), Rank: c.rank, NRanks: c.nranks, State: "ready"}
+			sc := snapshot.Comm{ID: c.id, Ptr: fmt.Sprintf("0x%x", len(p.Comms)+1), Rank: c.rank, NRanks: c.nranks, State: snapshot.CommReady}
 			if len(c.ops) > 0 {
 				per := int64(len(c.ops))
 				sc.Count = steps * per
@@ -348,11 +348,11 @@ func (j *simJob) encode(node int, now time.Time, lastSent map[string]int64) ([]b
 		j.mu.Unlock()
 		switch {
 		case faulted && rank == j.culprit:
-			p.GPUState = "idle"
+			p.GPUState = snapshot.GPUIdle
 		case faulted:
-			p.GPUState = "waiting"
+			p.GPUState = snapshot.GPUWaiting
 		default:
-			p.GPUState = "computing"
+			p.GPUState = snapshot.GPUComputing
 		}
 		n.Processes = append(n.Processes, p)
 	}

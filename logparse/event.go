@@ -1,0 +1,70 @@
+package logparse
+
+import (
+	"strconv"
+
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// eventKinds maps the line kinds that report trouble to the event they become.
+var eventKinds = [NumKinds]snapshot.EventKind{
+	KindIBCompletion:     snapshot.EventIBCompletion,
+	KindIBAsync:          snapshot.EventIBAsync,
+	KindSocketError:      snapshot.EventSocketError,
+	KindConnClosedRemote: snapshot.EventConnClosedRemote,
+	KindConnClosedLocal:  snapshot.EventConnClosedLocal,
+	KindProxyError:       snapshot.EventProxyError,
+	KindCudaError:        snapshot.EventCudaError,
+	KindSystemError:      snapshot.EventSystemError,
+	KindBreadcrumb:       snapshot.EventBreadcrumb,
+	KindRASPeerDead:      snapshot.EventRASPeerDead,
+	KindWarn:             snapshot.EventWarn,
+	KindDestroy:          snapshot.EventCommAbort, // abort phases only, see EventOf
+	KindTorchTimeout:     snapshot.EventTorchTimeout,
+	KindTorchWorkStatus:  snapshot.EventTorchWorkStatus,
+	KindTorchTerminate:   snapshot.EventTorchTerminate,
+	KindTorchNCCLError:   snapshot.EventTorchNCCLError,
+	KindLauncherExit:     snapshot.EventLauncherExit,
+}
+
+// EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when
+// unknown); ok is false for a line that reports none. It is the one place where lines
+// become events: the tracker (NCCL logs), the sidecar's stdout follower and analyze's
+// console reader all call it, so they cannot disagree.
+func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
+	if l.Kind >= NumKinds || eventKinds[l.Kind] == "" {
+		return e, false
+	}
+	e = snapshot.Event{Kind: eventKinds[l.Kind], T: snapshot.Micros(ts), Dev: string(l.Dev2), Port: l.Port,
+		Code: l.Code, Fatal: l.Fatal, Msg: snapshot.CutMsg(string(l.Msg))}
+	switch l.Kind {
+	case KindDestroy:
+		if l.Phase != PhaseAbortStart && l.Phase != PhaseAbort {
+			return snapshot.Event{}, false
+		}
+		e.Comm = "0x" + strconv.FormatUint(l.Comm, 16)
+	case KindConnClosedLocal:
+		e.LocalRank = l.LocalRk
+	case KindLauncherExit:
+		e.LocalRank, e.PID = l.LocalRk, l.Torch.PID
+	case KindTorchTimeout:
+		e.Code = int(l.Torch.SeqNum)
+	case KindTorchWorkStatus:
+		e.Code = int(l.Torch.Completed)
+	case KindIBAsync:
+		e.Detail = string(l.Text)
+	default:
+		e.Peer = string(l.Text)
+	}
+	return e, true
+}
+
+// FromTorch reports whether a kind comes from PyTorch or its launcher rather than NCCL.
+func (k Kind) FromTorch() bool {
+	switch k {
+	case KindTorchTimeout, KindTorchWorkStatus, KindTorchTerminate, KindTorchNCCLError, KindTorchCommCreated,
+		KindLauncherExit:
+		return true
+	}
+	return false
+}

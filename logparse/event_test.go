@@ -1,0 +1,63 @@
+package logparse
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+func TestEventOf(t *testing.T) {
+	const w = "node7:41231:41873 [3] transport/net_ib.cc:1295 NCCL WARN "
+	for _, tt := range []struct {
+		name string
+		line string
+		ok   bool
+		want snapshot.Event
+	}{
+		{"per-op line is no event", "vm:635:635 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x7f3e58c00000 recvbuff 0x7f3e58c00000 count 6000000 datatype 7 op 0 root 0 comm 0x1f026430 [nranks=2] stream (nil)", false, snapshot.Event{}},
+		{"destroy is no event", "node7:41231:41231 [3] NCCL INFO comm 0x5618d2c4e0a0 rank 3 nranks 16 cudaDev 3 busId 5d000 - Destroy COMPLETE", false, snapshot.Event{}},
+		{"abort names its communicator", "node7:41231:41231 [3] NCCL INFO comm 0x5618d2c4e0a0 rank 3 nranks 16 cudaDev 3 busId 5d000 - Abort COMPLETE", true,
+			snapshot.Event{Kind: snapshot.EventCommAbort, Comm: "0x5618d2c4e0a0"}},
+		{"local rank closed", "vm:1210:1225 [0] NCCL INFO [Service thread] Connection closed by localRank 1", true,
+			snapshot.Event{Kind: snapshot.EventConnClosedLocal, LocalRank: 1}},
+		{"IB completion", w + "NET/IB: Got completion from peer 10.0.12.8<50123> with status=12 opcode=0 len=0 vendor err 129 (Send) hca mlx5_3", true,
+			snapshot.Event{Kind: snapshot.EventIBCompletion, Peer: "10.0.12.8<50123>", Dev: "mlx5_3", Code: 12, Fatal: true}},
+		{"IB async", w + "NET/IB : mlx5_1:1 Got async event : port error", true,
+			snapshot.Event{Kind: snapshot.EventIBAsync, Dev: "mlx5_1", Port: 1, Detail: "port error"}},
+		{"torch timeout", "[rank0]:[E1121 22:51:18.197257951 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=92, OpType=ALLREDUCE, NumelIn=6000000, NumelOut=6000000, Timeout(ms)=25000) ran for 25053 milliseconds before timing out.", true,
+			snapshot.Event{Kind: snapshot.EventTorchTimeout, Code: 92}},
+		{"torch work status", "[rank0]:[E1121 22:51:18.197461605 ProcessGroupNCCL.cpp:2303] [PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 92 PG status: last enqueued work: 97, last completed work: 91", true,
+			snapshot.Event{Kind: snapshot.EventTorchWorkStatus, Code: 91}},
+		{"launcher exit", "E1121 22:52:05.021000 1170 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 3) local_rank: 1 (pid: 1211) of binary: /opt/torch/.venv/bin/python", true,
+			snapshot.Event{Kind: snapshot.EventLauncherExit, Code: 3, LocalRank: 1, PID: 1211}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var l Line
+			Parse([]byte(tt.line), &l)
+			got, ok := EventOf(&l, 42)
+			if ok != tt.ok {
+				t.Fatalf("ok = %v, want %v (kind %s)", ok, tt.ok, l.Kind)
+			}
+			if !ok {
+				return
+			}
+			if got.T != 42 || got.Msg == "" {
+				t.Errorf("time %d, message %q: want 42 and the line's message", got.T, got.Msg)
+			}
+			got.T, got.Msg = 0, ""
+			if got != tt.want {
+				t.Errorf("EventOf =\n %+v\nwant\n %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestEventMessageIsCut(t *testing.T) {
+	var l Line
+	Parse([]byte("node7:41231:41873 [3] misc/socket.cc:50 NCCL WARN "+strings.Repeat("é", 400)), &l)
+	e, ok := EventOf(&l, 0)
+	if !ok || len(e.Msg) > snapshot.MaxMsg || !strings.HasPrefix(strings.Repeat("é", 400), e.Msg) {
+		t.Fatalf("ok=%v, %d bytes: want a valid prefix of at most %d bytes", ok, len(e.Msg), snapshot.MaxMsg)
+	}
+}

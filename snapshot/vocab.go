@@ -1,0 +1,122 @@
+package snapshot
+
+import "unicode/utf8"
+
+// EventKind names what a Process event reports. The sidecar and `watchdog analyze` produce
+// events through one function (logparse.EventOf); the detector's rules read them.
+type EventKind string
+
+// Events from NCCL's own lines (mostly WARN).
+const (
+	// EventIBCompletion: "NET/IB: Got completion from peer ... with error/status N"; Code is
+	// the ibv_wc status, Dev the HCA, Peer the remote address.
+	EventIBCompletion EventKind = "ib_completion"
+	// EventIBAsync: "NET/IB : dev:port Got async event"; Dev and Port name the HCA port.
+	EventIBAsync EventKind = "ib_async"
+	// EventSocketError: socket progress and connect failures.
+	EventSocketError EventKind = "socket_error"
+	// EventConnClosedRemote: "Connection closed by remote peer X"; Peer is X.
+	EventConnClosedRemote EventKind = "conn_closed_remote"
+	// EventConnClosedLocal: "[Service thread] Connection closed by localRank N", printed by a
+	// survivor about a process of its own host; LocalRank is N.
+	EventConnClosedLocal EventKind = "conn_closed_local"
+	// EventProxyError: proxy thread and service errors.
+	EventProxyError EventKind = "proxy_error"
+	// EventCudaError: "Cuda failure '...'" inside NCCL.
+	EventCudaError EventKind = "cuda_error"
+	// EventSystemError: failed system calls and configuration errors.
+	EventSystemError EventKind = "system_error"
+	// EventBreadcrumb: the first "file:line -> N" line of an error-propagation run; Code is N.
+	EventBreadcrumb EventKind = "breadcrumb"
+	// EventRASPeerDead: NCCL RAS declared a peer dead; Peer is the peer.
+	EventRASPeerDead EventKind = "ras_peer_dead"
+	// EventWarn: any other WARN line.
+	EventWarn EventKind = "warn"
+	// EventCommAbort: a communicator was aborted; Comm is its pointer in this process.
+	EventCommAbort EventKind = "comm_abort"
+)
+
+// Events from PyTorch and launcher output.
+const (
+	// EventTorchTimeout: PyTorch's watchdog timed a collective out on this rank; Code is
+	// its SeqNum. The rank that times out is usually the one left waiting.
+	EventTorchTimeout EventKind = "torch_timeout"
+	// EventTorchWorkStatus: "last enqueued work: N, last completed work: M"; Code is M.
+	EventTorchWorkStatus EventKind = "torch_work_status"
+	// EventTorchTerminate: PyTorch is taking the process down.
+	EventTorchTerminate EventKind = "torch_terminate"
+	// EventTorchNCCLError: an NCCL error surfaced by PyTorch.
+	EventTorchNCCLError EventKind = "torch_nccl_error"
+	// EventLauncherExit: torchrun's "failed (exitcode: C) local_rank: N (pid: P)"; Code is
+	// C, LocalRank N, PID P.
+	EventLauncherExit EventKind = "launcher_exit"
+)
+
+// ProcState is whether a rank's process is alive, as the sidecar sees it through /proc.
+type ProcState string
+
+const (
+	ProcUnknown ProcState = "" // liveness not checked (other pid namespace, offline)
+	ProcRunning ProcState = "running"
+	ProcExited  ProcState = "exited"
+)
+
+// CommState is where a communicator is in its life, from NCCL's Init/Destroy lines.
+type CommState string
+
+const (
+	// CommUnknown: ops were seen, but no Init line (a log joined late).
+	CommUnknown   CommState = "unknown"
+	CommInit      CommState = "init" // Init START seen
+	CommReady     CommState = "ready"
+	CommDestroyed CommState = "destroyed"
+	CommAborted   CommState = "aborted"
+	CommRevoked   CommState = "revoked"
+)
+
+// Ended reports whether the communicator is gone for good.
+func (s CommState) Ended() bool {
+	return s == CommDestroyed || s == CommAborted || s == CommRevoked
+}
+
+// GPUState is what a rank's GPU is doing, derived from NVML samples.
+type GPUState string
+
+const (
+	GPUUnknown   GPUState = ""
+	GPUComputing GPUState = "computing"
+	// GPUWaiting: an NCCL kernel spinning: busy, but at near-idle power.
+	GPUWaiting GPUState = "waiting"
+	// GPUIdle: no kernel running: the host is not feeding the GPU.
+	GPUIdle GPUState = "idle"
+)
+
+// MaxMsg caps the text of one event (Event.Msg): enough to quote a WARN line, small
+// enough that 32 events per rank stay well inside MaxNodeBytes.
+const MaxMsg = 240
+
+// CutMsg cuts a message to MaxMsg bytes, never inside a UTF-8 sequence.
+func CutMsg(s string) string {
+	if len(s) <= MaxMsg {
+		return s
+	}
+	n := MaxMsg
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// IBStatusName names an ibv_wc_status value (EventIBCompletion's Code) as verbs spells it,
+// e.g. "IBV_WC_RETRY_EXC_ERR".
+func IBStatusName(code int) string {
+	names := [...]string{"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
+		"WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR",
+		"REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR",
+		"REM_INV_RD_REQ_ERR", "REM_ABORT_ERR", "INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR",
+		"RESP_TIMEOUT_ERR", "GENERAL_ERR"}
+	if code >= 0 && code < len(names) {
+		return "IBV_WC_" + names[code]
+	}
+	return "IBV_WC_UNKNOWN"
+}
