@@ -61,3 +61,14 @@ func TestEventMessageIsCut(t *testing.T) {
 		t.Fatalf("ok=%v, %d bytes: want a valid prefix of at most %d bytes", ok, len(e.Msg), snapshot.MaxMsg)
 	}
 }
+
+func TestEveryKindIsNamedAndEventsShareTheirName(t *testing.T) {
+	for k := Kind(0); k < NumKinds; k++ {
+		if k.String() == "" {
+			t.Errorf("kind %d has no name", k)
+		}
+		if ev := eventKinds[k]; ev != "" && k != KindDestroy && string(ev) != k.String() {
+			t.Errorf("kind %s reports event %s: the metric label and the event should share one name", k, ev)
+		}
+	}
+}

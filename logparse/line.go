@@ -7,6 +7,8 @@
 // ../shared/reference/nccl-log-formats.md and the real captures under testdata/.
 package logparse
 
+import "github.com/ncclwatch/watchdog/snapshot"
+
 // Kind classifies a line.
 type Kind uint8
 
@@ -48,13 +50,30 @@ const (
 	NumKinds
 )
 
+// kindNames label lines in metrics; the kinds that report trouble share their event's name.
 var kindNames = [NumKinds]string{
-	"unknown", "blank", "continuation", "info", "version", "init", "comm_info", "coll", "tuning",
-	"channel", "ring", "using_network", "net_ib_devices", "net_ib_none", "net_socket_devices",
-	"bootstrap", "destroy", "ib_completion", "ib_async", "socket_error", "conn_closed_remote",
-	"conn_closed_local", "proxy_error", "cuda_error", "system_error", "breadcrumb", "ras_peer_dead",
-	"warn", "torch_timeout", "torch_work_status", "torch_terminate", "torch_nccl_error",
-	"torch_comm_created", "launcher_exit",
+	KindUnknown: "unknown", KindBlank: "blank", KindContinuation: "continuation", KindInfo: "info",
+	KindVersion: "version", KindInit: "init", KindCommInfo: "comm_info", KindColl: "coll", KindTuning: "tuning",
+	KindChannel: "channel", KindRing: "ring", KindUsingNetwork: "using_network", KindNetIBDevices: "net_ib_devices",
+	KindNetIBNone: "net_ib_none", KindNetSocketDevices: "net_socket_devices", KindBootstrap: "bootstrap",
+	KindDestroy:          "destroy",
+	KindIBCompletion:     string(snapshot.EventIBCompletion),
+	KindIBAsync:          string(snapshot.EventIBAsync),
+	KindSocketError:      string(snapshot.EventSocketError),
+	KindConnClosedRemote: string(snapshot.EventConnClosedRemote),
+	KindConnClosedLocal:  string(snapshot.EventConnClosedLocal),
+	KindProxyError:       string(snapshot.EventProxyError),
+	KindCudaError:        string(snapshot.EventCudaError),
+	KindSystemError:      string(snapshot.EventSystemError),
+	KindBreadcrumb:       string(snapshot.EventBreadcrumb),
+	KindRASPeerDead:      string(snapshot.EventRASPeerDead),
+	KindWarn:             string(snapshot.EventWarn),
+	KindTorchTimeout:     string(snapshot.EventTorchTimeout),
+	KindTorchWorkStatus:  string(snapshot.EventTorchWorkStatus),
+	KindTorchTerminate:   string(snapshot.EventTorchTerminate),
+	KindTorchNCCLError:   string(snapshot.EventTorchNCCLError),
+	KindTorchCommCreated: "torch_comm_created",
+	KindLauncherExit:     string(snapshot.EventLauncherExit),
 }
 
 func (k Kind) String() string {

@@ -1,0 +1,145 @@
+// Package layout holds the tests that keep the repository's shape: data flows one way
+// (logparse → heartbeat → etcd → detect → alert, with snapshot and incident as the contract
+// every stage shares), the vocabulary lives in the contract, and the root stays small.
+package layout
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/ncclwatch/watchdog/"
+
+// root is the repository root, two levels up from this package.
+var root = filepath.Join("..", "..")
+
+// stageRules say, for each package (a folder and everything under it), which of the
+// module's packages it must never import. Tests are held to the same rules: a test that
+// needs a later stage belongs to that stage.
+var stageRules = []struct {
+	pkg    string
+	denied []string
+}{
+	{"snapshot", []string{"logparse", "heartbeat", "detect", "alert", "analyze", "incident", "internal", "cmd"}},
+	{"incident", []string{"logparse", "heartbeat", "detect", "alert", "analyze", "snapshot", "internal", "cmd"}},
+	{"logparse", []string{"heartbeat", "detect", "alert", "analyze", "incident", "internal", "cmd"}},
+	{"heartbeat", []string{"detect", "alert", "analyze", "cmd"}},
+	{"detect", []string{"logparse", "heartbeat", "alert", "analyze", "cmd"}},
+	{"alert", []string{"logparse", "heartbeat", "detect", "analyze", "cmd"}},
+	{"analyze", []string{"alert", "cmd"}},
+	{"internal", []string{"cmd"}},
+}
+
+// goFiles lists the repository's Go files by folder (relative, slash-separated).
+func goFiles(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(name, ".go") {
+			rel, err := filepath.Rel(root, filepath.Dir(path))
+			if err != nil {
+				return err
+			}
+			out[filepath.ToSlash(rel)] = append(out[filepath.ToSlash(rel)], path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func under(dir, pkg string) bool { return dir == pkg || strings.HasPrefix(dir, pkg+"/") }
+
+func TestStagesImportOnlyEarlierStages(t *testing.T) {
+	fset := token.NewFileSet()
+	checked := 0
+	for dir, files := range goFiles(t) {
+		for _, rule := range stageRules {
+			if !under(dir, rule.pkg) {
+				continue
+			}
+			for _, file := range files {
+				f, err := parser.ParseFile(fset, file, nil, parser.ImportsOnly)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, imp := range f.Imports {
+					path, _ := strconv.Unquote(imp.Path.Value)
+					rest, ok := strings.CutPrefix(path, module)
+					if !ok {
+						continue
+					}
+					checked++
+					for _, d := range rule.denied {
+						if under(rest, d) {
+							t.Errorf("%s imports %s: %s must not depend on %s", file, path, rule.pkg, d)
+						}
+					}
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no import of the module was checked: is the repository root right?")
+	}
+}
+
+func TestAtMostTenTopLevelGoFolders(t *testing.T) {
+	top := map[string]bool{}
+	for dir := range goFiles(t) {
+		top[strings.SplitN(dir, "/", 2)[0]] = true
+	}
+	var names []string
+	for n := range top {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(names) > 10 {
+		t.Errorf("%d top-level Go folders (%s): simulators, tools and helpers go under internal/", len(names), strings.Join(names, " "))
+	}
+}
+
+// The wire vocabulary is typed in the contract packages; stages never spell it out.
+var spelledVocabulary = regexp.MustCompile(`"local:|"(torch_timeout|torch_work_status|launcher_exit|ib_async|ib_completion|conn_closed_local|comm_abort)"`)
+
+func TestVocabularyIsNotSpelledOutInStages(t *testing.T) {
+	for dir, files := range goFiles(t) {
+		if under(dir, "snapshot") || under(dir, "incident") || under(dir, "internal/layout") {
+			continue
+		}
+		for _, file := range files {
+			if strings.HasSuffix(file, "_test.go") {
+				continue
+			}
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, line := range strings.Split(string(b), "\n") {
+				if m := spelledVocabulary.FindString(line); m != "" {
+					t.Errorf("%s:%d spells %s: use the snapshot constant", file, i+1, m)
+				}
+			}
+		}
+	}
+}
