@@ -75,7 +75,7 @@ K8S_VALUES   := deploy/kubernetes/values-production.yaml
 # helm warns on stderr about the chart's symlinks into deploy/grafana and deploy/prometheus.
 HELM_QUIET    = 2> >(grep -v "found symbolic link" >&2)
 
-.PHONY: tools promtool deploy-check helm-check rules-check rules-check-prom3 k8s-manifests prom-e2e
+.PHONY: tools promtool deploy-check helm-check rules-check rules-check-prom3 k8s-manifests prom-e2e image
 
 $(HELM):
 	@mkdir -p $(BIN)/.helm-build
@@ -120,6 +120,16 @@ rules-check: promtool
 	cd deploy/prometheus && promtool test rules ncclwatch-rules.test.yaml
 	@cd deploy/prometheus && out=$$(promtool check config prometheus.example.yaml 2>&1) || { echo "$$out"; exit 1; }; \
 	  echo "$$out" | grep -v 'WARNING: file .* does not exist'
+
+# The container image (deploy/docker/Dockerfile, BuildKit). VERSION and REVISION reach the
+# binary as main.version and main.revision and the image as OCI labels.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE    ?= ghcr.io/ncclwatch/watchdog:$(VERSION)
+image:
+	DOCKER_BUILDKIT=1 docker build -f deploy/docker/Dockerfile \
+	  --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) -t $(IMAGE) .
 
 # The same rule checks with promtool of Prometheus 3.x (Debian ships 2.x), built from the
 # prometheus module go.mod pins. Not part of deploy-check: the build takes 4 to 6 minutes
