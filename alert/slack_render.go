@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/slack-go/slack"
 
@@ -101,8 +102,7 @@ func incidentBlocks(inc incident.Incident, ev Event, links Links) []slack.Block 
 	if len(inc.Evidence) > 0 {
 		blocks = append(blocks, section(evidenceText(inc.Evidence, maxEvidenceLines)))
 	}
-	blocks = append(blocks, contextBlock(inc.Job, inc.ID, inc.Kind, inc.Revision, links))
-	return blocks
+	return appendContext(blocks, inc.Job, inc.ID, inc.Kind, inc.Revision, links)
 }
 
 func culpritsText(cs []incident.Culprit) string {
@@ -186,18 +186,32 @@ func evidenceText(lines []string, maxLines int) string {
 	return b.String()
 }
 
-func contextBlock(job, id string, kind incident.Kind, revision int, links Links) *slack.ContextBlock {
+// appendContext adds the line of links and identity under a message, unless it would be
+// empty: Slack refuses a whole message for one empty text object.
+func appendContext(blocks []slack.Block, job, id string, kind incident.Kind, revision int, links Links) []slack.Block {
 	var parts []string
+	// A link cut by truncation would show as raw markup: one that does not fit whole
+	// (a dashboard URL that carries an absurd job name) is left out, with room kept for
+	// the identity that follows.
+	addLink := func(u, label string) {
+		l := slackLink(u, label)
+		if utf8.RuneCountInString(strings.Join(append(parts, l), " · ")) <= slackSectionMax-200 {
+			parts = append(parts, l)
+		}
+	}
 	if u := links.DashboardURL(job, id, kind); u != "" {
-		parts = append(parts, slackLink(u, "Dashboard"))
+		addLink(u, "Dashboard")
 	}
 	if u := links.RunbookURL(kind); u != "" && id != "" {
-		parts = append(parts, slackLink(u, "Runbook"))
+		addLink(u, "Runbook")
 	}
 	if id != "" {
 		parts = append(parts, "incident "+escapeMrkdwn(id)+" · revision "+strconv.Itoa(revision))
 	}
-	return slack.NewContextBlock("", mrkdwnText(strings.Join(parts, " · ")))
+	if len(parts) == 0 {
+		return blocks
+	}
+	return append(blocks, slack.NewContextBlock("", mrkdwnText(strings.Join(parts, " · "))))
 }
 
 // incidentFallback is the message's top-level text: notifications and screen readers.
@@ -264,7 +278,7 @@ func groupBlocks(incs []incident.Incident, ev Event, links Links) []slack.Block 
 	blocks := []slack.Block{header(title), section(groupOverview(incs))}
 	blocks = append(blocks, listSections(incs, ev)...)
 	if jobs := distinctJobs(incs); len(jobs) == 1 {
-		blocks = append(blocks, contextBlock(jobs[0], "", "", 0, links))
+		blocks = appendContext(blocks, jobs[0], "", "", 0, links)
 	}
 	if len(blocks) > slackMaxBlocks {
 		blocks = blocks[:slackMaxBlocks]

@@ -1,154 +1,307 @@
 package deploy_test
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	psapi "k8s.io/pod-security-admission/api"
+	psa "k8s.io/pod-security-admission/policy"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ncclwatch/watchdog/alert"
 )
 
-type k8sObject struct {
-	APIVersion string `yaml:"apiVersion"`
-	Kind       string `yaml:"kind"`
-	Metadata   struct {
-		Name   string            `yaml:"name"`
-		Labels map[string]string `yaml:"labels"`
-	} `yaml:"metadata"`
-	Data map[string]string `yaml:"data"`
-	Spec yaml.Node         `yaml:"spec"`
+const (
+	chartDir         = "helm/ncclwatch"
+	productionValues = "kubernetes/values-production.yaml"
+)
+
+// manifestSet is one set of objects a user applies: the committed files, or a helm render.
+type manifestSet struct {
+	name  string
+	files []string // committed files, read as they are
+	args  []string // helm template arguments after the release and the chart
+	// trainingPodDenied: the training pod must fail Pod Security "baseline" for this
+	// reason (an opt-in the chart documents as needing a privileged namespace).
+	trainingPodDenied string
 }
 
-type podSpec struct {
-	InitContainers []container `yaml:"initContainers"`
-	Containers     []container `yaml:"containers"`
-	Volumes        []struct {
-		Name string `yaml:"name"`
-	} `yaml:"volumes"`
+var manifestSets = []manifestSet{
+	{name: "committed", files: []string{"kubernetes/ncclwatch.yaml", "kubernetes/training-pod.yaml"}},
+	{name: "default"},
+	{name: "production", args: []string{"-f", productionValues}},
+	{name: "production with example pod and dashboards", args: []string{"-f", productionValues,
+		"--set", "examplePod.enabled=true,grafanaDashboards.enabled=true"}},
+	{name: "embedded etcd, every option on", args: []string{"--set", "examplePod.enabled=true,examplePod.nativeSidecar=false," +
+		"grafanaDashboards.enabled=true,monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true," +
+		"monitoring.prometheusRule.enabled=true,etcd.tls.secretName=tls,etcd.auth.user=u,etcd.auth.passwordSecret.name=pw," +
+		"detector.podLabels.team=ml,detector.podLabels.app\\.kubernetes\\.io/name=other,detector.podAnnotations.note=x"}},
+	{name: "IB ports through hostPath", args: []string{"--set", "examplePod.enabled=true,sidecar.infinibandHostPath=true"},
+		trainingPodDenied: "hostPath volumes"},
 }
 
-type container struct {
-	Name         string `yaml:"name"`
-	Image        string `yaml:"image"`
-	VolumeMounts []struct {
-		Name string `yaml:"name"`
-	} `yaml:"volumeMounts"`
-	EnvFrom []struct {
-		ConfigMapRef struct {
-			Name string `yaml:"name"`
-		} `yaml:"configMapRef"`
-	} `yaml:"envFrom"`
-	Resources struct {
-		Limits   map[string]any `yaml:"limits"`
-		Requests map[string]any `yaml:"requests"`
-	} `yaml:"resources"`
-	SecurityContext map[string]any `yaml:"securityContext"`
+// TestKubernetesManifests decodes every object of the committed manifests and of the
+// chart's renders strictly into the Kubernetes API's own types (duplicate keys and
+// unknown fields are errors, as kubectl apply --validate=strict and kubeconform make
+// them), runs the Pod Security admission checks (detector: restricted; training pod:
+// baseline), and checks that the objects hang together.
+func TestKubernetesManifests(t *testing.T) {
+	for _, set := range manifestSets {
+		t.Run(set.name, func(t *testing.T) {
+			var docs []byte
+			if set.files != nil {
+				for _, f := range set.files {
+					b, err := os.ReadFile(f)
+					if err != nil {
+						t.Fatal(err)
+					}
+					docs = append(append(docs, "\n---\n"...), b...)
+				}
+			} else {
+				docs = helmTemplate(t, set.args...)
+			}
+			objs := decodeStrict(t, docs)
+			checkManifests(t, set, objs)
+		})
+	}
 }
 
-func readObjects(t *testing.T, path string) []k8sObject {
+// helmTemplate renders the chart with the helm binary the Makefile pins.
+func helmTemplate(t *testing.T, args ...string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	helm := helmBinary(t)
+	cmd := exec.Command(helm, append([]string{"template", "ncclwatch", chartDir, "--namespace", "ncclwatch"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template %s: %v\n%s", strings.Join(args, " "), err, stderr.Bytes())
+	}
+	return out
+}
+
+// helmBinary is $NCCLWATCH_HELM (make helm-check sets it), else the Makefile's pinned
+// bin/helm-<version> if it was built; without either the renders are skipped and only
+// the committed manifests are checked.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("NCCLWATCH_HELM"); p != "" {
+		return p
+	}
+	mk, err := os.ReadFile("../Makefile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	var out []k8sObject
-	for {
-		var o k8sObject
-		err := dec.Decode(&o)
+	m := regexp.MustCompile(`(?m)^HELM_VERSION\s*:=\s*(\S+)`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("no HELM_VERSION in the Makefile")
+	}
+	p, err := filepath.Abs(filepath.Join("..", "bin", "helm-"+string(m[1])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("%s not built (make tools builds it): only the committed manifests are checked", p)
+	}
+	return p
+}
+
+// object is one decoded document.
+type object struct {
+	kind, name string
+	obj        runtime.Object
+}
+
+var (
+	scheme  = newScheme()
+	decoder = kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme, scheme,
+		kjson.SerializerOptions{Yaml: true, Strict: true})
+)
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, monitoringv1.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(err)
+		}
+	}
+	return s
+}
+
+// decodeStrict decodes every YAML document; a kind the scheme does not know is an error
+// too, so that a new kind gets a type here before it ships.
+func decodeStrict(t *testing.T, docs []byte) []object {
+	t.Helper()
+	objs, errs := decodeDocuments(docs)
+	for _, err := range errs {
+		t.Error(err)
+	}
+	return objs
+}
+
+func decodeDocuments(docs []byte) ([]object, []error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(docs)))
+	var (
+		objs []object
+		errs []error
+	)
+	for i := 0; ; i++ {
+		doc, err := r.Read()
 		if errors.Is(err, io.EOF) {
-			return out
+			return objs, errs
 		}
 		if err != nil {
-			t.Fatalf("%s: %v", path, err)
+			return objs, append(errs, fmt.Errorf("document %d: %w", i, err))
 		}
-		if o.Kind == "" {
-			continue // an empty document
+		if j, err := yaml.YAMLToJSON(doc); err == nil && string(j) == "null" {
+			continue // only comments
 		}
-		if o.APIVersion == "" || o.Metadata.Name == "" {
-			t.Errorf("%s: %s without apiVersion or name", path, o.Kind)
+		obj, gvk, err := decoder.Decode(doc, nil, nil)
+		where := fmt.Sprintf("document %d", i)
+		if gvk != nil {
+			where += " (" + gvk.Kind
+			if m, ok := obj.(metav1.Object); ok {
+				where += " " + m.GetName()
+			}
+			where += ")"
 		}
-		out = append(out, o)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			if !runtime.IsStrictDecodingError(err) {
+				continue
+			}
+			// The object decoded all the same: check the rest of it too.
+		}
+		m := obj.(metav1.Object)
+		if m.GetName() == "" {
+			errs = append(errs, fmt.Errorf("%s: no name", where))
+		}
+		objs = append(objs, object{kind: gvk.Kind, name: m.GetName(), obj: obj})
 	}
 }
 
-// podOf returns the pod spec of a Pod or of a Deployment's template.
-func podOf(t *testing.T, o k8sObject) podSpec {
+// TestStrictDecoding: the decoder refuses what the old yaml.Node-based test let through.
+func TestStrictDecoding(t *testing.T) {
+	for name, doc := range map[string]string{
+		"duplicate label": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels:\n    x: \"1\"\n    x: \"1\"\n",
+		"unknown field":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\nspec: {}\n",
+		"unknown kind":    "apiVersion: v1\nkind: Podd\nmetadata:\n  name: a\n",
+	} {
+		if _, errs := decodeDocuments([]byte(doc)); len(errs) == 0 {
+			t.Errorf("%s: decoded without an error", name)
+		}
+	}
+}
+
+var podSecurity = func() psa.Evaluator {
+	e, err := psa.NewEvaluator(psa.DefaultChecks(), nil)
+	if err != nil {
+		panic(err)
+	}
+	return e
+}()
+
+// admitted returns why Pod Security admission at level would refuse a pod ("" if not).
+func admitted(level psapi.Level, meta *metav1.ObjectMeta, spec *corev1.PodSpec) string {
+	res := psa.AggregateCheckResults(podSecurity.EvaluatePod(psapi.LevelVersion{Level: level, Version: psapi.LatestVersion()}, meta, spec))
+	if res.Allowed {
+		return ""
+	}
+	return res.ForbiddenDetail()
+}
+
+// checkManifests checks what the API server accepts but a user would not: references that
+// resolve, selectors that select, containers that are limited and locked down, the NCCL
+// settings the docs name, the rule file inside the PrometheusRule.
+func checkManifests(t *testing.T, set manifestSet, objs []object) {
 	t.Helper()
-	var ps podSpec
-	switch o.Kind {
-	case "Pod":
-		if err := o.Spec.Decode(&ps); err != nil {
-			t.Fatal(err)
-		}
-	case "Deployment":
-		var d struct {
-			Template struct {
-				Spec podSpec `yaml:"spec"`
-			} `yaml:"template"`
-		}
-		if err := o.Spec.Decode(&d); err != nil {
-			t.Fatal(err)
-		}
-		ps = d.Template.Spec
-	}
-	return ps
-}
-
-// TestKubernetesManifests checks the rendered manifests hang together: every volume mount
-// names a volume, every envFrom a ConfigMap of the release, every container has requests,
-// limits and a securityContext that forbids privilege escalation.
-func TestKubernetesManifests(t *testing.T) {
-	objs := append(readObjects(t, "kubernetes/ncclwatch.yaml"), readObjects(t, "kubernetes/training-pod.yaml")...)
 	kinds := map[string]int{}
-	configMaps := map[string]k8sObject{}
+	configMaps := map[string]*corev1.ConfigMap{}
+	var detectorPod *corev1.PodTemplateSpec
+	var services []*corev1.Service
 	for _, o := range objs {
-		kinds[o.Kind]++
-		if o.Kind == "ConfigMap" {
-			configMaps[o.Metadata.Name] = o
+		kinds[o.kind]++
+		switch v := o.obj.(type) {
+		case *corev1.ConfigMap:
+			configMaps[v.Name] = v
+		case *corev1.Service:
+			services = append(services, v)
+		case *appsv1.Deployment:
+			detectorPod = &v.Spec.Template
+			sel, err := metav1.LabelSelectorAsSelector(v.Spec.Selector)
+			if err != nil || !sel.Matches(labels.Set(v.Spec.Template.Labels)) {
+				t.Errorf("Deployment %s: selector %v does not select its pod template's labels %v (%v)", v.Name, v.Spec.Selector, v.Spec.Template.Labels, err)
+			}
 		}
 	}
-	for _, k := range []string{"Deployment", "Service", "ConfigMap", "PodDisruptionBudget", "Pod", "PodMonitor", "ServiceMonitor", "PrometheusRule"} {
+	want := []string{"Deployment", "Service", "ServiceAccount", "ConfigMap"}
+	if set.files != nil {
+		want = append(want, "PodDisruptionBudget", "Pod", "PodMonitor", "ServiceMonitor", "PrometheusRule")
+	}
+	for _, k := range want {
 		if kinds[k] == 0 {
-			t.Errorf("no %s in deploy/kubernetes", k)
+			t.Errorf("no %s", k)
 		}
 	}
+	if detectorPod == nil {
+		t.Fatal("no detector Deployment")
+	}
+	selects := func(what string, sel *metav1.LabelSelector, target map[string]string) {
+		s, err := metav1.LabelSelectorAsSelector(sel)
+		if err != nil || s.Empty() || !s.Matches(labels.Set(target)) {
+			t.Errorf("%s: selector %v does not select %v (%v)", what, sel, target, err)
+		}
+	}
+	for _, svc := range services {
+		selects("Service "+svc.Name, &metav1.LabelSelector{MatchLabels: svc.Spec.Selector}, detectorPod.Labels)
+	}
 	for _, o := range objs {
-		if o.Kind != "Pod" && o.Kind != "Deployment" {
-			continue
-		}
-		ps := podOf(t, o)
-		vols := map[string]bool{}
-		for _, v := range ps.Volumes {
-			vols[v.Name] = true
-		}
-		for _, c := range append(ps.InitContainers, ps.Containers...) {
-			where := o.Kind + " " + o.Metadata.Name + " container " + c.Name
-			for _, m := range c.VolumeMounts {
-				if !vols[m.Name] {
-					t.Errorf("%s mounts volume %q, which the pod does not define", where, m.Name)
-				}
+		switch v := o.obj.(type) {
+		case *policyv1.PodDisruptionBudget:
+			selects("PodDisruptionBudget "+v.Name, v.Spec.Selector, detectorPod.Labels)
+		case *monitoringv1.ServiceMonitor:
+			for _, svc := range services {
+				selects("ServiceMonitor "+v.Name, &v.Spec.Selector, svc.Labels)
 			}
-			for _, e := range c.EnvFrom {
-				if _, ok := configMaps[e.ConfigMapRef.Name]; !ok {
-					t.Errorf("%s loads ConfigMap %q, which the release does not define", where, e.ConfigMapRef.Name)
-				}
+		case *appsv1.Deployment:
+			checkPod(t, "Deployment "+v.Name, &v.Spec.Template.Spec, configMaps)
+			if why := admitted(psapi.LevelRestricted, &v.Spec.Template.ObjectMeta, &v.Spec.Template.Spec); why != "" {
+				t.Errorf("Deployment %s: Pod Security \"restricted\" refuses its pods: %s", v.Name, why)
 			}
-			if c.Name == "trainer" {
-				continue // the user's container
+		case *corev1.Pod:
+			checkPod(t, "Pod "+v.Name, &v.Spec, configMaps)
+			why := admitted(psapi.LevelBaseline, &v.ObjectMeta, &v.Spec)
+			switch {
+			case set.trainingPodDenied == "" && why != "":
+				t.Errorf("Pod %s: Pod Security \"baseline\" refuses it: %s", v.Name, why)
+			case set.trainingPodDenied != "" && !strings.Contains(why, set.trainingPodDenied):
+				t.Errorf("Pod %s: Pod Security \"baseline\" says %q, want a refusal for %s", v.Name, why, set.trainingPodDenied)
 			}
-			if len(c.Resources.Requests) == 0 || len(c.Resources.Limits) == 0 {
-				t.Errorf("%s: no requests or limits", where)
+			if v.Labels["ncclwatch.io/scrape-job"] == "" || v.Labels["ncclwatch.io/job"] == "" {
+				t.Errorf("Pod %s: labels %v lack ncclwatch.io/job or ncclwatch.io/scrape-job", v.Name, v.Labels)
 			}
-			if c.SecurityContext["allowPrivilegeEscalation"] != false || c.SecurityContext["readOnlyRootFilesystem"] != true {
-				t.Errorf("%s: securityContext %v", where, c.SecurityContext)
+		case *monitoringv1.PrometheusRule:
+			if !reflect.DeepEqual(v.Spec, rulesFileSpec(t)) {
+				t.Errorf("PrometheusRule %s differs from %s: run make k8s-manifests", v.Name, rulesFile)
 			}
 		}
 	}
@@ -157,36 +310,61 @@ func TestKubernetesManifests(t *testing.T) {
 	if !ok {
 		t.Fatal("no ConfigMap ncclwatch-nccl")
 	}
-	want := map[string]string{"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL,NET",
+	wantEnv := map[string]string{"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL,NET",
 		"NCCL_DEBUG_FILE": "/var/log/nccl/nccl.%h.%p.log", "NCCL_DEBUG_TIMESTAMP_LEVELS": "ALL",
 		"NCCL_DEBUG_TIMESTAMP_FORMAT": "[%F %T.%6f] "}
-	for k, v := range want {
-		if nccl.Data[k] != v {
-			t.Errorf("ncclwatch-nccl %s = %q, want %q", k, nccl.Data[k], v)
+	if !reflect.DeepEqual(nccl.Data, wantEnv) {
+		t.Errorf("ConfigMap ncclwatch-nccl holds %q, want %q", nccl.Data, wantEnv)
+	}
+}
+
+// checkPod: every volume mount names a volume of the pod, every envFrom a ConfigMap of the
+// release, and every container of ours has requests, limits and a locked-down
+// securityContext.
+func checkPod(t *testing.T, where string, spec *corev1.PodSpec, configMaps map[string]*corev1.ConfigMap) {
+	t.Helper()
+	vols := map[string]bool{}
+	for _, v := range spec.Volumes {
+		vols[v.Name] = true
+	}
+	for _, c := range append(append([]corev1.Container(nil), spec.InitContainers...), spec.Containers...) {
+		cw := where + " container " + c.Name
+		for _, m := range c.VolumeMounts {
+			if !vols[m.Name] {
+				t.Errorf("%s mounts volume %q, which the pod does not define", cw, m.Name)
+			}
+		}
+		for _, e := range c.EnvFrom {
+			if e.ConfigMapRef != nil && configMaps[e.ConfigMapRef.Name] == nil {
+				t.Errorf("%s loads ConfigMap %q, which the release does not define", cw, e.ConfigMapRef.Name)
+			}
+		}
+		if c.Name == "trainer" {
+			continue // the user's container
+		}
+		if len(c.Resources.Requests) == 0 || len(c.Resources.Limits) == 0 {
+			t.Errorf("%s: no requests or limits", cw)
+		}
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: securityContext %+v, want allowPrivilegeEscalation false and readOnlyRootFilesystem true", cw, sc)
 		}
 	}
-	// The rules inside the PrometheusRule are the rule file's.
-	for _, o := range objs {
-		if o.Kind != "PrometheusRule" {
-			continue
-		}
-		var got, wantRules any
-		if err := o.Spec.Decode(&got); err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(rulesFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := yaml.Unmarshal(b, &wantRules); err != nil {
-			t.Fatal(err)
-		}
-		gb, _ := yaml.Marshal(got)
-		wb, _ := yaml.Marshal(wantRules)
-		if !bytes.Equal(gb, wb) {
-			t.Errorf("the PrometheusRule differs from %s: run make k8s-manifests", rulesFile)
-		}
+}
+
+// rulesFileSpec is the rule file decoded strictly as the PrometheusRule's spec.
+func rulesFileSpec(t *testing.T) monitoringv1.PrometheusRuleSpec {
+	t.Helper()
+	b, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
 	}
+	var spec monitoringv1.PrometheusRuleSpec
+	if err := yaml.UnmarshalStrict(b, &spec); err != nil {
+		t.Fatalf("%s as a PrometheusRule spec: %v", rulesFile, err)
+	}
+	return spec
 }
 
 // TestExamples: the example alert routing parses, and the shell scripts are valid.

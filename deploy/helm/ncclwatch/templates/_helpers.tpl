@@ -15,18 +15,31 @@
 {{- printf "%s-detector" (include "ncclwatch.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* Labels of every object: the selector labels and what only describes. */}}
 {{- define "ncclwatch.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-app.kubernetes.io/name: {{ include "ncclwatch.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+{{ include "ncclwatch.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
-{{- define "ncclwatch.detectorSelector" -}}
+{{- define "ncclwatch.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "ncclwatch.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "ncclwatch.detectorSelector" -}}
+{{ include "ncclwatch.selectorLabels" . }}
 app.kubernetes.io/component: detector
+{{- end -}}
+
+{{/* The detector pod's labels: ours win over detector.podLabels, so that a pod label can
+never repeat a key (strict decoders and yamllint refuse that) or unselect the pod. */}}
+{{- define "ncclwatch.detectorPodLabels" -}}
+{{- $ours := include "ncclwatch.labels" . | fromYaml }}
+{{- $_ := set $ours "app.kubernetes.io/component" "detector" }}
+{{- $_ := set $ours "ncclwatch.io/scrape-job" "ncclwatch-detector" }}
+{{- toYaml (merge $ours (deepCopy .Values.detector.podLabels)) }}
 {{- end -}}
 
 {{- define "ncclwatch.image" -}}
