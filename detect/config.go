@@ -10,6 +10,7 @@ type Config struct {
 	StragglerConfig `yaml:",inline"`
 	LinkConfig      `yaml:",inline"`
 	EventConfig     `yaml:",inline"`
+	LostConfig      `yaml:",inline"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -20,5 +21,6 @@ func DefaultConfig() Config {
 			StragglerWindow: 64, StragglerMinSamples: 8},
 		LinkConfig:  LinkConfig{XmitWaitPerSecond: 1e6},
 		EventConfig: EventConfig{EventMaxAge: 10 * time.Minute},
+		LostConfig:  LostConfig{MassLossNodes: 3, MassLossFraction: 0.25, MassLossWindow: 15 * time.Second},
 	}
 }

@@ -143,6 +143,8 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	r.Findings = append(r.Findings, links...)
 	r.Findings = append(r.Findings, gpus...)
 	r.Findings = append(r.Findings, straggle...)
+	r.Findings = append(r.Findings, LostNodes(j, cfg)...)
+	r.Findings = append(r.Findings, Monitoring(j)...)
 	for i := range r.Findings {
 		torchEvidence(j, &r.Findings[i])
 	}

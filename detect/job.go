@@ -68,6 +68,15 @@ type Job struct {
 	// Offline is set for post-mortem analysis of finished logs: state at the end of the
 	// logs is judged as final, without hang windows.
 	Offline bool
+
+	// What the live detector saw in etcd besides the snapshots (all zero offline).
+	// Lost are the nodes whose lease expired without a clean stop, as last reported.
+	Lost []*snapshot.Node
+	// LeaseLosses are when the job's node leases expired, one per expiry the detector
+	// watched: a node lost twice counts twice, and a reload from etcd adds none.
+	LeaseLosses []time.Time
+	// EtcdDownSince is when the detector lost etcd (zero: reachable).
+	EtcdDownSince time.Time
 }
 
 // NewJob groups the processes' communicators by cross-rank identity.

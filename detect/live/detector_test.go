@@ -175,22 +175,23 @@ func TestFailover(t *testing.T) {
 }
 
 // TestLostNodeAndMassLoss: one lease expiring is a lost node; many at once is one
-// monitoring incident, not one per node.
+// monitoring incident, not one per node. The rule is detect.LostNodes; this checks that the
+// watch feeds it what it saw.
 func TestLostNodeAndMassLoss(t *testing.T) {
 	now := time.Now()
-	d := &Detector{opts: Options{MassLossNodes: 3, MassLossFraction: 0.25, MassLossWindow: 15 * time.Second}, state: NewState(),
+	rules := detect.DefaultConfig()
+	rules.MassLossNodes, rules.MassLossFraction, rules.MassLossWindow = 3, 0.25, 15*time.Second
+	d := &Detector{opts: Options{Rules: rules, Logger: slog.New(slog.DiscardHandler)}, state: NewState(),
 		lostTimes: map[string][]time.Time{}}
 	for i := 0; i < 8; i++ {
 		d.state.Put(node("n"+string(rune('0'+i)), i%2, 100, now), now)
 	}
 	lose := func(names ...string) []detect.Finding {
 		for _, n := range names {
-			if d.state.Delete("train", n, now) {
-				d.lostTimes["train"] = append(d.lostTimes["train"], now)
-			}
+			d.nodeKeyDeleted("train", n, now)
 		}
-		view, lost := d.state.View("train", now)
-		return d.lostFindings("train", lost, view, now)
+		fs, _ := d.evaluateJob("train", now)
+		return fs
 	}
 	fs := lose("n3")
 	if len(fs) != 1 || fs[0].Kind != incident.KindLostNode || fs[0].Culprits[0].Host != "n3" {
