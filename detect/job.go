@@ -73,7 +73,8 @@ type Job struct {
 	// Lost are the nodes whose lease expired without a clean stop, as last reported.
 	Lost []*snapshot.Node
 	// LeaseLosses are when the job's node leases expired, one per expiry the detector
-	// watched: a node lost twice counts twice, and a reload from etcd adds none.
+	// watched: a node lost twice counts twice, and a reload from etcd adds none, so that
+	// a detector catching up after a watch failure does not see a mass loss.
 	LeaseLosses []time.Time
 	// EtcdDownSince is when the detector lost etcd (zero: reachable).
 	EtcdDownSince time.Time

@@ -33,7 +33,7 @@ var mergeSteps = []mergeStep{
 	deathAndStallOfOneRank,        // a death and a stall of one rank are one cause; the order says which
 	hangAbsorbsP2P,                // a hang absorbs the p2p mismatch of the same rank
 	laterDeathsFoldIntoFirstCause, // deaths after the job's first root cause are its consequences
-	stuckFollowsItsCause,          // a stuck collective follows a culprit or a link fault on its nodes
+	stuckFollowsItsCause,          // a stuck collective follows a culprit or a link fault on its nodes, else all are one cause
 	torchTimeoutsAreEvidence,      // PyTorch's timeout lines are evidence, not culprits
 }
 

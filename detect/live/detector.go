@@ -30,7 +30,8 @@ type Alerts interface {
 // Options configure a Detector.
 type Options struct {
 	Client *clientv3.Client
-	Rules  detect.Config
+	// Rules configures every rule; mass-loss settings left zero take detect's defaults.
+	Rules detect.Config
 	// Interval between evaluations (default 1 s).
 	Interval time.Duration
 	// ResolveAfter: a condition must stay clear this long before its incident resolves

@@ -1,8 +1,3 @@
-// Package live runs the detect rules on the jobs' live state in etcd: it watches every
-// node snapshot, keeps per job, communicator and rank the latest state (plus a short history
-// of ops and marks, since each snapshot carries only the newest few), evaluates the rules
-// every cycle on the elected leader, and turns findings into incidents that it stores in
-// etcd and hands to the alert dispatcher.
 package live
 
 import (
