@@ -2,7 +2,6 @@ package detect
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 
 	"github.com/ncclwatch/watchdog/incident"
@@ -49,7 +48,7 @@ func Crash(j *Job, cfg Config) []Finding {
 			note(p, int64(p.ExitedAt), "the process exited at %s with communicators still in use", fmtTime(p.ExitedAt.Time()))
 		}
 		for _, e := range p.Events {
-			if !recentEvent(j, cfg, int64(e.T)) {
+			if !recentEvent(j, cfg.EventConfig, int64(e.T)) {
 				continue
 			}
 			switch e.Kind {
@@ -127,13 +126,6 @@ func timedOutItself(p *Proc) bool {
 	return false
 }
 
-func recentEvent(j *Job, cfg Config, t int64) bool {
-	if j.Offline || t == 0 || cfg.EventMaxAge == 0 {
-		return true
-	}
-	return j.Now.Sub(snapshot.Micros(t).Time()) <= cfg.EventMaxAge
-}
-
 // mostBehind finds the communicator where p lags its peers the most.
 func mostBehind(j *Job, p *Proc) *behind {
 	var best *behind
@@ -168,20 +160,4 @@ func firstGroup(j *Job, p *Proc) *Group {
 		}
 	}
 	return nil
-}
-
-// sortFindings orders findings most severe first, then by kind and key.
-func sortFindings(fs []Finding) {
-	order := map[incident.Kind]int{incident.KindCrash: 0, incident.KindMismatch: 1, incident.KindHang: 2,
-		incident.KindP2PMismatch: 3, incident.KindStuckInFlight: 4, incident.KindLink: 5, incident.KindGPU: 6,
-		incident.KindLostNode: 7, incident.KindStraggler: 8, incident.KindMonitoring: 9}
-	sort.SliceStable(fs, func(a, b int) bool {
-		if ra, rb := fs[a].Severity.Rank(), fs[b].Severity.Rank(); ra != rb {
-			return ra < rb
-		}
-		if oa, ob := order[fs[a].Kind], order[fs[b].Kind]; oa != ob {
-			return oa < ob
-		}
-		return fs[a].Key < fs[b].Key
-	})
 }

@@ -28,7 +28,7 @@ func GPU(j *Job, cfg Config) []Finding {
 	}
 	for _, p := range j.Procs {
 		for _, e := range p.Events {
-			if e.Kind != snapshot.EventCudaError || !recentEvent(j, cfg, int64(e.T)) {
+			if e.Kind != snapshot.EventCudaError || !recentEvent(j, cfg.EventConfig, int64(e.T)) {
 				continue
 			}
 			f := Finding{Kind: incident.KindGPU, Severity: incident.SeverityCritical,
@@ -46,7 +46,7 @@ func gpuFinding(j *Job, cfg Config, node string, g *snapshot.GPU) (Finding, bool
 	f := Finding{Kind: incident.KindGPU, Severity: incident.SeverityWarning, Key: "gpu:" + node + ":" + g.BusID}
 	var first string
 	for _, x := range g.XIDs {
-		if !recentEvent(j, cfg, int64(x.T)) {
+		if !recentEvent(j, cfg.EventConfig, int64(x.T)) {
 			continue
 		}
 		text, severe := snapshot.XIDMeaning(x.Code)

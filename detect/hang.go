@@ -3,50 +3,23 @@ package detect
 import (
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
-// Config holds the rule settings.
-type Config struct {
+// HangConfig sets the hang window. P2PMismatch and StuckInFlight wait for the same window:
+// a communicator that still moves may yet catch up.
+type HangConfig struct {
 	// HangFloor and HangK set the hang window: max(HangFloor, HangK × the communicator's
 	// recent p99 gap between ops).
 	HangFloor time.Duration `yaml:"hang_floor"`
 	HangK     float64       `yaml:"hang_k"`
-	// A straggler's median arrival lag must exceed max(StragglerMinLag,
-	// StragglerFraction × step period) over at least StragglerMinSamples positions.
-	StragglerMinLag     time.Duration `yaml:"straggler_min_lag"`
-	StragglerFraction   float64       `yaml:"straggler_fraction"`
-	StragglerWindow     int           `yaml:"straggler_window"`
-	StragglerMinSamples int           `yaml:"straggler_min_samples"`
-	// ExpectedIBGbps, when set, is the rate every IB port must run at; otherwise a port is
-	// judged against the job's usual rate.
-	ExpectedIBGbps float64 `yaml:"expected_ib_gbps"`
-	// XmitWaitPerSecond above which a port is called congested.
-	XmitWaitPerSecond float64 `yaml:"xmit_wait_per_second"`
-	// EventMaxAge ignores WARN events and XIDs older than this (live).
-	EventMaxAge time.Duration `yaml:"event_max_age"`
-}
-
-// DefaultConfig returns the documented defaults.
-func DefaultConfig() Config {
-	return Config{
-		HangFloor:           10 * time.Second,
-		HangK:               4,
-		StragglerMinLag:     20 * time.Millisecond,
-		StragglerFraction:   0.05,
-		StragglerWindow:     64,
-		StragglerMinSamples: 8,
-		XmitWaitPerSecond:   1e6,
-		EventMaxAge:         10 * time.Minute,
-	}
 }
 
 // HangWindow is how long a communicator may sit still, given its recent pace.
-func (c Config) HangWindow(g *Group) time.Duration {
+func (c HangConfig) HangWindow(g *Group) time.Duration {
 	gaps := recentGaps(g)
 	w := c.HangFloor
 	if len(gaps) >= 4 {
@@ -96,7 +69,7 @@ func lastProgress(g *Group) snapshot.Micros {
 
 // stalled says whether a communicator has not moved for its hang window (live), or is in
 // its final state (offline: a communicator destroyed by every member is not stalled).
-func stalled(j *Job, g *Group, cfg Config) (bool, time.Duration) {
+func stalled(j *Job, g *Group, cfg HangConfig) (bool, time.Duration) {
 	if j.Offline {
 		for _, m := range g.Members {
 			if m.Comm.State != snapshot.CommDestroyed {
@@ -142,7 +115,7 @@ func Hang(j *Job, cfg Config) []Finding {
 		if lo == hi {
 			continue
 		}
-		ok, still := stalled(j, g, cfg)
+		ok, still := stalled(j, g, cfg.HangConfig)
 		if !ok {
 			continue
 		}
@@ -208,131 +181,4 @@ func hangFinding(j *Job, bs []behind) Finding {
 	}
 	processEvidence(j, p, &f)
 	return f
-}
-
-// processEvidence adds what is known about a culprit process: liveness and its GPU.
-func processEvidence(j *Job, p *Proc, f *Finding) {
-	switch p.State {
-	case snapshot.ProcExited:
-		f.addEvidence("the process has exited (at %s)", fmtTime(p.ExitedAt.Time()))
-	case snapshot.ProcRunning:
-		f.addEvidence("the process is still alive")
-	}
-	if g := gpuOf(j, p); g != nil {
-		f.addEvidence("its GPU %d: %s", g.Index, describeGPU(g))
-		switch g.State {
-		case snapshot.GPUIdle:
-			f.addEvidence("its GPU is idle: the host code is stuck before the collective (data loader, deadlock, I/O), not NCCL")
-		case snapshot.GPUWaiting:
-			f.addEvidence("its GPU spins in an NCCL kernel: it waits on a collective of another communicator")
-		}
-	}
-	if p.LastLine != 0 && !j.Offline {
-		f.addEvidence("its last NCCL log line was %s ago", j.Now.Sub(p.LastLine.Time()).Round(100*time.Millisecond))
-	}
-}
-
-func fmtTime(t time.Time) string {
-	if t.IsZero() {
-		return "unknown time"
-	}
-	return t.UTC().Format("15:04:05.000Z")
-}
-
-// gpuOf finds the GPU sample of a process's device by bus id on its node.
-func gpuOf(j *Job, p *Proc) *snapshot.GPU {
-	n := j.Nodes[p.Node]
-	if n == nil {
-		return nil
-	}
-	for i := range n.GPUs {
-		g := &n.GPUs[i]
-		if p.BusID != "" && strings.EqualFold(strings.TrimLeft(g.BusID, "0"), strings.TrimLeft(p.BusID, "0")) {
-			return g
-		}
-	}
-	return nil
-}
-
-func describeGPU(g *snapshot.GPU) string {
-	s := fmt.Sprintf("%d%% util, %.0f W", g.Util, g.PowerW)
-	if g.PowerLimitW > 0 {
-		s += fmt.Sprintf(" of %.0f W", g.PowerLimitW)
-	}
-	if g.SMClockMHz > 0 {
-		s += fmt.Sprintf(", SM %d MHz", g.SMClockMHz)
-		if g.SMMaxMHz > 0 {
-			s += fmt.Sprintf(" of %d", g.SMMaxMHz)
-		}
-	}
-	if g.TempC > 0 {
-		s += fmt.Sprintf(", %d C", g.TempC)
-	}
-	if len(g.Reasons) > 0 {
-		s += ", clock events " + strings.Join(g.Reasons, "+")
-	}
-	if g.State != "" {
-		s += ", state " + string(g.State)
-	}
-	return s
-}
-
-// P2PMismatch finds Sends from a to b that do not equal b's Recvs from a, once the
-// communicator has stopped moving. The rank with fewer posted is the culprit.
-func P2PMismatch(j *Job, cfg Config) []Finding {
-	byProc := map[string]*Finding{}
-	var order []string
-	for _, g := range j.Groups {
-		if len(g.Members) < 2 {
-			continue
-		}
-		byRank := map[int]Member{}
-		for _, m := range g.Members {
-			byRank[m.Comm.Rank] = m
-		}
-		ok, _ := stalled(j, g, cfg)
-		if !ok {
-			continue
-		}
-		for _, a := range g.Members {
-			for _, pa := range a.Comm.P2P {
-				b, ok := byRank[pa.Peer]
-				if !ok {
-					continue
-				}
-				recvs := int64(0)
-				for _, pb := range b.Comm.P2P {
-					if pb.Peer == a.Comm.Rank {
-						recvs = pb.Recvs
-					}
-				}
-				if pa.Sends == recvs {
-					continue
-				}
-				culprit, other := b, a
-				what := fmt.Sprintf("rank %d sent %d times to rank %d, which posted only %d receives", a.Comm.Rank, pa.Sends, b.Comm.Rank, recvs)
-				if pa.Sends < recvs {
-					culprit, other = a, b
-					what = fmt.Sprintf("rank %d posted %d receives from rank %d, which sent only %d times", b.Comm.Rank, recvs, a.Comm.Rank, pa.Sends)
-				}
-				k := culprit.Proc.Key()
-				f := byProc[k]
-				if f == nil {
-					f = &Finding{Kind: incident.KindP2PMismatch, Severity: incident.SeverityCritical, Comm: g.ID,
-						Culprits: []incident.Culprit{culprit.Proc.Culprit()}, culpritKeys: []string{k}, Key: "rank:" + k}
-					f.Summary = fmt.Sprintf("point-to-point mismatch on communicator %s: %s; culprit %s",
-						shortComm(g.ID), what, culprit.Proc.Name())
-					byProc[k] = f
-					order = append(order, k)
-				}
-				f.Victims++
-				f.addEvidence("communicator %s: %s (peer %s)", shortComm(g.ID), what, other.Proc.Name())
-			}
-		}
-	}
-	var out []Finding
-	for _, k := range order {
-		out = append(out, *byProc[k])
-	}
-	return out
 }

@@ -1,6 +1,3 @@
-// Package detect holds the rules that name the culprit of a hang, a mismatch, a crash, a
-// straggler, a degraded link or a GPU fault. Rules are pure functions of a Job (the ranks of
-// one job as snapshots, live from etcd or rebuilt offline from log files) and a clock.
 package detect
 
 import (
@@ -71,6 +68,16 @@ type Job struct {
 	// Offline is set for post-mortem analysis of finished logs: state at the end of the
 	// logs is judged as final, without hang windows.
 	Offline bool
+
+	// What the live detector saw in etcd besides the snapshots (all zero offline).
+	// Lost are the nodes whose lease expired without a clean stop, as last reported.
+	Lost []*snapshot.Node
+	// LeaseLosses are when the job's node leases expired, one per expiry the detector
+	// watched: a node lost twice counts twice, and a reload from etcd adds none, so that
+	// a detector catching up after a watch failure does not see a mass loss.
+	LeaseLosses []time.Time
+	// EtcdDownSince is when the detector lost etcd (zero: reachable).
+	EtcdDownSince time.Time
 }
 
 // NewJob groups the processes' communicators by cross-rank identity.
@@ -127,80 +134,4 @@ func (j *Job) eachGroup(fn func(i int, g *Group)) {
 		}()
 	}
 	wg.Wait()
-}
-
-// Finding is one rule's verdict about one root cause.
-type Finding struct {
-	Kind       incident.Kind
-	Severity   incident.Severity
-	Comm       string
-	Seq        int64
-	Culprits   []incident.Culprit
-	Victims    int
-	Ops        map[string]incident.Op
-	LagSeconds float64
-	Summary    string
-	Evidence   []string
-	// FaultAt estimates when the condition began (zero when unknown).
-	FaultAt time.Time
-	// Key identifies the root cause across evaluations: equal keys are one incident.
-	Key string
-	// culpritKeys are the host:pid of culprit processes, for merging findings.
-	culpritKeys []string
-}
-
-func (f *Finding) addEvidence(format string, args ...any) {
-	if len(f.Evidence) < 24 {
-		f.Evidence = append(f.Evidence, fmt.Sprintf(format, args...))
-	}
-}
-
-// Op renders a snapshot op as an incident op.
-func Op(o *snapshot.Op) incident.Op {
-	return incident.Op{Op: o.Op, Count: o.Count, Datatype: o.Dtype, RedOp: o.Red, Root: o.Root}
-}
-
-// SameSignature reports whether two ranks issued the same call at one position.
-func SameSignature(a, b *snapshot.Op) bool {
-	return a.Op == b.Op && a.Count == b.Count && a.Dtype == b.Dtype && a.Red == b.Red && a.Root == b.Root
-}
-
-// describeOp is "AllReduce(count 250000 float32 sum)".
-func describeOp(o *snapshot.Op) string {
-	s := fmt.Sprintf("%s(count %d %s", o.Op, o.Count, o.Dtype)
-	if o.Red != "" {
-		s += " " + o.Red
-	}
-	if o.Root != 0 {
-		s += fmt.Sprintf(" root %d", o.Root)
-	}
-	return s + ")"
-}
-
-// opAt finds a member's op at a sequence position among its recent and last ops.
-func opAt(c *snapshot.Comm, seq int64) *snapshot.Op {
-	if c.Last != nil && c.Last.Seq == seq {
-		return c.Last
-	}
-	r := c.Recent
-	if len(r) == 0 {
-		return nil
-	}
-	// Recent is ordered by Seq and usually contiguous.
-	if i := seq - r[0].Seq; i >= 0 && i < int64(len(r)) && r[i].Seq == seq {
-		return &r[i]
-	}
-	i := sort.Search(len(r), func(i int) bool { return r[i].Seq >= seq })
-	if i < len(r) && r[i].Seq == seq {
-		return &r[i]
-	}
-	return nil
-}
-
-// shortComm abbreviates a communicator identity for sentences.
-func shortComm(id string) string {
-	if len(id) > 40 {
-		return id[:37] + "..."
-	}
-	return id
 }

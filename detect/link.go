@@ -10,6 +10,15 @@ import (
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
+// LinkConfig sets what a healthy IB port looks like.
+type LinkConfig struct {
+	// ExpectedIBGbps, when set, is the rate every IB port must run at; otherwise a port is
+	// judged against the job's usual rate.
+	ExpectedIBGbps float64 `yaml:"expected_ib_gbps"`
+	// XmitWaitPerSecond above which a port is called congested.
+	XmitWaitPerSecond float64 `yaml:"xmit_wait_per_second"`
+}
+
 // errorCounters are the IB port counters whose growth means a sick link.
 var errorCounters = []string{"symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
 	"local_link_integrity_errors", "excessive_buffer_overrun_errors", "port_xmit_discards"}
@@ -91,7 +100,7 @@ func ibEvents(j *Job, cfg Config) []Finding {
 	addrHost := addressBook(j)
 	for _, p := range j.Procs {
 		for _, e := range p.Events {
-			if (e.Kind != snapshot.EventIBCompletion && e.Kind != snapshot.EventIBAsync) || !recentEvent(j, cfg, int64(e.T)) {
+			if (e.Kind != snapshot.EventIBCompletion && e.Kind != snapshot.EventIBAsync) || !recentEvent(j, cfg.EventConfig, int64(e.T)) {
 				continue
 			}
 			dev := e.Dev

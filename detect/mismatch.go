@@ -211,32 +211,6 @@ func alignedShift(a, b *snapshot.Comm, seq int64) bool {
 	return matched >= 1
 }
 
-// Period finds the smallest P such that the member's latest ops before seq repeat every P
-// positions (a training step issues the same collectives each iteration); 0 when none.
-// Only the tail is checked, so warm-up ops (an initial Broadcast) do not hide the pattern.
-func Period(c *snapshot.Comm, before int64) int64 {
-	var ops []*snapshot.Op
-	for i := range c.Recent {
-		if c.Recent[i].Seq < before {
-			ops = append(ops, &c.Recent[i])
-		}
-	}
-	for p := 1; p <= len(ops)/3; p++ {
-		pairs := min(len(ops)-p, max(2*p, 16))
-		ok := true
-		for i := len(ops) - pairs; i < len(ops); i++ {
-			if ops[i].Seq-ops[i-p].Seq != int64(p) || !SameSignature(ops[i], ops[i-p]) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return int64(p)
-		}
-	}
-	return 0
-}
-
 // breaksPattern reports whether the op at seq differs from the one a period earlier.
 func breaksPattern(c *snapshot.Comm, seq int64) bool {
 	p := Period(c, seq)

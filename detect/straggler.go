@@ -9,6 +9,17 @@ import (
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
+// StragglerConfig: a rank is a straggler when its median arrival lag over the last
+// StragglerWindow positions (at least StragglerMinSamples of them) exceeds
+// max(StragglerMinLag, StragglerFraction × step period). The fraction keeps slow steps from
+// making normal jitter look like lag; the floor keeps fast steps from paging on noise.
+type StragglerConfig struct {
+	StragglerMinLag     time.Duration `yaml:"straggler_min_lag"`
+	StragglerFraction   float64       `yaml:"straggler_fraction"`
+	StragglerWindow     int           `yaml:"straggler_window"`
+	StragglerMinSamples int           `yaml:"straggler_min_samples"`
+}
+
 // Timing says whether arrival times can be trusted for lag claims.
 type Timing int
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,6 +78,10 @@ func yamlKeys(t reflect.Type, prefix string, out map[string]reflect.Type) {
 		if tag == "-" || !f.IsExported() {
 			continue
 		}
+		if inline(f) {
+			yamlKeys(f.Type, prefix, out)
+			continue
+		}
 		if tag == "" {
 			tag = strings.ToLower(f.Name)
 		}
@@ -94,6 +99,11 @@ func yamlKeys(t reflect.Type, prefix string, out map[string]reflect.Type) {
 			out[key] = ft
 		}
 	}
+}
+
+// inline reports a field whose keys YAML reads one level up (`yaml:",inline"`).
+func inline(f reflect.StructField) bool {
+	return slices.Contains(strings.Split(f.Tag.Get("yaml"), ",")[1:], "inline")
 }
 
 // TestConfigurationDocumentsDetectorConfig: every key of the detector's YAML (rules and
@@ -122,6 +132,10 @@ func TestConfigurationDocumentsDetectorConfig(t *testing.T) {
 				continue
 			}
 			fv := v.Field(i)
+			if inline(f) {
+				check(fv, prefix)
+				continue
+			}
 			if fv.Kind() == reflect.Struct && fv.Type() != reflect.TypeOf(time.Duration(0)) {
 				check(fv, key+".")
 				continue

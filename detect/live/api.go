@@ -118,7 +118,7 @@ func (d *Detector) JobView(job string) (JobView, bool) {
 		d.mu.Unlock()
 		return JobView{}, false
 	}
-	view, lost := d.state.View(job, now)
+	view := d.state.View(job, now)
 	paused := append([]string{}, d.paused[job]...)
 	var nodes []NodeView
 	for _, n := range view.Nodes {
@@ -128,7 +128,7 @@ func (d *Detector) JobView(job string) (JobView, bool) {
 		}
 		nodes = append(nodes, nv)
 	}
-	for _, n := range lost {
+	for _, n := range view.Lost {
 		nv := NodeView{Node: n.Node, State: "lost"}
 		for _, p := range n.Processes {
 			nv.Ranks = append(nv.Ranks, RankView{Rank: p.Rank, Host: p.Host, PID: p.PID, State: "lost"})

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -31,7 +30,8 @@ type Alerts interface {
 // Options configure a Detector.
 type Options struct {
 	Client *clientv3.Client
-	Rules  detect.Config
+	// Rules configures every rule; mass-loss settings left zero take detect's defaults.
+	Rules detect.Config
 	// Interval between evaluations (default 1 s).
 	Interval time.Duration
 	// ResolveAfter: a condition must stay clear this long before its incident resolves
@@ -40,11 +40,6 @@ type Options struct {
 	// LeaseTTL of the leader election session: a dead leader is replaced within it
 	// (default 10 s).
 	LeaseTTL time.Duration
-	// MassLoss: this many nodes (or this fraction of a job's nodes) losing their lease
-	// within MassLossWindow is a monitoring failure, not that many lost nodes.
-	MassLossNodes    int
-	MassLossFraction float64
-	MassLossWindow   time.Duration
 	// NewAlerts makes the alert dispatcher of a leadership term (nil: no notifications).
 	NewAlerts func(reg prometheus.Registerer) (Alerts, error)
 	// ID names this replica in the election (default hostname:pid).
@@ -64,14 +59,17 @@ func (o *Options) defaults() {
 	if o.LeaseTTL <= 0 {
 		o.LeaseTTL = 10 * time.Second
 	}
-	if o.MassLossNodes <= 0 {
-		o.MassLossNodes = 3
+	// The mass-loss settings are no YAML keys, so a caller that builds Rules field by field
+	// leaves them zero, which would call every single loss a mass loss.
+	def := detect.DefaultConfig().LostConfig
+	if o.Rules.MassLossNodes <= 0 {
+		o.Rules.MassLossNodes = def.MassLossNodes
 	}
-	if o.MassLossFraction <= 0 {
-		o.MassLossFraction = 0.25
+	if o.Rules.MassLossFraction <= 0 {
+		o.Rules.MassLossFraction = def.MassLossFraction
 	}
-	if o.MassLossWindow <= 0 {
-		o.MassLossWindow = 15 * time.Second
+	if o.Rules.MassLossWindow <= 0 {
+		o.Rules.MassLossWindow = def.MassLossWindow
 	}
 	if o.ID == "" {
 		h, _ := os.Hostname()
@@ -100,8 +98,8 @@ type Detector struct {
 	paused    map[string][]string          // job -> paused communicators
 	leader    bool
 	leaderID  string
-	etcdDown  time.Time // when etcd became unreachable (zero: reachable)
-	lostTimes map[string][]time.Time
+	etcdDown  time.Time              // when etcd became unreachable (zero: reachable)
+	lostTimes map[string][]time.Time // per job, when its node leases expired (detect.Job.LeaseLosses)
 	termReg   *prometheus.Registry
 }
 
@@ -208,10 +206,7 @@ func (d *Detector) apply(evs []*clientv3.Event) {
 		key := string(ev.Kv.Key)
 		if ev.Type == clientv3.EventTypeDelete {
 			if job, node, ok := snapshot.ParseNodeKey(key); ok {
-				if d.state.Delete(job, node, now) {
-					d.lostTimes[job] = append(d.lostTimes[job], now)
-					d.opts.Logger.Warn("node lease expired", "job", job, "node", node)
-				}
+				d.nodeKeyDeleted(job, node, now)
 			} else if _, id, ok := snapshot.ParseIncidentKey(key); ok {
 				delete(d.incidents, id)
 			}
@@ -220,6 +215,15 @@ func (d *Detector) apply(evs []*clientv3.Event) {
 		d.applyKV(key, ev.Kv.Value, now)
 	}
 	d.m.events.Add(float64(len(evs)))
+}
+
+// nodeKeyDeleted notes a node key that vanished; a lease that expired (no clean stop)
+// counts as a loss for the mass-loss rule.
+func (d *Detector) nodeKeyDeleted(job, node string, now time.Time) {
+	if d.state.Delete(job, node, now) {
+		d.lostTimes[job] = append(d.lostTimes[job], now)
+		d.opts.Logger.Warn("node lease expired", "job", job, "node", node)
+	}
 }
 
 func (d *Detector) applyKV(key string, value []byte, now time.Time) {
@@ -386,14 +390,13 @@ func (d *Detector) evaluate(ctx context.Context, alerts Alerts) {
 	now := d.opts.Now()
 	d.mu.Lock()
 	var notify, store []incident.Incident
-	if !d.etcdDown.IsZero() {
-		// With etcd unreachable, every communicator looks still: judging would page for
-		// every rank. One monitoring incident instead.
-		n, s := d.life.Update(monitoringJob, []detect.Finding{d.etcdFinding(now)}, now)
-		notify, store = append(notify, n...), append(store, s...)
-	} else {
-		n, s := d.life.Update(monitoringJob, nil, now)
-		notify, store = append(notify, n...), append(store, s...)
+	mon := detect.NewJob(monitoringJob, now, nil, nil)
+	mon.EtcdDownSince = d.etcdDown
+	n, s := d.life.Update(monitoringJob, detect.Evaluate(mon, d.opts.Rules, detect.TimingOK).Findings, now)
+	notify, store = append(notify, n...), append(store, s...)
+	// With etcd unreachable, every communicator looks still: judging would page for every
+	// rank, where the monitoring incident above already says why.
+	if d.etcdDown.IsZero() {
 		for _, job := range d.state.Jobs() {
 			findings, paused := d.evaluateJob(job, now)
 			d.paused[job] = paused
@@ -432,66 +435,13 @@ func (d *Detector) evaluate(ctx context.Context, alerts Alerts) {
 	d.m.evalTime.Observe(time.Since(start).Seconds())
 }
 
-// evaluateJob runs the rules on one job, plus the live-only lost-node rule.
+// evaluateJob runs the rules on one job's view, with the lease losses the watch saw.
 func (d *Detector) evaluateJob(job string, now time.Time) ([]detect.Finding, []string) {
-	view, lost := d.state.View(job, now)
+	d.lostTimes[job] = d.opts.Rules.RecentLosses(d.lostTimes[job], now)
+	view := d.state.View(job, now)
+	view.LeaseLosses = d.lostTimes[job]
 	res := detect.Evaluate(view, d.opts.Rules, detect.TimingOK)
-	findings := res.Findings
-	if len(lost) > 0 {
-		findings = append(findings, d.lostFindings(job, lost, view, now)...)
-	}
-	return findings, res.Paused
-}
-
-// lostFindings: one lost_node incident per node whose lease expired, unless many went at
-// once, which is a monitoring failure (etcd, network partition), reported once.
-func (d *Detector) lostFindings(job string, lost []*snapshot.Node, view *detect.Job, now time.Time) []detect.Finding {
-	recent := d.lostTimes[job][:0]
-	for _, t := range d.lostTimes[job] {
-		if now.Sub(t) <= d.opts.MassLossWindow {
-			recent = append(recent, t)
-		}
-	}
-	d.lostTimes[job] = recent
-	total := len(lost) + len(view.Nodes)
-	if len(recent) >= d.opts.MassLossNodes && float64(len(recent)) >= d.opts.MassLossFraction*float64(total) {
-		f := detect.Finding{Kind: incident.KindMonitoring, Severity: incident.SeverityWarning, Key: "monitoring:mass-loss:" + job,
-			Culprits: []incident.Culprit{}}
-		f.Summary = fmt.Sprintf("%d of %d nodes of job %s lost their watchdog lease within %s: a monitoring failure (etcd, network partition or sidecars), not %d node faults",
-			len(recent), total, job, d.opts.MassLossWindow, len(recent))
-		for _, n := range lost {
-			f.Evidence = append(f.Evidence, "node "+n.Node+" stopped reporting")
-			if len(f.Evidence) >= 20 {
-				break
-			}
-		}
-		return []detect.Finding{f}
-	}
-	var out []detect.Finding
-	for _, n := range lost {
-		f := detect.Finding{Kind: incident.KindLostNode, Severity: incident.SeverityCritical, Key: "node:" + n.Node}
-		var ranks []string
-		for _, p := range n.Processes {
-			f.Culprits = append(f.Culprits, incident.Culprit{Rank: p.Rank, Host: p.Host, PID: p.PID})
-			ranks = append(ranks, fmt.Sprint(p.Rank))
-		}
-		if len(f.Culprits) == 0 {
-			f.Culprits = []incident.Culprit{{Rank: -1, Host: n.Node}}
-		}
-		f.Summary = fmt.Sprintf("node %s stopped reporting: its watchdog lease expired (node down, sidecar killed or network cut); ranks %s are gone with it",
-			n.Node, strings.Join(ranks, ","))
-		f.Evidence = append(f.Evidence, fmt.Sprintf("last snapshot at %s", n.Time.Time().UTC().Format(time.RFC3339)))
-		f.FaultAt = n.Time.Time()
-		out = append(out, f)
-	}
-	return out
-}
-
-func (d *Detector) etcdFinding(now time.Time) detect.Finding {
-	f := detect.Finding{Kind: incident.KindMonitoring, Severity: incident.SeverityCritical, Key: "monitoring:etcd",
-		Culprits: []incident.Culprit{}, FaultAt: d.etcdDown}
-	f.Summary = fmt.Sprintf("the detector cannot reach etcd since %s: jobs are not being judged", d.etcdDown.UTC().Format(time.RFC3339))
-	return f
+	return res.Findings, res.Paused
 }
 
 // persist stores changed incidents; resolved ones expire after a day.

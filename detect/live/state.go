@@ -1,8 +1,3 @@
-// Package live runs the detect rules on the jobs' live state in etcd: it watches every
-// node snapshot, keeps per job, communicator and rank the latest state (plus a short history
-// of ops and marks, since each snapshot carries only the newest few), evaluates the rules
-// every cycle on the elected leader, and turns findings into incidents that it stores in
-// etcd and hands to the alert dispatcher.
 package live
 
 import (
@@ -208,14 +203,16 @@ func mergeMarks(have, add []snapshot.Mark) []snapshot.Mark {
 	return have
 }
 
-// View renders a job for the rules: live nodes only, each communicator's recent ops and
-// marks replaced by the accumulated history. lost lists the nodes whose lease expired.
-func (s *State) View(job string, now time.Time) (view *detect.Job, lost []*snapshot.Node) {
+// View renders a job for the rules: the ranks of live nodes only, each communicator's
+// recent ops and marks replaced by the accumulated history, and the nodes whose lease
+// expired as Lost.
+func (s *State) View(job string, now time.Time) *detect.Job {
 	j := s.jobs[job]
 	if j == nil {
-		return detect.NewJob(job, now, nil, nil), nil
+		return detect.NewJob(job, now, nil, nil)
 	}
 	var procs []*detect.Proc
+	var lost []*snapshot.Node
 	nodes := map[string]*snapshot.Node{}
 	names := make([]string, 0, len(j.nodes))
 	for name := range j.nodes {
@@ -236,7 +233,9 @@ func (s *State) View(job string, now time.Time) (view *detect.Job, lost []*snaps
 			procs = append(procs, &detect.Proc{Process: ns.snap.Processes[pi], Node: name})
 		}
 	}
-	return detect.NewJob(job, now, procs, nodes), lost
+	view := detect.NewJob(job, now, procs, nodes)
+	view.Lost = lost
+	return view
 }
 
 // Counts reports the nodes and ranks tracked.

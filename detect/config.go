@@ -1,0 +1,26 @@
+package detect
+
+import "time"
+
+// Config holds every rule's settings. Each rule's own struct sits in the rule's file and is
+// embedded inline, so the YAML keys stay the flat names the detector's config file and
+// docs/configuration.md use (rules.hang_floor, not rules.hang.floor).
+type Config struct {
+	HangConfig      `yaml:",inline"`
+	StragglerConfig `yaml:",inline"`
+	LinkConfig      `yaml:",inline"`
+	EventConfig     `yaml:",inline"`
+	LostConfig      `yaml:",inline"`
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		HangConfig: HangConfig{HangFloor: 10 * time.Second, HangK: 4},
+		StragglerConfig: StragglerConfig{StragglerMinLag: 20 * time.Millisecond, StragglerFraction: 0.05,
+			StragglerWindow: 64, StragglerMinSamples: 8},
+		LinkConfig:  LinkConfig{XmitWaitPerSecond: 1e6},
+		EventConfig: EventConfig{EventMaxAge: 10 * time.Minute},
+		LostConfig:  LostConfig{MassLossNodes: 3, MassLossFraction: 0.25, MassLossWindow: 15 * time.Second},
+	}
+}

@@ -1,0 +1,60 @@
+package detect
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/ncclwatch/watchdog/incident"
+)
+
+// Finding is one rule's verdict about one root cause.
+type Finding struct {
+	Kind       incident.Kind
+	Severity   incident.Severity
+	Comm       string
+	Seq        int64
+	Culprits   []incident.Culprit
+	Victims    int
+	Ops        map[string]incident.Op
+	LagSeconds float64
+	Summary    string
+	Evidence   []string
+	// FaultAt estimates when the condition began (zero when unknown).
+	FaultAt time.Time
+	// Key identifies the root cause across evaluations: equal keys are one incident.
+	Key string
+	// culpritKeys are the host:pid of culprit processes, for merging findings.
+	culpritKeys []string
+}
+
+func (f *Finding) addEvidence(format string, args ...any) {
+	if len(f.Evidence) < 24 {
+		f.Evidence = append(f.Evidence, fmt.Sprintf(format, args...))
+	}
+}
+
+// Incident renders a finding as a new open incident of a job.
+func (f *Finding) Incident(job string, now time.Time) incident.Incident {
+	return incident.Incident{
+		Key: f.Key, Kind: f.Kind, State: incident.StateOpen, Severity: f.Severity, Job: job, Comm: f.Comm, Seq: f.Seq,
+		Culprits: f.Culprits, Victims: f.Victims, Summary: f.Summary, Evidence: f.Evidence, Ops: f.Ops,
+		LagSeconds: f.LagSeconds, OpenedAt: now, LastSeen: now, FaultAt: f.FaultAt,
+	}
+}
+
+// sortFindings orders findings most severe first, then by kind and key.
+func sortFindings(fs []Finding) {
+	order := map[incident.Kind]int{incident.KindCrash: 0, incident.KindMismatch: 1, incident.KindHang: 2,
+		incident.KindP2PMismatch: 3, incident.KindStuckInFlight: 4, incident.KindLink: 5, incident.KindGPU: 6,
+		incident.KindLostNode: 7, incident.KindStraggler: 8, incident.KindMonitoring: 9}
+	sort.SliceStable(fs, func(a, b int) bool {
+		if ra, rb := fs[a].Severity.Rank(), fs[b].Severity.Rank(); ra != rb {
+			return ra < rb
+		}
+		if oa, ob := order[fs[a].Kind], order[fs[b].Kind]; oa != ob {
+			return oa < ob
+		}
+		return fs[a].Key < fs[b].Key
+	})
+}

@@ -1,0 +1,52 @@
+package detect
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ncclwatch/watchdog/incident"
+)
+
+func TestLifecycle(t *testing.T) {
+	l := NewLifecycle(5 * time.Second)
+	hang := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Key: "rank:node1:101",
+		Culprits: []incident.Culprit{{Rank: 1, Host: "node1", PID: 101}}, Summary: "rank 1 stopped"}
+	notify, _ := l.Update("j", []Finding{hang}, t0)
+	if len(notify) != 1 || notify[0].State != incident.StateOpen || notify[0].ID == "" {
+		t.Fatalf("open: %+v", notify)
+	}
+	id := notify[0].ID
+	// The same root cause seen again, with more victims: no new notification.
+	hang.Victims = 511
+	if notify, _ = l.Update("j", []Finding{hang}, t0.Add(time.Second)); len(notify) != 0 {
+		t.Fatalf("victims do not change the root cause: %+v", notify)
+	}
+	// The culprit dies: the same incident upgrades to crash.
+	crash := hang
+	crash.Kind = incident.KindCrash
+	notify, _ = l.Update("j", []Finding{crash}, t0.Add(2*time.Second))
+	if len(notify) != 1 || notify[0].ID != id || notify[0].Kind != incident.KindCrash || notify[0].Revision != 2 {
+		t.Fatalf("upgrade: %+v", notify)
+	}
+	// Clear for less than ResolveAfter: still open; then resolved once.
+	if notify, _ = l.Update("j", nil, t0.Add(3*time.Second)); len(notify) != 0 {
+		t.Fatalf("resolved too early: %+v", notify)
+	}
+	notify, _ = l.Update("j", nil, t0.Add(9*time.Second))
+	if len(notify) != 1 || notify[0].State != incident.StateResolved || notify[0].ID != id {
+		t.Fatalf("resolve: %+v", notify)
+	}
+	if notify, _ = l.Update("j", nil, t0.Add(20*time.Second)); len(notify) != 0 {
+		t.Fatalf("resolved twice: %+v", notify)
+	}
+	// A restored lifecycle (failover) continues an open incident without reopening it.
+	l2 := NewLifecycle(5 * time.Second)
+	open, _ := l.Update("j", []Finding{hang}, t0.Add(30*time.Second))
+	l2.Restore(open)
+	if notify, _ = l2.Update("j", []Finding{hang}, t0.Add(31*time.Second)); len(notify) != 0 {
+		t.Fatalf("after failover the open incident must continue silently: %+v", notify)
+	}
+	if got := l2.Incidents("j"); len(got) != 1 || got[0].ID != open[0].ID {
+		t.Fatalf("incidents after restore %+v", got)
+	}
+}

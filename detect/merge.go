@@ -1,0 +1,257 @@
+package detect
+
+import (
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// findings holds one evaluation's findings by the part they play in merging.
+type findings struct {
+	crashes []Finding
+	mism    []Finding
+	stalls  []Finding // hangs, then point-to-point mismatches: ranks that stopped
+	stuck   []Finding
+	links   []Finding
+	rest    []Finding // GPU, straggler, lost node, monitoring: nothing merges into or out of them
+}
+
+// all lists what the steps kept, in the order that settles sortFindings' ties.
+func (fs *findings) all() []Finding {
+	var out []Finding
+	for _, group := range [][]Finding{fs.crashes, fs.mism, fs.stalls, fs.stuck, fs.links, fs.rest} {
+		out = append(out, group...)
+	}
+	return out
+}
+
+// A mergeStep moves consequences into the finding of the root cause that explains them.
+type mergeStep func(j *Job, cfg Config, fs *findings)
+
+// mergeSteps run top to bottom; each sees only what the steps above it kept.
+var mergeSteps = []mergeStep{
+	mismatchExplainsStalls,        // a mismatch explains the hang and p2p stalls on its communicator
+	deathAndStallOfOneRank,        // a death and a stall of one rank are one cause; the order says which
+	hangAbsorbsP2P,                // a hang absorbs the p2p mismatch of the same rank
+	laterDeathsFoldIntoFirstCause, // deaths after the job's first root cause are its consequences
+	stuckFollowsItsCause,          // a stuck collective follows a culprit or a link fault on its nodes, else all are one cause
+	torchTimeoutsAreEvidence,      // PyTorch's timeout lines are evidence, not culprits
+}
+
+// mismatchExplainsStalls: ranks that called different collectives wait on each other for
+// ever, so the hang and the point-to-point stall on a mismatched communicator are the
+// mismatch's doing.
+func mismatchExplainsStalls(_ *Job, _ Config, fs *findings) {
+	byComm := map[string]*Finding{}
+	for i := range fs.mism {
+		byComm[fs.mism[i].Comm] = &fs.mism[i]
+	}
+	kept := fs.stalls[:0]
+	for _, f := range fs.stalls {
+		if m := byComm[f.Comm]; m != nil {
+			absorb(m, &f)
+			continue
+		}
+		kept = append(kept, f)
+	}
+	fs.stalls = kept
+}
+
+// deathAndStallOfOneRank: a rank that dies stops progressing, and a rank that hangs is
+// killed at last, so a death and a stall of one rank are one root cause. The order says
+// which: a rank that died and therefore stopped is a crash; a rank that hung and was killed
+// well after (PyTorch's timeout, the launcher) is a hang.
+func deathAndStallOfOneRank(_ *Job, cfg Config, fs *findings) {
+	byCulprit := map[string]int{}
+	for i := range fs.crashes {
+		for _, k := range fs.crashes[i].culpritKeys {
+			byCulprit[k] = i
+		}
+	}
+	killed := make([]bool, len(fs.crashes))
+	kept := fs.stalls[:0]
+	for _, f := range fs.stalls {
+		if len(f.culpritKeys) == 1 {
+			if ci, ok := byCulprit[f.culpritKeys[0]]; ok {
+				c := &fs.crashes[ci]
+				if diedLongAfter(c, &f, cfg) {
+					f.addEvidence("then: %s", c.Summary)
+					killed[ci] = true
+				} else {
+					absorb(c, &f)
+					if c.Comm == "" || (f.Kind == incident.KindHang && c.Seq == 0) {
+						c.Comm, c.Seq = f.Comm, f.Seq
+					}
+					if c.FaultAt.IsZero() {
+						c.FaultAt = f.FaultAt
+					}
+					continue
+				}
+			}
+		}
+		kept = append(kept, f)
+	}
+	fs.stalls = kept
+	fs.crashes = without(fs.crashes, killed)
+}
+
+// diedLongAfter says whether a rank's death came well after it stopped progressing: then the
+// stall is the root cause and the death its consequence.
+func diedLongAfter(crash, stall *Finding, cfg Config) bool {
+	if crash.FaultAt.IsZero() || stall.FaultAt.IsZero() {
+		return false
+	}
+	return crash.FaultAt.Sub(stall.FaultAt) > cfg.HangFloor
+}
+
+// hangAbsorbsP2P: a rank that stopped issuing collectives stops posting its sends and
+// receives too, so its point-to-point mismatch is part of its hang.
+func hangAbsorbsP2P(_ *Job, _ Config, fs *findings) {
+	kept := fs.stalls[:0]
+	for _, f := range fs.stalls {
+		if f.Kind == incident.KindP2PMismatch && len(f.culpritKeys) == 1 {
+			if h := findByKey(kept, f.Key, incident.KindHang); h != nil {
+				absorb(h, &f)
+				continue
+			}
+		}
+		kept = append(kept, f)
+	}
+	fs.stalls = kept
+}
+
+// laterDeathsFoldIntoFirstCause: once a job has a root cause, PyTorch's watchdog aborts the
+// ranks that waited on it and the launcher kills the rest. Those deaths come after it and
+// are its consequences: folded into it, never paged again.
+func laterDeathsFoldIntoFirstCause(_ *Job, _ Config, fs *findings) {
+	var first *Finding
+	for _, group := range [][]Finding{fs.mism, fs.stalls, fs.crashes} {
+		for i := range group {
+			if f := &group[i]; !f.FaultAt.IsZero() && (first == nil || f.FaultAt.Before(first.FaultAt)) {
+				first = f
+			}
+		}
+	}
+	if first == nil {
+		return
+	}
+	later := make([]bool, len(fs.crashes))
+	for i := range fs.crashes {
+		c := &fs.crashes[i]
+		if c != first && !c.FaultAt.IsZero() && c.FaultAt.After(first.FaultAt) {
+			first.addEvidence("then: %s", c.Summary)
+			later[i] = true
+		}
+	}
+	fs.crashes = without(fs.crashes, later)
+}
+
+// stuckFollowsItsCause: a collective that every rank entered and none finished is what the
+// rest of a job looks like around a culprit rank (every other communicator waits, level and
+// spinning), or what a link fault on its nodes does: then it is evidence of that cause.
+// Without either, the stuck communicators share one cause (the fabric, a GPU) and are
+// reported once, under the one stuck first (then the largest).
+func stuckFollowsItsCause(_ *Job, _ Config, fs *findings) {
+	var causes []*Finding
+	for _, group := range [][]Finding{fs.crashes, fs.mism, fs.stalls} {
+		for i := range group {
+			causes = append(causes, &group[i])
+		}
+	}
+	var kept []Finding
+	waiting := 0
+	for _, st := range fs.stuck {
+		if l := linkOn(fs.links, st.culpritKeys); l != nil {
+			absorb(l, &st)
+			continue
+		}
+		if len(causes) > 0 {
+			waiting++
+			continue
+		}
+		if len(kept) == 0 {
+			kept = append(kept, st)
+			continue
+		}
+		first := &kept[0]
+		if st.FaultAt.Before(first.FaultAt) || (st.FaultAt.Equal(first.FaultAt) && st.Victims > first.Victims) {
+			st.Evidence = append(st.Evidence, "also stuck: "+first.Summary)
+			kept[0] = st
+		} else {
+			first.addEvidence("also stuck: %s", st.Summary)
+		}
+	}
+	if waiting > 0 {
+		causes[0].addEvidence("%d other communicator(s) are level and wait behind it, their GPUs spinning", waiting)
+	}
+	fs.stuck = kept
+}
+
+// torchTimeoutsAreEvidence: PyTorch's watchdog times out on the ranks that were only
+// waiting, which is why those ranks are not the culprits; its lines are quoted in the
+// findings about stopped ranks, saying whose they are.
+func torchTimeoutsAreEvidence(j *Job, _ Config, fs *findings) {
+	for _, group := range [][]Finding{fs.crashes, fs.mism, fs.stalls} {
+		for i := range group {
+			torchEvidence(j, &group[i])
+		}
+	}
+}
+
+func torchEvidence(j *Job, f *Finding) {
+	culprit := map[string]bool{}
+	for _, k := range f.culpritKeys {
+		culprit[k] = true
+	}
+	for _, p := range j.Procs {
+		for _, e := range p.Events {
+			if e.Kind != snapshot.EventTorchTimeout {
+				continue
+			}
+			role := "a waiting rank"
+			if culprit[p.Key()] {
+				role = "the culprit"
+			}
+			f.addEvidence("PyTorch's watchdog on %s (%s) timed out at its SeqNum %d: %s", p.Name(), role, e.Code, e.Msg)
+			break
+		}
+	}
+}
+
+// absorb records a consequence in the finding of its root cause.
+func absorb(cause, consequence *Finding) {
+	cause.addEvidence("also: %s", consequence.Summary)
+}
+
+// without returns the findings not marked, in order.
+func without(fs []Finding, marked []bool) []Finding {
+	var out []Finding
+	for i := range fs {
+		if !marked[i] {
+			out = append(out, fs[i])
+		}
+	}
+	return out
+}
+
+func findByKey(fs []Finding, key string, kind incident.Kind) *Finding {
+	for i := range fs {
+		if fs[i].Key == key && fs[i].Kind == kind {
+			return &fs[i]
+		}
+	}
+	return nil
+}
+
+// linkOn returns a link finding that touches any of the given processes.
+func linkOn(links []Finding, procKeys []string) *Finding {
+	for i := range links {
+		for _, a := range links[i].culpritKeys {
+			for _, b := range procKeys {
+				if a == b {
+					return &links[i]
+				}
+			}
+		}
+	}
+	return nil
+}

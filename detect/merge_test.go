@@ -1,0 +1,37 @@
+package detect
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ncclwatch/watchdog/incident"
+)
+
+// TestDeathsAfterTheRootCause: on real GPUs a hung job is killed by PyTorch's timeout or the
+// launcher; those deaths must not become incidents of their own, and a hang must not turn
+// into a crash because its rank was killed a minute later. A real crash stays a crash.
+func TestDeathsAfterTheRootCause(t *testing.T) {
+	cfg := DefaultConfig()
+	exited := func(p *Proc, at time.Duration) *Proc {
+		p.State, p.ExitedAt = "exited", us(at)
+		return p
+	}
+	for _, c := range []struct {
+		name         string
+		now          time.Duration
+		exit0, exit1 time.Duration // when rank 0 (ahead) and rank 1 (behind) exited
+		want         incident.Kind
+	}{
+		{"hang, then everyone killed", 80 * time.Second, 75 * time.Second, 75 * time.Second, incident.KindHang},
+		{"crash, then the survivor killed", 40 * time.Second, 20 * time.Second, 2100 * time.Millisecond, incident.KindCrash},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := job(c.now, exited(rank(0, 30, 100*time.Millisecond, 0, nil), c.exit0),
+				exited(rank(1, 20, 100*time.Millisecond, 0, nil), c.exit1))
+			res := Evaluate(j, cfg, TimingOK)
+			if len(res.Findings) != 1 || res.Findings[0].Kind != c.want || culpritRanks(res.Findings[0])[0] != 1 {
+				t.Fatalf("%+v", res.Findings)
+			}
+		})
+	}
+}

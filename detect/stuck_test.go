@@ -1,0 +1,30 @@
+package detect
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+func TestStuckInFlightVersusPause(t *testing.T) {
+	cfg := DefaultConfig()
+	mk := func(state snapshot.GPUState) *Job {
+		j := job(30*time.Second, rank(0, 30, 100*time.Millisecond, 0, nil), rank(1, 30, 100*time.Millisecond, 0, nil))
+		j.Nodes = map[string]*snapshot.Node{"node0": gpuNode("node0", state), "node1": gpuNode("node1", state)}
+		return j
+	}
+	fs, paused := StuckInFlight(mk("waiting"), cfg)
+	only(t, fs, incident.KindStuckInFlight)
+	if len(paused) != 0 {
+		t.Fatalf("paused %v", paused)
+	}
+	fs, paused = StuckInFlight(mk("idle"), cfg)
+	if len(fs) != 0 || len(paused) != 1 {
+		t.Fatalf("checkpoint pause: findings %+v paused %v", fs, paused)
+	}
+	if res := Evaluate(mk("idle"), cfg, TimingOK); len(res.Findings) != 0 {
+		t.Fatalf("a pause must produce no finding: %+v", res.Findings)
+	}
+}
