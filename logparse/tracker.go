@@ -276,6 +276,10 @@ func (t *Tracker) timeOf(l *Line, readAt time.Time) int64 {
 		} else if t.TimestampDigits < 0 {
 			t.TimestampDigits = 0
 		}
+		if ts.Zoned {
+			return time.Date(ts.Year, time.Month(ts.Month), ts.Day, ts.Hour, ts.Min, ts.Sec, ts.Nanos,
+				time.FixedZone("", int(ts.Offset))).UnixMicro()
+		}
 		if k := &t.hourKey; ts.Hour != k[3] || ts.Day != k[2] || ts.Month != k[1] || ts.Year != k[0] || t.hourUS == 0 {
 			*k = [4]int{ts.Year, ts.Month, ts.Day, ts.Hour}
 			t.hourUS = time.Date(ts.Year, time.Month(ts.Month), ts.Day, ts.Hour, 0, 0, 0, t.opts.Location).UnixMicro()
