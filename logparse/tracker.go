@@ -436,6 +436,10 @@ func (t *Tracker) commID(in *Init) string {
 	if in.HasCommID {
 		return "0x" + strconv.FormatUint(in.CommID, 16)
 	}
+	if !in.IsSplit {
+		// NCCL before 2.18's commId: unique to this process until a reader joins it.
+		return "unjoined:" + t.Host + ":" + strconv.Itoa(t.PID) + ":0x" + strconv.FormatUint(in.Comm, 16)
+	}
 	parent := "unjoined:" + t.Host + ":" + strconv.Itoa(t.PID) + ":0x" + strconv.FormatUint(in.Parent, 16)
 	if p := t.comms[in.Parent]; p != nil {
 		parent = p.ID
