@@ -227,7 +227,7 @@ func stripBracket(b []byte, l *Line) ([]byte, bool) {
 	case b[k] == ']' && j == 1 && k+1 < len(b) && b[k+1] == ' ':
 		// "[3] " rank tag; "[3] NCCL INFO" is NCCL's own device field of a line whose
 		// host:pid:tid was cut away.
-		if hasPrefix(b[k+2:], "NCCL ") {
+		if hasPrefix(b[k+2:], "NCCL ") && !hasPrefix(b[k+2:], "NCCL version ") {
 			return b, false
 		}
 		l.LauncherRank = r
