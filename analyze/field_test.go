@@ -137,7 +137,9 @@ func TestLauncherConsoles(t *testing.T) {
 	}{
 		{"plain torchrun console", func(rankLog) string { return "" }},
 		{"open mpi --tag-output", func(r rankLog) string { return fmt.Sprintf("[1,%d]<stdout>:", r.rank) }},
-		{"open mpi --timestamp-output", func(r rankLog) string { return fmt.Sprintf("Fri Aug 11 12:31:%02d 2023[1,%d]<stdout>:", r.rank, r.rank) }},
+		{"open mpi --timestamp-output", func(r rankLog) string {
+			return fmt.Sprintf("Fri Aug 11 12:31:%02d 2023[1,%d]<stdout>:", r.rank, r.rank)
+		}},
 		{"srun --label", func(r rankLog) string { return fmt.Sprintf("%d: ", r.rank) }},
 		{"pdsh", func(r rankLog) string { return r.host + ": " }},
 		{"kubectl --timestamps", func(r rankLog) string { return fmt.Sprintf("2023-08-11T12:31:45.%09dZ ", r.rank) }},
