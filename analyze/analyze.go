@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/ncclwatch/watchdog/detect"
-	"github.com/ncclwatch/watchdog/logparse"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -144,7 +143,7 @@ func mergeProcs(results []*fileResult) ([]*detect.Proc, map[*detect.Proc]int64) 
 			if b, ok := best[k]; !ok {
 				best[k] = p
 				order = append(order, k)
-			} else if p.t.Lines > b.t.Lines {
+			} else if p.lines > b.lines {
 				best[k] = p
 			}
 		}
@@ -153,7 +152,7 @@ func mergeProcs(results []*fileResult) ([]*detect.Proc, map[*detect.Proc]int64) 
 	lost := map[*detect.Proc]int64{}
 	for _, k := range order {
 		p := best[k]
-		sp := p.t.Snapshot(logparse.SnapshotOptions{Recent: -1})
+		sp := p.snap
 		if sp.NCCL == "" {
 			sp.NCCL = versionOf(results, files[k], version)
 		}
@@ -166,7 +165,6 @@ func mergeProcs(results []*fileResult) ([]*detect.Proc, map[*detect.Proc]int64) 
 		if p.lostColl > 0 {
 			lost[dp] = p.lostColl
 		}
-		p.t = nil // the snapshot holds what is needed; let the rings go
 	}
 	return out, lost
 }

@@ -43,7 +43,7 @@ type Coverage struct {
 // SubsysHint is what to set for logs an analysis can judge.
 const SubsysHint = "run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL,NET (and NCCL_DEBUG_FILE=/path/nccl.%h.%p.log so that processes do not interleave)"
 
-// coverageOf counts what the files held; it runs before the trackers are rendered.
+// coverageOf counts what the files held.
 func coverageOf(results []*fileResult, skipped []Skipped) Coverage {
 	c := Coverage{Files: len(results) + len(skipped), Skipped: append([]Skipped(nil), skipped...)}
 	versions := map[string]bool{}
@@ -80,13 +80,13 @@ func coverageOf(results []*fileResult, skipped []Skipped) Coverage {
 			}
 		}
 		for _, p := range r.procs {
-			if p.t.Version != "" {
-				versions[p.t.Version] = true
+			if p.version != "" {
+				versions[p.version] = true
 			}
-			for k, n := range p.t.Kinds {
+			for k, n := range p.kinds {
 				kinds[k] += n
 			}
-			digits = max(digits, p.t.TimestampDigits)
+			digits = max(digits, p.tsDigits)
 		}
 	}
 	for v := range versions {

@@ -73,6 +73,21 @@ type proc struct {
 	lostColl int64 // collective lines of it lost to interleaving
 	files    []string
 	named    bool // from an nccl.<host>.<pid>.log name only
+	// What is kept once the file is read: the rendered process and the tracker's counts
+	// (rendering in the reading worker keeps it parallel).
+	snap     snapshot.Process
+	kinds    [logparse.NumKinds]int64
+	version  string
+	tsDigits int
+	lines    int64
+}
+
+// render keeps what the report needs from the tracker and lets the tracker go.
+func (p *proc) render() {
+	t := p.t
+	p.snap = t.Snapshot(logparse.SnapshotOptions{Recent: -1})
+	p.kinds, p.version, p.tsDigits, p.lines = t.Kinds, t.Version, t.TimestampDigits, t.Lines
+	p.t = nil
 }
 
 // fileResult is everything one file holds, read independently of the others.
@@ -151,6 +166,7 @@ func readFile(ctx context.Context, path string, opts *Options) *fileResult {
 		if !p.named || p.t.Lines > 0 {
 			res.stat.Procs++
 		}
+		p.render()
 	}
 	return res
 }
@@ -328,38 +344,35 @@ func looksLikeCollHead(m []byte) bool {
 }
 
 // mergedAt finds a second NCCL prefix inside a line's message: two writers' lines glued
-// together. It returns the index in the message where the second line's host starts.
+// together. It returns the index in the message where the second line's host starts. It
+// runs on every line, so it looks for the rare 'N' first: per-op messages have none.
 func (fr *fileReader) mergedAt(l *logparse.Line) (int, bool) {
 	m := l.Msg
 	off := 0
 	for {
-		i := bytes.Index(m[off:], []byte(" NCCL "))
+		i := bytes.IndexByte(m[off:], 'N')
 		if i < 0 {
 			return 0, false
 		}
 		i += off
-		rest := m[i+len(" NCCL "):]
-		if !(bytes.HasPrefix(rest, []byte("INFO")) || bytes.HasPrefix(rest, []byte("WARN"))) {
-			off = i + 1
+		off = i + 1
+		if i == 0 || m[i-1] != ' ' || !(bytes.HasPrefix(m[i:], []byte("NCCL INFO")) || bytes.HasPrefix(m[i:], []byte("NCCL WARN"))) {
 			continue
 		}
-		// Before it: "host:pid:tid [dev]" (the dev may be absent), the host glued to the
+		// Before it: "host:pid:tid [dev] " (the dev may be absent), the host glued to the
 		// first line's text.
-		j := i
+		j := i - 1
 		if j > 0 && m[j-1] == ']' {
 			o := bytes.LastIndexByte(m[:j], '[')
 			if o <= 0 || m[o-1] != ' ' {
-				off = i + 1
 				continue
 			}
 			j = o - 1
 		}
 		sp := bytes.LastIndexByte(m[:j], ' ') + 1
-		tok := m[sp:j]
-		if at, ok := fr.glueAt(tok); ok {
+		if at, ok := fr.glueAt(m[sp:j]); ok {
 			return sp + at, true
 		}
-		off = i + 1
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -71,6 +72,10 @@ func analyzeMain(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		fmt.Fprintf(stderr, "watchdog analyze: --log-tz: %v\n", err)
 		return analyze.ExitInput
 	}
+	// The analysis holds every rank's recent ops at once and then exits: trade memory for
+	// fewer collections, bounded well under 1 GiB.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(768 << 20))
 	rep, err := analyze.Analyze(ctx, paths, analyze.Options{Location: loc, RingSize: *ring, Workers: *workers,
 		Stdin: stdin, Rules: detect.DefaultConfig()})
 	if err != nil {
