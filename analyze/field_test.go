@@ -397,3 +397,36 @@ func TestRASInput(t *testing.T) {
 		t.Errorf("%d RAS reports read, want 6", rep.Coverage.RASReports)
 	}
 }
+
+// TestNCCLDiagnostics: what NCCL and PyTorch say themselves becomes a finding with its cause.
+func TestNCCLDiagnostics(t *testing.T) {
+	initStart := func(pid, rank int) string {
+		return fmt.Sprintf("n1:%d:%d [%d] NCCL INFO comm 0x%x rank %d nranks 4 cudaDev %d nvmlDev %d busId %d000 commId 0xc0ffee - Init START\n", pid, pid, rank, pid, rank, rank, rank, rank+1)
+	}
+	cases := []struct {
+		name, text string
+		kind       incident.Kind
+		say        string
+	}{
+		{"2.4 mismatch check", "n1:7:7 [1] NCCL INFO comm 0x1 rank 1 nranks 2 cudaDev 1 nvmlDev 1 - Init COMPLETE\n" +
+			"\nn1:7:9 [1] enqueue.cc:300 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 1. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs\n",
+			incident.KindMismatch, "NCCL's own check"},
+		{"net/ib size mismatch", "\nn1:7:9 [1] transport/net_ib.cc:700 NCCL WARN NET/IB : req 1/1 tag 7 peer 10.0.0.2<43210> collective mismatch error, local size 4096 remote size 2048\n",
+			incident.KindLink, "configuration"},
+		{"cuda failure", "\nn1:7:7 [0] misc/utils.cc:50 NCCL WARN Cuda failure 'out of memory'\n", incident.KindGPU, "out of memory"},
+		{"init hang", initStart(10, 0) + initStart(11, 1) + initStart(12, 2), incident.KindHang, "ranks 3 never logged joining it"},
+		{"torch timeout alone", "[rank2]:[E1121 22:51:18.197257951 ProcessGroupNCCL.cpp:689] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=600000) ran for 600003 milliseconds before timing out.\n",
+			incident.KindHang, "were only waiting"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rep := run(t, writeFile(t, t.TempDir(), "job.log", c.text))
+			var b bytes.Buffer
+			rep.WriteText(&b)
+			f := kinds(rep)[c.kind]
+			if rep.ExitCode != ExitFindings || len(f) != 1 || !strings.Contains(f[0].Summary, c.say) {
+				t.Fatalf("want one %s finding saying %q:\n%s", c.kind, c.say, b.String())
+			}
+		})
+	}
+}

@@ -146,6 +146,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	r.Findings = append(r.Findings, links...)
 	r.Findings = append(r.Findings, gpus...)
 	r.Findings = append(r.Findings, straggle...)
+	r.Findings = append(r.Findings, Diagnostics(j, len(r.Findings) > 0)...)
 	for i := range r.Findings {
 		torchEvidence(j, &r.Findings[i])
 	}
