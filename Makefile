@@ -4,7 +4,7 @@ BIN       := bin
 TESTFLAGS ?= -race -count=1 -timeout 15m
 FUZZTIME  ?= 60s
 
-.PHONY: build test lint demo bench-parse bench-parse-instr bench-sidecar bench-detector bench-scale fuzz-short clean
+.PHONY: build test lint demo bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-scale fuzz-short clean
 
 build:
 	$(GO) build -o $(BIN)/watchdog ./cmd/watchdog
@@ -40,6 +40,12 @@ bench-parse-instr:
 	  n=$$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $(BIN)/benchparse -loop $$k -n 100000 2>&1 | awk '/refs:/ {gsub(",","",$$4); print $$4}'); \
 	  echo "$$k: $$(( (n - base) / 100000 )) instructions per line"; \
 	done
+
+# watchdog analyze on a simulated 304-rank job (~300 MB, written once under bin/) against
+# xargs -P$(nproc) grep -c opCount over the same files: best of 3 each, and peak RSS
+# (targets: <= 2x grep, < 1 GiB; docs/analyze.md).
+bench-analyze: build
+	$(GO) run ./internal/benchanalyze --watchdog $(BIN)/watchdog --dir $(BIN)/bench-analyze --runs 3
 
 # The sidecar under load: 8 simulated ranks x 2,000 collective lines/s for 60 s; prints its
 # CPU s/s, peak RSS and etcd writes/s (targets: < 5% of a core, < 64 MiB, <= 1/s).

@@ -6,6 +6,7 @@ require (
 	github.com/NVIDIA/go-nvml v0.13.3-0
 	github.com/PagerDuty/go-pagerduty v1.8.0
 	github.com/jonboulle/clockwork v0.5.0
+	github.com/klauspost/compress v1.20.1
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3

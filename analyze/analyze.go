@@ -1,24 +1,24 @@
 // Package analyze diagnoses a job post-mortem from its log files: NCCL debug logs (one per
-// rank process) and launcher/PyTorch output. It groups files into processes and
-// communicators, runs the detect rules on the final state and reports.
+// rank process, or many processes interleaved in one console), launcher and PyTorch output,
+// and NCCL RAS reports saved as text or JSON. It reads files in parallel, tells processes
+// apart by NCCL's prefix, joins communicators across ranks (by commId, or inferred where
+// NCCL printed none), splits a folder holding several jobs, runs the detect rules on each
+// job's final state and reports, starting with what it could and could not read.
 package analyze
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
-	"regexp"
+	"runtime"
 	"sort"
-	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/ncclwatch/watchdog/detect"
-	"github.com/ncclwatch/watchdog/logparse"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -26,223 +26,339 @@ import (
 type Options struct {
 	// Location is the zone NCCL printed its timestamps in (default time.Local).
 	Location *time.Location
-	// RingSize is how many recent ops per communicator are compared (default 4096).
+	// RingSize is how many recent ops per communicator are compared (default 4096, 1024
+	// above 64 files so that a 300-rank job stays well under 1 GiB).
 	RingSize int
 	Rules    detect.Config
+	// Workers bounds how many files are read at once (default GOMAXPROCS).
+	Workers int
+	// Stdin is read for the path "-" (default os.Stdin).
+	Stdin io.Reader
 }
 
-// maxLine caps one line; longer lines are cut (NCCL itself caps most at 1 KiB).
-const maxLine = 1 << 20
-
-// nameRE matches NCCL_DEBUG_FILE=nccl.%h.%p.log names.
-var nameRE = regexp.MustCompile(`(?:^|[./])nccl\.([^/]+)\.(\d+)\.log$`)
-
-// Job is the state rebuilt from files.
-type Job struct {
-	opts     Options
-	trackers map[procKey]*logparse.Tracker
-	order    []procKey
-	torch    []torchEvent // PyTorch/launcher lines that name a rank or pid, not a host
-	Files    []FileStat
+// job is one training run's processes and what came with them.
+type job struct {
+	procs []*detect.Proc
+	lost  map[*detect.Proc]int64
+	files map[string]bool
+	torch []torchEvent
+	ras   []*snapshot.RAS
+	joins map[string]Join
 }
 
-type procKey struct {
-	host string
-	pid  int
-}
-
-type torchEvent struct {
-	rank int // global rank, -1 when unknown
-	ev   snapshot.Event
-}
-
-// FileStat says what a file held.
-type FileStat struct {
-	Path    string `json:"path"`
-	Lines   int64  `json:"lines"`
-	Unknown int64  `json:"unknown"`
-	Coll    int64  `json:"collectives"`
-	TooLong int64  `json:"too_long,omitempty"`
-	Procs   int    `json:"processes"`
-	ReadErr string `json:"error,omitempty"`
-}
-
-// NewJob starts an empty job.
-func NewJob(opts Options) *Job {
-	if opts.RingSize == 0 {
-		opts.RingSize = 4096
+// Analyze reads the files under paths and reports. An error wrapping ErrInput means there
+// was nothing to read (the command exits 2); any other error is a cancelled context.
+func Analyze(ctx context.Context, paths []string, opts Options) (*Report, error) {
+	files, skipped, err := Collect(paths)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		msg := fmt.Sprintf("no log files under %s", strings.Join(paths, " "))
+		if len(skipped) > 0 {
+			msg += fmt.Sprintf(" (%d files skipped: %s)", len(skipped), skipped[0].Reason)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrInput, msg)
 	}
 	if opts.Location == nil {
 		opts.Location = time.Local
 	}
-	return &Job{opts: opts, trackers: map[procKey]*logparse.Tracker{}}
+	if opts.RingSize == 0 {
+		opts.RingSize = 4096
+		if len(files) > 64 {
+			opts.RingSize = 1024
+		}
+	}
+	results := readAll(ctx, files, &opts)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cov := coverageOf(results, skipped)
+	if cov.FilesRead == 0 && cov.ReadErrors == len(files) {
+		return nil, fmt.Errorf("%w: %s", ErrInput, results[0].err)
+	}
+	procs, lost := mergeProcs(results)
+	joins := inferComms(procs)
+	jobs := splitJobs(procs, lost, results, joins)
+	rep := &Report{Coverage: cov, Files: []FileStat{}}
+	for _, r := range results {
+		if r.skip == "" {
+			rep.Files = append(rep.Files, r.stat)
+		}
+	}
+	for i, jb := range jobs {
+		jobIdx := 0
+		if len(jobs) > 1 {
+			jobIdx = i + 1
+		}
+		dj, res := evaluate(jb, &opts)
+		rep.add(jobIdx, jb, dj, res)
+	}
+	rep.finish(len(jobs))
+	return rep, nil
 }
 
-// Collect expands paths: files as given, folders recursively for *.log and *.txt.
-func Collect(paths []string) ([]string, error) {
-	var out []string
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			return nil, fmt.Errorf("analyze: %w", err)
+// readAll reads every file on a pool of workers; results keep the files' order.
+func readAll(ctx context.Context, files []string, opts *Options) []*fileResult {
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, len(files))
+	results := make([]*fileResult, len(files))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i] = readFile(ctx, files[i], opts)
+			}
+		}()
+	}
+	for i := range files {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return results
+}
+
+// mergeProcs renders every process once. A process seen in several files (its NCCL file and
+// a console that repeats a few of its lines) keeps the file with the most lines; the
+// others' lines count in coverage only.
+func mergeProcs(results []*fileResult) ([]*detect.Proc, map[*detect.Proc]int64) {
+	best := map[procKey]*proc{}
+	files := map[procKey][]string{}
+	var order []procKey
+	version := ""
+	for _, r := range results {
+		if version == "" {
+			version = r.version
 		}
-		if !st.IsDir() {
-			out = append(out, p)
+		for _, k := range r.order {
+			p := r.procs[k]
+			files[k] = append(files[k], r.stat.Path)
+			if b, ok := best[k]; !ok {
+				best[k] = p
+				order = append(order, k)
+			} else if p.lines > b.lines {
+				best[k] = p
+			}
+		}
+	}
+	var out []*detect.Proc
+	lost := map[*detect.Proc]int64{}
+	for _, k := range order {
+		p := best[k]
+		sp := p.snap
+		if sp.NCCL == "" {
+			sp.NCCL = versionOf(results, files[k], version)
+		}
+		if k.anon != "" {
+			sp.Host = "?"
+		}
+		dp := &detect.Proc{Process: sp, Node: sp.Host}
+		dp.File = strings.Join(files[k], ",")
+		out = append(out, dp)
+		if p.lostColl > 0 {
+			lost[dp] = p.lostColl
+		}
+	}
+	return out, lost
+}
+
+// versionOf is the bare version line of the process's files, else the job's.
+func versionOf(results []*fileResult, files []string, fallback string) string {
+	for _, r := range results {
+		for _, f := range files {
+			if r.stat.Path == f && r.version != "" {
+				return strings.SplitN(r.version, "+", 2)[0]
+			}
+		}
+	}
+	return strings.SplitN(fallback, "+", 2)[0]
+}
+
+// splitJobs groups processes into training runs: processes that share a communicator are
+// one run; a process that shares none joins the run of its file, else the only run.
+// Evidence of one run is never mixed into another.
+func splitJobs(procs []*detect.Proc, lost map[*detect.Proc]int64, results []*fileResult, joins map[string]Join) []*job {
+	parent := make([]int, len(procs))
+	for i := range parent {
+		parent[i] = i
+	}
+	var find func(int) int
+	find = func(i int) int {
+		for parent[i] != i {
+			parent[i] = parent[parent[i]]
+			i = parent[i]
+		}
+		return i
+	}
+	union := func(a, b int) { parent[find(a)] = find(b) }
+	byComm := map[string]int{}
+	byFile := map[string]int{}
+	for i, p := range procs {
+		for _, c := range p.Comms {
+			if c.ID == "" || strings.HasPrefix(c.ID, unjoinedPrefix) {
+				continue
+			}
+			if j, ok := byComm[c.ID]; ok {
+				union(i, j)
+			} else {
+				byComm[c.ID] = i
+			}
+		}
+	}
+	// Processes without a joined communicator follow their file.
+	joined := func(p *detect.Proc) bool {
+		for _, c := range p.Comms {
+			if c.ID != "" && !strings.HasPrefix(c.ID, unjoinedPrefix) {
+				return true
+			}
+		}
+		return false
+	}
+	for i, p := range procs {
+		if !joined(p) {
 			continue
 		}
-		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
+		for _, f := range strings.Split(p.File, ",") {
+			if _, ok := byFile[f]; !ok {
+				byFile[f] = i
 			}
-			if !d.IsDir() && (filepath.Ext(path) == ".log") {
-				out = append(out, path)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("analyze: walk %s: %w", p, err)
 		}
 	}
-	sort.Strings(out)
-	return out, nil
-}
-
-// AddFile reads one file. A read error keeps what was read and is reported in Files.
-func (j *Job) AddFile(ctx context.Context, path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		j.Files = append(j.Files, FileStat{Path: path, ReadErr: err.Error()})
-		return fmt.Errorf("analyze: %w", err)
-	}
-	defer f.Close()
-	var named *procKey
-	if m := nameRE.FindStringSubmatch(path); m != nil {
-		pid, _ := strconv.Atoi(m[2])
-		named = &procKey{host: m[1], pid: pid}
-		j.tracker(*named) // a process whose log is empty still exists
-	}
-	st, err := j.read(ctx, f, named)
-	st.Path = path
-	if err != nil {
-		st.ReadErr = err.Error()
-	}
-	j.Files = append(j.Files, st)
-	return err
-}
-
-// read routes each line to its process's tracker. Unprefixed lines (continuations, the bare
-// version line) go to the file's current process.
-func (j *Job) read(ctx context.Context, r io.Reader, named *procKey) (FileStat, error) {
-	var st FileStat
-	br := bufio.NewReaderSize(r, 1<<20)
-	var l logparse.Line
-	var cur *logparse.Tracker
-	if named != nil {
-		cur = j.trackers[*named]
-	}
-	seen := map[procKey]bool{}
-	skipping := false
-	for {
-		raw, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			if !skipping {
-				st.TooLong++
-				j.apply(&l, raw, &cur, seen, &st)
-			}
-			skipping = true
+	for i, p := range procs {
+		if joined(p) {
 			continue
 		}
-		if len(raw) > 0 && !skipping {
-			j.apply(&l, raw, &cur, seen, &st)
-		}
-		skipping = false
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return st, err
-		}
-		if st.Lines&0xffff == 0 && ctx.Err() != nil {
-			return st, ctx.Err()
+		for _, f := range strings.Split(p.File, ",") {
+			if j, ok := byFile[f]; ok {
+				union(i, j)
+				break
+			}
 		}
 	}
-	st.Procs = len(seen)
-	return st, nil
+	roots := map[int]*job{}
+	var jobs []*job
+	var loose []*detect.Proc
+	for i, p := range procs {
+		if !joined(p) && find(i) == i && !sharesFile(p, byFile) {
+			loose = append(loose, p)
+			continue
+		}
+		r := find(i)
+		jb := roots[r]
+		if jb == nil {
+			jb = &job{lost: map[*detect.Proc]int64{}, files: map[string]bool{}, joins: map[string]Join{}}
+			roots[r] = jb
+			jobs = append(jobs, jb)
+		}
+		jb.procs = append(jb.procs, p)
+	}
+	if len(jobs) == 0 {
+		jobs = append(jobs, &job{lost: map[*detect.Proc]int64{}, files: map[string]bool{}, joins: map[string]Join{}})
+	}
+	if len(loose) > 0 {
+		// Processes that share nothing with any run: with one run they belong to it;
+		// with several, to a run of their own.
+		if len(jobs) == 1 {
+			jobs[0].procs = append(jobs[0].procs, loose...)
+		} else {
+			jobs = append(jobs, &job{procs: loose, lost: map[*detect.Proc]int64{}, files: map[string]bool{}, joins: map[string]Join{}})
+		}
+	}
+	for _, jb := range jobs {
+		for _, p := range jb.procs {
+			for _, f := range strings.Split(p.File, ",") {
+				jb.files[f] = true
+			}
+			if n := lost[p]; n > 0 {
+				jb.lost[p] = n
+			}
+			for _, c := range p.Comms {
+				if j, ok := joins[c.ID]; ok {
+					jb.joins[c.ID] = j
+				}
+			}
+		}
+	}
+	// Torch lines and RAS reports go to the run of their file, else to the run with the
+	// most processes in the same folder.
+	for _, r := range results {
+		if len(r.torch) == 0 && len(r.ras) == 0 {
+			continue
+		}
+		jb := jobOfFile(jobs, r.stat.Path, r.ras)
+		jb.torch = append(jb.torch, r.torch...)
+		jb.ras = append(jb.ras, r.ras...)
+		jb.files[r.stat.Path] = true
+	}
+	sort.SliceStable(jobs, func(a, b int) bool { return len(jobs[a].procs) > len(jobs[b].procs) })
+	return jobs
 }
 
-func (j *Job) apply(l *logparse.Line, raw []byte, cur **logparse.Tracker, seen map[procKey]bool, st *FileStat) {
-	st.Lines++
-	logparse.Parse(raw, l)
-	switch {
-	case l.Host != nil:
-		t := *cur
-		if t == nil || t.PID != l.PID || t.Host != string(l.Host) {
-			k := procKey{host: string(l.Host), pid: l.PID}
-			t = j.tracker(k)
-			seen[k] = true
-			*cur = t
-		}
-		if l.Kind == logparse.KindColl {
-			st.Coll++
-		}
-		t.Apply(l, raw, time.Time{})
-	case l.Kind.FromTorch():
-		j.torchLine(l)
-	case *cur != nil:
-		(*cur).Apply(l, raw, time.Time{})
-		if l.Kind == logparse.KindUnknown {
-			st.Unknown++
-		}
-	default:
-		if l.Kind == logparse.KindUnknown {
-			st.Unknown++
+func sharesFile(p *detect.Proc, byFile map[string]int) bool {
+	for _, f := range strings.Split(p.File, ",") {
+		if _, ok := byFile[f]; ok {
+			return true
 		}
 	}
+	return false
 }
 
-func (j *Job) tracker(k procKey) *logparse.Tracker {
-	t := j.trackers[k]
-	if t == nil {
-		t = logparse.NewTracker(logparse.TrackerOptions{RingSize: j.opts.RingSize, Location: j.opts.Location})
-		t.Host, t.PID = k.host, k.pid
-		j.trackers[k] = t
-		j.order = append(j.order, k)
+func jobOfFile(jobs []*job, path string, reports []*snapshot.RAS) *job {
+	for _, jb := range jobs {
+		if jb.files[path] {
+			return jb
+		}
 	}
-	return t
+	// A RAS report names communicator hashes: the run that has them.
+	for _, rep := range reports {
+		for _, jb := range jobs {
+			for _, p := range jb.procs {
+				for _, c := range p.Comms {
+					for _, rc := range rep.Comms {
+						if strings.EqualFold(rc.Hash, c.ID) {
+							return jb
+						}
+					}
+				}
+			}
+		}
+	}
+	dir := filepath.Dir(path)
+	best, most := jobs[0], -1
+	for _, jb := range jobs {
+		n := 0
+		for f := range jb.files {
+			if filepath.Dir(f) == dir {
+				n++
+			}
+		}
+		if n > most {
+			best, most = jb, n
+		}
+	}
+	return best
 }
 
-// torchLine keeps PyTorch and launcher events for the rank or pid they name.
-func (j *Job) torchLine(l *logparse.Line) {
-	ev, ok := logparse.EventOf(l, 0)
-	if !ok {
-		return
-	}
-	rank := l.Torch.Rank
-	if l.LauncherRank >= 0 {
-		rank = l.LauncherRank
-	}
-	if len(j.torch) < 10000 {
-		j.torch = append(j.torch, torchEvent{rank: rank, ev: ev})
-	}
-}
-
-// Detect builds the detect view of the final state and evaluates it.
-func (j *Job) Detect() (*detect.Job, detect.Result) {
-	var procs []*detect.Proc
+// evaluate attaches PyTorch and RAS evidence to a run and runs the rules on it.
+func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result) {
 	byRank := map[int]*detect.Proc{}
 	byPID := map[int]*detect.Proc{}
 	var newest int64
-	for _, k := range j.order {
-		t := j.trackers[k]
-		p := &detect.Proc{Process: t.Snapshot(logparse.SnapshotOptions{Recent: -1}), Node: k.host}
-		procs = append(procs, p)
+	for _, p := range jb.procs {
 		if p.Rank >= 0 {
 			byRank[p.Rank] = p
 		}
 		byPID[p.PID] = p
-		newest = max(newest, t.LastTime)
+		newest = max(newest, int64(p.LastLine))
 	}
-	for _, te := range j.torch {
+	for _, te := range jb.torch {
 		var p *detect.Proc
 		if te.ev.Kind == snapshot.EventLauncherExit {
 			if p = byPID[te.ev.PID]; p != nil && p.LocalRank < 0 {
@@ -250,40 +366,34 @@ func (j *Job) Detect() (*detect.Job, detect.Result) {
 			}
 		} else if te.rank >= 0 {
 			p = byRank[te.rank]
+			if p == nil {
+				// PyTorch names a rank whose NCCL lines were not captured: keep its
+				// evidence on a process known by its rank alone.
+				p = &detect.Proc{Process: snapshot.Process{Host: "?", Rank: te.rank, LocalRank: -1, CudaDev: -1}, Node: "?"}
+				byRank[te.rank] = p
+				jb.procs = append(jb.procs, p)
+			}
 		}
-		if p != nil {
+		if p != nil && len(p.Events) < 64 {
 			p.Events = append(p.Events, te.ev)
 		}
+	}
+	var nodes map[string]*snapshot.Node
+	for i, r := range jb.ras {
+		if nodes == nil {
+			nodes = map[string]*snapshot.Node{}
+		}
+		name := fmt.Sprintf("ras-report-%d", i+1)
+		nodes[name] = &snapshot.Node{Node: name, RAS: r}
 	}
 	now := time.Now()
 	if newest > 0 {
 		now = time.UnixMicro(newest)
 	}
-	dj := detect.NewJob("offline", now, procs, nil)
+	dj := detect.NewJob("offline", now, jb.procs, nodes)
 	dj.Offline = true
-	return dj, detect.Evaluate(dj, j.opts.Rules, detect.JobTiming(dj))
+	return dj, detect.Evaluate(dj, opts.Rules, detect.JobTiming(dj))
 }
 
-// Analyze reads the files under paths and reports.
-func Analyze(ctx context.Context, paths []string, opts Options) (*Report, error) {
-	files, err := Collect(paths)
-	if err != nil {
-		return nil, err
-	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("analyze: no log files under %v", paths)
-	}
-	j := NewJob(opts)
-	var readErrs []error
-	for _, f := range files {
-		if err := j.AddFile(ctx, f); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			readErrs = append(readErrs, err)
-		}
-	}
-	dj, res := j.Detect()
-	rep := NewReport(dj, res, j.Files)
-	return rep, errors.Join(readErrs...)
-}
+// errorsIsInput reports whether err is an input error (exit 2).
+func errorsIsInput(err error) bool { return errors.Is(err, ErrInput) }

@@ -18,7 +18,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		stuck:   stuck,
 		links:   Link(j, cfg),
 	}
-	for _, rule := range [][]Finding{GPU(j, cfg), Straggler(j, cfg, timing), LostNodes(j, cfg), Monitoring(j)} {
+	for _, rule := range [][]Finding{GPU(j, cfg), Straggler(j, cfg, timing), LostNodes(j, cfg), Monitoring(j), Diagnostics(j)} {
 		fs.rest = append(fs.rest, rule...)
 	}
 	for _, step := range mergeSteps {

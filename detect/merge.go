@@ -34,7 +34,17 @@ var mergeSteps = []mergeStep{
 	hangAbsorbsP2P,                // a hang absorbs the p2p mismatch of the same rank
 	laterDeathsFoldIntoFirstCause, // deaths after the job's first root cause are its consequences
 	stuckFollowsItsCause,          // a stuck collective follows a culprit or a link fault on its nodes, else all are one cause
+	torchTimeoutsWithoutCause,     // PyTorch's timeouts alone say the job hangs, when no rule named why
 	torchTimeoutsAreEvidence,      // PyTorch's timeout lines are evidence, not culprits
+}
+
+// torchTimeoutsWithoutCause: PyTorch times out the ranks that waited, so its timeouts are
+// a finding of their own only when no rule found a cause (logs without COLL lines, ranks
+// missing): the job hangs, and the report says what to log to see why.
+func torchTimeoutsWithoutCause(j *Job, _ Config, fs *findings) {
+	if len(fs.all()) == 0 {
+		fs.rest = append(fs.rest, torchTimeouts(j)...)
+	}
 }
 
 // mismatchExplainsStalls: ranks that called different collectives wait on each other for

@@ -25,6 +25,8 @@ var eventKinds = [NumKinds]snapshot.EventKind{
 	KindTorchTerminate:   snapshot.EventTorchTerminate,
 	KindTorchNCCLError:   snapshot.EventTorchNCCLError,
 	KindLauncherExit:     snapshot.EventLauncherExit,
+	KindCollMismatch:     snapshot.EventCollMismatch,
+	KindNetSizeMismatch:  snapshot.EventNetSizeMismatch,
 }
 
 // EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when

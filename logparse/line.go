@@ -47,6 +47,9 @@ const (
 	KindTorchNCCLError               // NCCL error surfaced by torch
 	KindTorchCommCreated             // ProcessGroupNCCL created ncclComm_ 0x...
 	KindLauncherExit                 // torchrun: failed (exitcode: N) local_rank: R (pid: P)
+	// Kinds added after the first release stay at the end: checkpoints store counters by kind.
+	KindCollMismatch    // NCCL's device-side check: "Mismatched collective detected ... around rank N"
+	KindNetSizeMismatch // NET/IB "collective mismatch error, local size X remote size Y"
 	NumKinds
 )
 
@@ -74,6 +77,8 @@ var kindNames = [NumKinds]string{
 	KindTorchNCCLError:   string(snapshot.EventTorchNCCLError),
 	KindTorchCommCreated: "torch_comm_created",
 	KindLauncherExit:     string(snapshot.EventLauncherExit),
+	KindCollMismatch:     string(snapshot.EventCollMismatch),
+	KindNetSizeMismatch:  string(snapshot.EventNetSizeMismatch),
 }
 
 func (k Kind) String() string {
@@ -240,6 +245,10 @@ type Timestamp struct {
 	Year, Month, Day, Hour, Min, Sec int
 	Nanos                            int
 	Digits                           int // sub-second digits printed (0: whole seconds)
+	// Zoned is set for times that carry their zone (a collector's RFC 3339 stamp): Offset
+	// seconds east of UTC. NCCL's own are in its host's local time, unzoned.
+	Zoned  bool
+	Offset int32
 }
 
 func (l *Line) reset() {

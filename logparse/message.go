@@ -148,11 +148,14 @@ func isTuning(m []byte) bool {
 	return i > 0 && i <= 64
 }
 
-// parseInit reads every Init START/COMPLETE form of 2.18-2.30.
+// parseInit reads every Init START/COMPLETE form: 2.18-2.30, and the older ones without
+// commId (2.10: "... cudaDev 2 busId 89000 - Init COMPLETE"), without busId (2.4:
+// "... cudaDev 1 nvmlDev 1 - Init COMPLETE") or with fields of their own (RCCL). Fields
+// are read by name; an unknown "name value" pair is skipped.
 func parseInit(l *Line) {
 	m := l.Msg
 	in := &l.Init
-	in.JobRank, in.SplitCount = -1, -1
+	in.JobRank, in.SplitCount, in.CudaDev, in.NvmlDev = -1, -1, -1, -1
 	s := scanner{b: m}
 	if s.lit("[Rank ") {
 		r, ok := s.int()
@@ -174,70 +177,70 @@ func parseInit(l *Line) {
 	if in.Comm, ok = s.ptr(); !ok || !s.space() {
 		return
 	}
-	if v, ok := s.field("rank"); ok && s.space() {
-		in.Rank = int(v)
-	} else {
-		return
-	}
-	if v, ok := s.field("nranks"); ok && s.space() {
-		in.NRanks = int(v)
-	} else {
-		return
-	}
-	if v, ok := s.field("cudaDev"); ok && s.space() {
-		in.CudaDev = int(v)
-	} else {
-		return
-	}
-	if v, ok := s.field("nvmlDev"); ok && s.space() {
-		in.NvmlDev = int(v)
-	} else {
-		return
-	}
-	if !s.lit("busId ") {
-		return
-	}
-	if in.BusID, ok = s.hex(); !ok || !s.space() {
-		return
-	}
-	if s.lit("parent ") {
-		in.IsSplit = true
-		if in.Parent, ok = s.ptr(); !ok || !s.space() {
-			return
+	haveRank, haveN := false, false
+	for n := 0; n < 16; n++ {
+		rest := s.rest()
+		switch {
+		case hasPrefix(rest, "- Init START"):
+			l.Phase = PhaseInitStart
+		case hasPrefix(rest, "- Init COMPLETE"):
+			l.Phase = PhaseInitComplete
 		}
-		if s.lit("splitCount ") || s.lit("childCount ") {
-			if in.SplitCount, ok = s.int(); !ok || !s.space() {
+		if l.Phase != PhaseNone {
+			if !haveRank || !haveN {
+				l.Phase = PhaseNone
 				return
 			}
-		}
-		if v, ok := s.field("color"); ok && s.space() {
-			in.Color = int(v)
-		} else {
+			l.Kind = KindInit
+			l.Comm = in.Comm
 			return
 		}
-		if v, ok := s.field("key"); ok {
-			in.Key = int(v)
-		} else {
+		name := s.word()
+		if len(name) == 0 || !s.space() {
 			return
 		}
-		s.space() // 2.23+ START prints "key %d- Init START"
-	}
-	if s.lit("commId 0x") {
-		if in.CommID, ok = s.hex(); !ok || !s.space() {
+		ok = true
+		switch string(name) {
+		case "rank":
+			in.Rank, haveRank = s.int()
+		case "nranks":
+			in.NRanks, haveN = s.int()
+		case "cudaDev":
+			in.CudaDev, ok = s.int()
+		case "nvmlDev":
+			in.NvmlDev, ok = s.int()
+		case "busId":
+			in.BusID, ok = s.hex()
+		case "parent":
+			in.IsSplit = true
+			in.Parent, ok = s.ptr()
+		case "splitCount", "childCount":
+			in.SplitCount, ok = s.int()
+		case "color":
+			in.Color, ok = s.int()
+		case "key":
+			in.Key, ok = s.int()
+		case "commId":
+			if ok = s.lit("0x"); ok {
+				in.CommID, ok = s.hex()
+				in.HasCommID = ok
+			}
+		default:
+			// A bare word ("bytes" in RCCL's "used N bytes") has no value to skip.
+			if !hasPrefix(s.rest(), "- Init ") {
+				ok = len(s.word()) > 0
+			} else {
+				continue
+			}
+		}
+		if name := string(name); (name == "rank" && !haveRank) || (name == "nranks" && !haveN) || !ok {
 			return
 		}
-		in.HasCommID = true
+		// 2.23+ START prints "key %d- Init START".
+		if !s.space() && !hasPrefix(s.rest(), "- Init ") {
+			return
+		}
 	}
-	switch {
-	case s.lit("- Init START"):
-		l.Phase = PhaseInitStart
-	case s.lit("- Init COMPLETE"):
-		l.Phase = PhaseInitComplete
-	default:
-		return
-	}
-	l.Kind = KindInit
-	l.Comm = in.Comm
 }
 
 // parseCommInfo reads "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d".
@@ -456,6 +459,19 @@ func parseWarn(l *Line) {
 	m := l.Msg
 	l.Kind = KindWarn
 	switch {
+	case hasPrefix(m, "Mismatched collective detected") || contains(m, "may be caused by a collective mismatch"):
+		l.Kind = KindCollMismatch
+		l.Fatal = hasPrefix(m, "Mismatched")
+		s := scanner{b: m}
+		if s.skipTo("around rank ") || s.skipTo("around this rank ") {
+			l.Code, _ = s.int()
+		}
+	case hasPrefix(m, "NET/") && (contains(m, "collective mismatch error") || contains(m, "posted incorrect receive info")):
+		l.Kind = KindNetSizeMismatch
+		s := scanner{b: m}
+		if s.skipTo(" peer ") {
+			l.Text = s.word()
+		}
 	case hasPrefix(m, "NET/IB") && contains(m, "Got completion from peer"):
 		parseIBCompletion(l)
 	case hasPrefix(m, "NET/IB") && (contains(m, "async") || contains(m, "event") || contains(m, "GID table")):

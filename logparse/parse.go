@@ -38,7 +38,9 @@ func parseGeneral(line []byte, l *Line) {
 		return
 	}
 	if ncclAt, level := findLevel(line); ncclAt >= 0 {
-		if parsePrefix(line[:ncclAt], l) {
+		// A prefix without host:pid:tid (cut away by whoever posted the log) still makes
+		// an NCCL line; Host stays nil and the reader decides whose line it is.
+		if parsePrefix(line[:ncclAt], l) || loosePrefix(line[:ncclAt], l) {
 			l.Level = level
 			msg := line[ncclAt+len("NCCL ")+levelLen(level):]
 			if len(msg) > 0 && msg[0] == ' ' {
@@ -134,46 +136,239 @@ func trimRight(b []byte) []byte {
 	return b
 }
 
-// stripLauncher removes launcher prefixes: torchrun --tee "[default3]:", PyTorch "[rank3]:",
-// srun --label "3: ". They can stack ("0: [rank0]:").
+// stripLauncher removes what launchers and collectors put before NCCL's own prefix, in any
+// stack: torchrun --tee "[default3]:", PyTorch "[rank3]:", Open MPI --tag-output
+// "[1,3]<stdout>:" (with --timestamp-output a ctime date before it), srun --label "3: ",
+// a "[3] " rank tag, pdsh "host: ", kubectl --timestamps' RFC 3339 time. Times found here
+// time the line when NCCL printed none.
 func stripLauncher(b []byte, l *Line) []byte {
-	for {
-		switch {
-		case hasPrefix(b, "[rank") || hasPrefix(b, "[default"):
-			j := 5
-			if b[1] == 'd' {
-				j = 8
-			}
-			k := j
-			for k < len(b) && isDigit(b[k]) {
-				k++
-			}
-			if k == j || k+1 >= len(b) || b[k] != ']' || b[k+1] != ':' {
-				return b
-			}
-			if r, ok := atoi(b[j:k]); ok {
-				l.LauncherRank = r
-			}
-			b = b[k+2:]
-			if len(b) > 0 && b[0] == ' ' {
-				b = b[1:]
-			}
-		case len(b) > 2 && isDigit(b[0]):
-			k := 0
-			for k < len(b) && k < 7 && isDigit(b[k]) {
-				k++
-			}
-			if k+1 >= len(b) || b[k] != ':' || b[k+1] != ' ' {
-				return b
-			}
-			// "12: " could also start a custom timestamp like "12:34:56"; that has no space.
-			r, _ := atoi(b[:k])
-			l.LauncherRank = r
-			b = b[k+2:]
-		default:
+	for n := 0; n < 8 && len(b) > 0; n++ {
+		rest, ok := stripOne(b, l)
+		if !ok {
 			return b
 		}
+		b = rest
+		for len(b) > 0 && b[0] == ' ' {
+			b = b[1:]
+		}
 	}
+	return b
+}
+
+// stripOne removes one launcher prefix from the start of b.
+func stripOne(b []byte, l *Line) ([]byte, bool) {
+	switch c := b[0]; {
+	case c == '[':
+		return stripBracket(b, l)
+	case isDigit(c):
+		if rest, ok := stripRFC3339(b, l); ok {
+			return rest, true
+		}
+		// srun --label: "3: ", zero- or space-padded. "12:34:56" (a custom timestamp) has no
+		// space after the first colon.
+		k := 0
+		for k < len(b) && k < 7 && isDigit(b[k]) {
+			k++
+		}
+		if k+1 >= len(b) || b[k] != ':' || b[k+1] != ' ' {
+			return b, false
+		}
+		r, _ := atoi(b[:k])
+		l.LauncherRank = r
+		return b[k+2:], true
+	case c == ' ':
+		k := 0
+		for k < len(b) && b[k] == ' ' {
+			k++
+		}
+		if k < len(b) && isDigit(b[k]) {
+			return stripOne(b[k:], l)
+		}
+		return b, false
+	case c >= 'A' && c <= 'Z':
+		if rest, ok := stripCtime(b, l); ok {
+			return rest, true
+		}
+		return stripHostLabel(b)
+	case c >= 'a' && c <= 'z':
+		return stripHostLabel(b)
+	}
+	return b, false
+}
+
+// stripBracket removes "[rankN]:", "[defaultN]:", "[J,R]<stdout>:" or a "[N] " rank tag.
+func stripBracket(b []byte, l *Line) ([]byte, bool) {
+	j := 1
+	switch {
+	case hasPrefix(b, "[rank"):
+		j = 5
+	case hasPrefix(b, "[default"):
+		j = 8
+	}
+	k := j
+	for k < len(b) && isDigit(b[k]) {
+		k++
+	}
+	if k == j || k >= len(b) {
+		return b, false
+	}
+	r, ok := atoi(b[j:k])
+	if !ok {
+		return b, false
+	}
+	switch {
+	case b[k] == ']' && k+1 < len(b) && b[k+1] == ':':
+		if j == 1 && !(k+2 < len(b) && b[k+2] == ' ') {
+			// "[3]:" without a space is not a rank tag we know.
+			return b, false
+		}
+		l.LauncherRank = r
+		return b[k+2:], true
+	case b[k] == ']' && j == 1 && k+1 < len(b) && b[k+1] == ' ':
+		// "[3] " rank tag; "[3] NCCL INFO" is NCCL's own device field of a line whose
+		// host:pid:tid was cut away.
+		if hasPrefix(b[k+2:], "NCCL ") && !hasPrefix(b[k+2:], "NCCL version ") {
+			return b, false
+		}
+		l.LauncherRank = r
+		return b[k+2:], true
+	case b[k] == ',' && j == 1:
+		// Open MPI: "[jobid,rank]<stdout>:"
+		m := k + 1
+		for m < len(b) && isDigit(b[m]) {
+			m++
+		}
+		if m == k+1 || m >= len(b) || b[m] != ']' {
+			return b, false
+		}
+		vpid, ok := atoi(b[k+1 : m])
+		if !ok {
+			return b, false
+		}
+		rest := b[m+1:]
+		if len(rest) > 0 && rest[0] == '<' {
+			e := bytes.IndexByte(rest, '>')
+			if e < 0 || e > 12 {
+				return b, false
+			}
+			rest = rest[e+1:]
+		}
+		if len(rest) == 0 || rest[0] != ':' {
+			return b, false
+		}
+		l.LauncherRank = vpid
+		return rest[1:], true
+	}
+	return b, false
+}
+
+var months = [...]string{"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"}
+
+// stripCtime removes a C ctime() date, "Fri Aug 11 12:31:45 2023" (Open MPI
+// --timestamp-output), and times the line with it.
+func stripCtime(b []byte, l *Line) ([]byte, bool) {
+	// "Www Mmm dd hh:mm:ss yyyy": 24 bytes, the day space-padded.
+	if len(b) < 24 || b[3] != ' ' || b[7] != ' ' || b[10] != ' ' || b[13] != ':' || b[16] != ':' || b[19] != ' ' {
+		return b, false
+	}
+	month := 0
+	for i, m := range months {
+		if string(b[4:7]) == m {
+			month = i + 1
+		}
+	}
+	day, ok1 := atoi(trimSpace(b[8:10]))
+	hour, ok2 := atoi(b[11:13])
+	minute, ok3 := atoi(b[14:16])
+	sec, ok4 := atoi(b[17:19])
+	year, ok5 := atoi(b[20:24])
+	if month == 0 || !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || day < 1 || day > 31 || hour > 23 || minute > 59 || sec > 60 {
+		return b, false
+	}
+	if !l.HasTime {
+		l.Time = Timestamp{Year: year, Month: month, Day: day, Hour: hour, Min: minute, Sec: sec}
+		l.HasTime = true
+	}
+	return b[24:], true
+}
+
+// stripRFC3339 removes "2023-08-11T12:31:45.123456789Z " (kubectl logs --timestamps,
+// container runtimes) and times the line with it, in its own zone.
+func stripRFC3339(b []byte, l *Line) ([]byte, bool) {
+	if len(b) < 21 || b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' || b[16] != ':' {
+		return b, false
+	}
+	end := bytes.IndexByte(b, ' ')
+	if end < 20 || end > 40 {
+		return b, false
+	}
+	t := b[:end]
+	var ts Timestamp
+	var ok bool
+	if ts.Year, ok = atoi(t[0:4]); !ok {
+		return b, false
+	}
+	ts.Month, _ = atoi(t[5:7])
+	ts.Day, _ = atoi(t[8:10])
+	ts.Hour, _ = atoi(t[11:13])
+	ts.Min, _ = atoi(t[14:16])
+	if ts.Sec, ok = atoi(t[17:19]); !ok || ts.Month < 1 || ts.Month > 12 || ts.Day < 1 || ts.Day > 31 || ts.Hour > 23 || ts.Min > 59 || ts.Sec > 60 {
+		return b, false
+	}
+	rest := t[19:]
+	if len(rest) > 0 && rest[0] == '.' {
+		k := 1
+		for k < len(rest) && isDigit(rest[k]) {
+			k++
+		}
+		digits := min(k-1, 9)
+		if digits == 0 {
+			return b, false
+		}
+		n, _ := atoi(rest[1 : 1+digits])
+		ts.Nanos, ts.Digits = n*int(pow10[9-digits]), digits
+		rest = rest[k:]
+	}
+	switch {
+	case len(rest) == 1 && (rest[0] == 'Z' || rest[0] == 'z'):
+		ts.Zoned = true
+	case len(rest) == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':':
+		h, ok1 := atoi(rest[1:3])
+		m, ok2 := atoi(rest[4:6])
+		if !ok1 || !ok2 {
+			return b, false
+		}
+		ts.Zoned, ts.Offset = true, int32(h*3600+m*60)
+		if rest[0] == '-' {
+			ts.Offset = -ts.Offset
+		}
+	case len(rest) == 0:
+	default:
+		return b, false
+	}
+	if !l.HasTime {
+		l.Time, l.HasTime = ts, true
+	}
+	return b[end:], true
+}
+
+// stripHostLabel removes a pdsh/clush "host: " label. NCCL's own "host:pid:tid" has a
+// digit after the colon, never a space.
+func stripHostLabel(b []byte) ([]byte, bool) {
+	for k := 0; k < len(b) && k < 64; k++ {
+		c := b[k]
+		switch {
+		case c == ':':
+			if k > 0 && k+1 < len(b) && b[k+1] == ' ' {
+				return b[k+2:], true
+			}
+			return b, false
+		case c == '-' || c == '.' || c == '_' || isDigit(c) || (c|0x20 >= 'a' && c|0x20 <= 'z'):
+		default:
+			return b, false
+		}
+	}
+	return b, false
 }
 
 var levelTokens = [...]struct {
@@ -191,15 +386,21 @@ func levelLen(l Level) int {
 	return 0
 }
 
-// findLevel returns the index of the first "NCCL <LEVEL>" token that follows a space.
+// findLevel returns the index of the first "NCCL <LEVEL>" token that starts the line or
+// follows a space.
 func findLevel(b []byte) (int, Level) {
 	off := 0
 	for {
-		j := bytes.Index(b[off:], bytesOf(" NCCL "))
-		if j < 0 {
-			return -1, LevelNone
+		var at int
+		if off == 0 && hasPrefix(b, "NCCL ") {
+			at = 0
+		} else {
+			j := bytes.Index(b[off:], bytesOf(" NCCL "))
+			if j < 0 {
+				return -1, LevelNone
+			}
+			at = off + j + 1
 		}
-		at := off + j + 1
 		rest := b[at+5:]
 		for _, t := range levelTokens {
 			if hasPrefix(rest, t.tok) && (len(rest) == len(t.tok) || rest[len(t.tok)] == ' ') {
@@ -258,6 +459,42 @@ func parsePrefix(p []byte, l *Line) bool {
 	return false
 }
 
+// loosePrefix accepts what is left of NCCL's prefix when a poster or a collector cut it:
+// "host:pid [dev]", "[dev]", or nothing. A lone "[dev]" is kept as the device.
+func loosePrefix(p []byte, l *Line) bool {
+	p = trimSpace(p)
+	if len(p) == 0 {
+		return true
+	}
+	if len(p) > 2 && p[len(p)-1] == ']' {
+		if o := bytes.LastIndexByte(p, '['); o >= 0 {
+			if d, ok := atoiSigned(p[o+1 : len(p)-1]); ok {
+				l.Dev = d
+				p = trimSpace(p[:o])
+			}
+		}
+	}
+	tok := p[bytes.LastIndexByte(p, ' ')+1:]
+	if c := bytes.IndexByte(tok, ':'); c > 0 && bytes.IndexByte(tok[c+1:], ':') < 0 {
+		if pid, ok := atoi(tok[c+1:]); ok && hasLetter(tok[:c]) {
+			l.Host, l.PID = tok[:c], pid
+			return true
+		}
+	}
+	// Anything else before "NCCL <LEVEL>" must be short: a label, not a sentence that
+	// happens to mention NCCL.
+	return len(p) <= 48
+}
+
+func hasLetter(b []byte) bool {
+	for _, c := range b {
+		if c|0x20 >= 'a' && c|0x20 <= 'z' {
+			return true
+		}
+	}
+	return false
+}
+
 func atoiSigned(b []byte) (int, bool) {
 	if len(b) > 0 && b[0] == '-' {
 		v, ok := atoi(b[1:])
@@ -266,14 +503,15 @@ func atoiSigned(b []byte) (int, bool) {
 	return atoi(b)
 }
 
-// hostPidTid splits "host:pid:tid". The host holds no ':' (NCCL cuts it at the first '.').
+// hostPidTid splits "host:pid:tid". The host holds no ':' (NCCL cuts it at the first '.')
+// and may be empty (a container without a hostname prints ":5202:5683").
 func hostPidTid(t []byte) ([]byte, int, int, bool) {
 	c2 := bytes.LastIndexByte(t, ':')
 	if c2 <= 0 {
 		return nil, 0, 0, false
 	}
 	c1 := bytes.LastIndexByte(t[:c2], ':')
-	if c1 <= 0 {
+	if c1 < 0 {
 		return nil, 0, 0, false
 	}
 	pid, ok1 := atoi(t[c1+1 : c2])

@@ -276,6 +276,10 @@ func (t *Tracker) timeOf(l *Line, readAt time.Time) int64 {
 		} else if t.TimestampDigits < 0 {
 			t.TimestampDigits = 0
 		}
+		if ts.Zoned {
+			return time.Date(ts.Year, time.Month(ts.Month), ts.Day, ts.Hour, ts.Min, ts.Sec, ts.Nanos,
+				time.FixedZone("", int(ts.Offset))).UnixMicro()
+		}
 		if k := &t.hourKey; ts.Hour != k[3] || ts.Day != k[2] || ts.Month != k[1] || ts.Year != k[0] || t.hourUS == 0 {
 			*k = [4]int{ts.Year, ts.Month, ts.Day, ts.Hour}
 			t.hourUS = time.Date(ts.Year, time.Month(ts.Month), ts.Day, ts.Hour, 0, 0, 0, t.opts.Location).UnixMicro()
@@ -431,6 +435,10 @@ func (t *Tracker) observeInit(l *Line, ts int64) {
 func (t *Tracker) commID(in *Init) string {
 	if in.HasCommID {
 		return "0x" + strconv.FormatUint(in.CommID, 16)
+	}
+	if !in.IsSplit {
+		// NCCL before 2.18's commId: unique to this process until a reader joins it.
+		return "unjoined:" + t.Host + ":" + strconv.Itoa(t.PID) + ":0x" + strconv.FormatUint(in.Comm, 16)
 	}
 	parent := "unjoined:" + t.Host + ":" + strconv.Itoa(t.PID) + ":0x" + strconv.FormatUint(in.Parent, 16)
 	if p := t.comms[in.Parent]; p != nil {

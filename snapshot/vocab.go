@@ -34,6 +34,15 @@ const (
 	EventWarn EventKind = "warn"
 	// EventCommAbort: a communicator was aborted; Comm is its pointer in this process.
 	EventCommAbort EventKind = "comm_abort"
+	// EventCollMismatch: NCCL's own collective-mismatch check (2.4-2.8 device check):
+	// "Mismatched collective detected ... around rank N" (Fatal) or "Your program may be
+	// hanging, this may be caused by a collective mismatch around rank N"; Code is N.
+	EventCollMismatch EventKind = "coll_mismatch"
+	// EventNetSizeMismatch: NET/IB "collective mismatch error, local size X remote size Y" or
+	// "posted incorrect receive info": the two ends of a connection disagree on a message
+	// size, which NCCL's maintainers trace to transport or configuration, not to the
+	// application's calls; Peer is the remote address.
+	EventNetSizeMismatch EventKind = "net_size_mismatch"
 )
 
 // Events from PyTorch and launcher output.

@@ -2,44 +2,118 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/ncclwatch/watchdog/analyze"
 	"github.com/ncclwatch/watchdog/detect"
 )
 
+const analyzeUsage = `usage: watchdog analyze [flags] PATH... (flags may also follow the paths)
+
+PATHs are NCCL_DEBUG_FILE logs, consoles of torchrun/mpirun/srun/kubectl (many processes
+interleaved in one file are told apart by NCCL's prefix), NCCL RAS reports saved as text or
+JSON, folders (searched for *.log *.txt *.out *.err *.json and files without extension),
+any of them gzip- or zstd-compressed, and - for standard input.
+
+The report starts with what could be read (coverage), then the findings.
+
+Exit status:
+  0  the logs were read and allow a judgement, and nothing was found
+  1  findings (see the report)
+  2  usage or input error: bad flag, no such path, nothing to read
+  3  too little could be read to judge: no NCCL or collective lines, unreadable files,
+     no two ranks to compare; the report says what to set (this is not an all-clear)
+
+Flags:
+`
+
 func runAnalyze(ctx context.Context, args []string) error {
+	code := analyzeMain(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+	if code != 0 {
+		os.Exit(code)
+	}
+	return nil
+}
+
+// analyzeMain is the analyze command with its streams; it returns the exit status.
+func analyzeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("analyze", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	verbose := fs.Bool("verbose", false, "list every rank, communicator and piece of evidence instead of summarising large jobs")
 	tz := fs.String("log-tz", "Local", "time zone NCCL printed its timestamps in (e.g. UTC, Europe/Paris)")
-	ring := fs.Int("ops", 4096, "recent ops per communicator compared across ranks")
+	ring := fs.Int("ops", 0, "recent ops per communicator compared across ranks (0: 4096, 1024 above 64 files)")
+	workers := fs.Int("workers", 0, "files read at once (0: one per CPU)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: watchdog analyze [--json] PATH...\n\nPATHs are NCCL_DEBUG_FILE logs, torchrun/stdout logs, or folders searched for *.log.")
+		fmt.Fprint(fs.Output(), analyzeUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
+	paths, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
-	if fs.NArg() == 0 {
+	if err != nil {
+		return analyze.ExitInput
+	}
+	if len(paths) == 0 {
 		fs.Usage()
-		return fmt.Errorf("no paths")
+		fmt.Fprintln(stderr, "watchdog analyze: no paths given")
+		return analyze.ExitInput
 	}
 	loc, err := time.LoadLocation(*tz)
 	if err != nil {
-		return fmt.Errorf("--log-tz: %w", err)
+		fmt.Fprintf(stderr, "watchdog analyze: --log-tz: %v\n", err)
+		return analyze.ExitInput
 	}
-	rep, err := analyze.Analyze(ctx, fs.Args(), analyze.Options{Location: loc, RingSize: *ring, Rules: detect.DefaultConfig()})
-	if rep == nil {
-		return err
-	}
+	// The analysis holds every rank's recent ops at once and then exits: trade memory for
+	// fewer collections, bounded well under 1 GiB.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(768 << 20))
+	rep, err := analyze.Analyze(ctx, paths, analyze.Options{Location: loc, RingSize: *ring, Workers: *workers,
+		Stdin: stdin, Rules: detect.DefaultConfig()})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "watchdog analyze: some files could not be read fully: %v\n", err)
+		fmt.Fprintf(stderr, "watchdog analyze: %v\n", strings.TrimPrefix(err.Error(), analyze.ErrInput.Error()+": "))
+		if errors.Is(err, analyze.ErrInput) {
+			return analyze.ExitInput
+		}
+		return analyze.ExitCannotJudge
 	}
 	if *asJSON {
-		return rep.WriteJSON(os.Stdout)
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.Write(stdout, *verbose)
 	}
-	return rep.WriteText(os.Stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "watchdog analyze: %v\n", err)
+		return analyze.ExitInput
+	}
+	return rep.ExitCode
+}
+
+// parseInterleaved parses flags wherever they stand among the paths ("analyze DIR --json");
+// "--" ends the flags, and "-" is a path (standard input).
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var paths []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return paths, nil
+		}
+		// flag stops at the first non-flag; after "--" everything is a path.
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(paths, rest...), nil
+		}
+		paths = append(paths, rest[0])
+		args = rest[1:]
+	}
 }

@@ -1,0 +1,489 @@
+package analyze
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/ncclwatch/watchdog/heartbeat/ras"
+	"github.com/ncclwatch/watchdog/logparse"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// maxLine caps one line; longer lines are cut (NCCL itself caps most at 1 KiB).
+const maxLine = 1 << 20
+
+// maxRAS caps a RAS report read whole.
+const maxRAS = 64 << 20
+
+// nameRE matches NCCL_DEBUG_FILE=nccl.%h.%p.log names.
+var nameRE = regexp.MustCompile(`(?:^|[./])nccl\.([^/]+)\.(\d+)\.log(?:\.gz|\.zst)?$`)
+
+// procKey identifies a process: host and pid from NCCL's prefix. NCCL lines without one get
+// a key of their file (anon), never shared with another file.
+type procKey struct {
+	host string
+	pid  int
+	anon string
+}
+
+func (k procKey) String() string {
+	if k.anon != "" {
+		return k.anon
+	}
+	return k.host + ":" + strconv.Itoa(k.pid)
+}
+
+type torchEvent struct {
+	rank int // global rank, -1 when unknown
+	host string
+	ev   snapshot.Event
+}
+
+// FileStat says what a file held.
+type FileStat struct {
+	Path    string `json:"path"`
+	Lines   int64  `json:"lines"`
+	Unknown int64  `json:"unknown"` // neither NCCL nor PyTorch (training output, other tools)
+	NCCL    int64  `json:"nccl_lines,omitempty"`
+	Torch   int64  `json:"torch_lines,omitempty"`
+	Coll    int64  `json:"collectives"`
+	TooLong int64  `json:"too_long,omitempty"`
+	// Fragments are pieces of NCCL lines cut by interleaved writers that could not be put
+	// back together; Rejoined were.
+	Fragments int64  `json:"fragments,omitempty"`
+	Rejoined  int64  `json:"rejoined,omitempty"`
+	Procs     int    `json:"processes"`
+	Codec     string `json:"codec,omitempty"`
+	Kind      string `json:"kind,omitempty"` // "ras-text", "ras-json" for RAS reports
+	ReadErr   string `json:"error,omitempty"`
+}
+
+// proc is one process as one file saw it.
+type proc struct {
+	key      procKey
+	t        *logparse.Tracker
+	lostColl int64 // collective lines of it lost to interleaving
+	files    []string
+	named    bool // from an nccl.<host>.<pid>.log name only
+	// What is kept once the file is read: the rendered process and the tracker's counts
+	// (rendering in the reading worker keeps it parallel).
+	snap     snapshot.Process
+	kinds    [logparse.NumKinds]int64
+	version  string
+	tsDigits int
+	lines    int64
+}
+
+// render keeps what the report needs from the tracker and lets the tracker go.
+func (p *proc) render() {
+	t := p.t
+	p.snap = t.Snapshot(logparse.SnapshotOptions{Recent: -1})
+	p.kinds, p.version, p.tsDigits, p.lines = t.Kinds, t.Version, t.TimestampDigits, t.Lines
+	p.t = nil
+}
+
+// fileResult is everything one file holds, read independently of the others.
+type fileResult struct {
+	stat    FileStat
+	procs   map[procKey]*proc
+	order   []procKey
+	torch   []torchEvent
+	ras     []*snapshot.RAS
+	version string // bare "NCCL version" lines seen
+	skip    string // why the file was not read as a log
+	err     error
+}
+
+// fileReader reads one file's lines into its processes.
+type fileReader struct {
+	opts  *Options
+	res   *fileResult
+	cur   *proc
+	byPID map[int][]*proc
+	line  logparse.Line
+	tail  logparse.Line
+	// pending are heads of NCCL lines cut by another writer, waiting for their rest.
+	pending []fragment
+	comms   map[uint64]*proc // communicator pointers by owner, to catch misattributed lines
+	scratch []byte
+}
+
+type fragment struct {
+	p    *proc
+	head []byte
+}
+
+const maxPending = 16
+
+// readFile reads one path completely. It never fails on content: what it cannot use is
+// counted.
+func readFile(ctx context.Context, path string, opts *Options) *fileResult {
+	res := &fileResult{stat: FileStat{Path: path}, procs: map[procKey]*proc{}}
+	in, err := openInput(path, opts.Stdin)
+	if err != nil {
+		res.err = err
+		res.stat.ReadErr = err.Error()
+		return res
+	}
+	defer in.Close()
+	res.stat.Codec = in.codec
+	switch in.kind {
+	case contentBinary:
+		res.skip = in.why
+		return res
+	case contentRASText, contentRASJSON:
+		readRAS(in, res)
+		return res
+	}
+	fr := &fileReader{opts: opts, res: res, byPID: map[int][]*proc{}, comms: map[uint64]*proc{}}
+	if m := nameRE.FindStringSubmatch(filepath.Base(path)); m != nil {
+		pid, _ := strconv.Atoi(m[2])
+		p := fr.proc(procKey{host: m[1], pid: pid})
+		p.named = true
+		fr.cur = p
+	}
+	err = fr.read(ctx, in.r)
+	fr.flush()
+	if err != nil {
+		res.err = err
+		res.stat.ReadErr = err.Error()
+	}
+	if res.stat.NCCL == 0 && res.stat.Torch == 0 && err == nil {
+		res.skip = "no NCCL or PyTorch lines in it"
+		if res.stat.Lines == 0 {
+			res.skip = "empty"
+		}
+	}
+	for _, p := range res.procs {
+		if !p.named || p.t.Lines > 0 {
+			res.stat.Procs++
+		}
+		p.render()
+	}
+	return res
+}
+
+func readRAS(in *input, res *fileResult) {
+	b, err := io.ReadAll(io.LimitReader(in.r, maxRAS))
+	if err != nil {
+		res.err = fmt.Errorf("read: %w", err)
+		res.stat.ReadErr = res.err.Error()
+		return
+	}
+	var rep *snapshot.RAS
+	if in.kind == contentRASJSON {
+		res.stat.Kind = "ras-json"
+		rep, err = ras.ParseJSON(b)
+	} else {
+		res.stat.Kind = "ras-text"
+		rep, err = ras.ParseText(b)
+	}
+	res.stat.Lines = int64(bytes.Count(b, []byte("\n")))
+	if rep == nil {
+		res.err = err
+		res.stat.ReadErr = err.Error()
+		return
+	}
+	if err != nil {
+		res.stat.ReadErr = err.Error()
+	}
+	res.ras = append(res.ras, rep)
+}
+
+func (fr *fileReader) read(ctx context.Context, r *bufio.Reader) error {
+	st := &fr.res.stat
+	skipping := false
+	for {
+		raw, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			if !skipping {
+				st.TooLong++
+				fr.apply(raw)
+			}
+			skipping = true
+			continue
+		}
+		if len(raw) > 0 && !skipping {
+			fr.apply(raw)
+		}
+		skipping = false
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		if st.Lines&0xffff == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func (fr *fileReader) proc(k procKey) *proc {
+	p := fr.res.procs[k]
+	if p == nil {
+		t := logparse.NewTracker(logparse.TrackerOptions{RingSize: fr.opts.RingSize, Location: fr.opts.Location})
+		t.Host, t.PID = k.host, k.pid
+		p = &proc{key: k, t: t, files: []string{fr.res.stat.Path}}
+		fr.res.procs[k] = p
+		fr.res.order = append(fr.res.order, k)
+		if k.anon == "" {
+			fr.byPID[k.pid] = append(fr.byPID[k.pid], p)
+		}
+	}
+	return p
+}
+
+// apply routes one line to its process. Processes are told apart by NCCL's prefix, never by
+// the file: one console holds many.
+func (fr *fileReader) apply(raw []byte) {
+	st := &fr.res.stat
+	st.Lines++
+	l := &fr.line
+	logparse.Parse(raw, l)
+	switch {
+	case l.Host != nil:
+		if at, ok := fr.mergedAt(l); ok {
+			fr.splitMerged(raw, l, at)
+			return
+		}
+		fr.applyProcLine(raw, l)
+	case l.Level != logparse.LevelNone:
+		// An NCCL line whose host:pid:tid was cut away: the file's only process, or one
+		// per launcher rank or device of this file.
+		st.NCCL++
+		p := fr.cur
+		if p == nil || len(fr.res.procs) > 1 || l.LauncherRank >= 0 {
+			tag := l.LauncherRank
+			if tag < 0 {
+				tag = 1000 + max(l.Dev, -1)
+			}
+			k := procKey{anon: fr.res.stat.Path + "#" + strconv.Itoa(tag)}
+			if fr.cur != nil && len(fr.res.procs) == 1 && fr.cur.key.anon == "" && l.LauncherRank < 0 {
+				k = fr.cur.key
+			}
+			p = fr.proc(k)
+		}
+		fr.cur = p
+		fr.count(l)
+		p.t.Apply(l, raw, time.Time{})
+	case l.Kind.FromTorch():
+		st.Torch++
+		fr.torchLine(l)
+	case l.Kind == logparse.KindVersion:
+		st.NCCL++
+		if fr.res.version == "" {
+			fr.res.version = string(l.Text)
+		}
+		if fr.cur != nil {
+			fr.cur.t.Apply(l, raw, time.Time{})
+		}
+	case l.Kind == logparse.KindBlank:
+	default:
+		if fr.rejoin(raw) {
+			return
+		}
+		if fr.cur != nil {
+			fr.cur.t.Apply(l, raw, time.Time{})
+			if l.Kind == logparse.KindContinuation {
+				st.NCCL++
+				return
+			}
+		}
+		st.Unknown++
+	}
+}
+
+func (fr *fileReader) count(l *logparse.Line) {
+	if l.Kind == logparse.KindColl {
+		fr.res.stat.Coll++
+	}
+}
+
+func (fr *fileReader) applyProcLine(raw []byte, l *logparse.Line) {
+	st := &fr.res.stat
+	st.NCCL++
+	p := fr.cur
+	if p == nil || p.key.pid != l.PID || p.key.host != string(l.Host) || p.key.anon != "" {
+		p = fr.proc(procKey{host: string(l.Host), pid: l.PID})
+		fr.cur = p
+	}
+	if l.Kind == logparse.KindColl {
+		// A per-op line naming another process's communicator is two writers' text glued
+		// together: its op belongs to neither with certainty.
+		if owner := fr.comms[l.Coll.Comm]; owner != nil && owner != p {
+			st.Fragments++
+			p.lostColl++
+			return
+		}
+		if fr.comms[l.Coll.Comm] == nil {
+			fr.comms[l.Coll.Comm] = p
+		}
+	}
+	if l.Kind == logparse.KindInfo && l.Level == logparse.LevelInfo && looksLikeCollHead(l.Msg) {
+		// The start of a per-op line whose end was written later (or never): keep it.
+		fr.keepPending(p, raw)
+		return
+	}
+	fr.count(l)
+	p.t.Apply(l, raw, time.Time{})
+}
+
+// looksLikeCollHead reports a message that starts like a per-op line but did not parse.
+func looksLikeCollHead(m []byte) bool {
+	c := bytes.IndexByte(m, ':')
+	return c > 0 && c < 16 && bytes.HasPrefix(m[c:], []byte(": opCount")) || (c > 0 && c < 16 && len(m) < c+12 && bytes.HasPrefix([]byte(": opCount"), m[c:]))
+}
+
+// mergedAt finds a second NCCL prefix inside a line's message: two writers' lines glued
+// together. It returns the index in the message where the second line's host starts. It
+// runs on every line, so it looks for the rare 'N' first: per-op messages have none.
+func (fr *fileReader) mergedAt(l *logparse.Line) (int, bool) {
+	m := l.Msg
+	off := 0
+	for {
+		i := bytes.IndexByte(m[off:], 'N')
+		if i < 0 {
+			return 0, false
+		}
+		i += off
+		off = i + 1
+		if i == 0 || m[i-1] != ' ' || !(bytes.HasPrefix(m[i:], []byte("NCCL INFO")) || bytes.HasPrefix(m[i:], []byte("NCCL WARN"))) {
+			continue
+		}
+		// Before it: "host:pid:tid [dev] " (the dev may be absent), the host glued to the
+		// first line's text.
+		j := i - 1
+		if j > 0 && m[j-1] == ']' {
+			o := bytes.LastIndexByte(m[:j], '[')
+			if o <= 0 || m[o-1] != ' ' {
+				continue
+			}
+			j = o - 1
+		}
+		sp := bytes.LastIndexByte(m[:j], ' ') + 1
+		if at, ok := fr.glueAt(m[sp:j]); ok {
+			return sp + at, true
+		}
+	}
+}
+
+// glueAt finds where "host:pid:tid" starts in a token that may carry another line's text
+// before the host: the longest known host of a process with that pid.
+func (fr *fileReader) glueAt(tok []byte) (int, bool) {
+	c2 := bytes.LastIndexByte(tok, ':')
+	if c2 <= 0 {
+		return 0, false
+	}
+	c1 := bytes.LastIndexByte(tok[:c2], ':')
+	if c1 < 0 {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(string(tok[c1+1 : c2]))
+	if err != nil {
+		return 0, false
+	}
+	if _, err := strconv.Atoi(string(tok[c2+1:])); err != nil {
+		return 0, false
+	}
+	best := -1
+	for _, p := range fr.byPID[pid] {
+		h := p.key.host
+		if c1 >= len(h) && string(tok[c1-len(h):c1]) == h && (best < 0 || c1-len(h) < best) {
+			best = c1 - len(h)
+		}
+	}
+	return best, best >= 0
+}
+
+// splitMerged handles a line that holds the start of one process's line and then another
+// process's whole line: the start waits for its rest, the other line is read.
+func (fr *fileReader) splitMerged(raw []byte, l *logparse.Line, at int) {
+	p := fr.cur
+	if p == nil || p.key.pid != l.PID || p.key.host != string(l.Host) {
+		p = fr.proc(procKey{host: string(l.Host), pid: l.PID})
+	}
+	// Msg is a subslice of raw: its offset is the difference of their capacities.
+	cut := cap(raw) - cap(l.Msg) + at
+	head := raw[:cut]
+	rest := append([]byte(nil), raw[cut:]...)
+	fr.res.stat.Lines--
+	fr.keepPending(p, head)
+	fr.apply(rest)
+}
+
+func (fr *fileReader) keepPending(p *proc, head []byte) {
+	if len(fr.pending) == maxPending {
+		fr.lose(fr.pending[0])
+		fr.pending = fr.pending[1:]
+	}
+	fr.pending = append(fr.pending, fragment{p: p, head: append([]byte(nil), bytes.TrimRight(head, "\r\n")...)})
+}
+
+// rejoin tries an unprefixed line as the rest of a pending head, newest first: accepted when
+// the two make a line of a known kind whose communicator (for a per-op line) is the head's
+// process's own.
+func (fr *fileReader) rejoin(raw []byte) bool {
+	rest := bytes.TrimRight(raw, "\r\n")
+	for i := len(fr.pending) - 1; i >= 0; i-- {
+		f := fr.pending[i]
+		fr.scratch = append(append(fr.scratch[:0], f.head...), rest...)
+		l := &fr.tail
+		logparse.Parse(fr.scratch, l)
+		if l.Host == nil || l.Kind == logparse.KindUnknown || l.Kind == logparse.KindInfo {
+			continue
+		}
+		if l.Kind == logparse.KindColl {
+			if owner := fr.comms[l.Coll.Comm]; owner != nil && owner != f.p {
+				continue
+			}
+		}
+		fr.pending = append(fr.pending[:i], fr.pending[i+1:]...)
+		fr.res.stat.Rejoined++
+		fr.res.stat.NCCL++
+		fr.count(l)
+		f.p.t.Apply(l, fr.scratch, time.Time{})
+		return true
+	}
+	return false
+}
+
+// lose counts a head that never found its rest.
+func (fr *fileReader) lose(f fragment) {
+	fr.res.stat.Fragments++
+	var l logparse.Line
+	logparse.Parse(f.head, &l)
+	if looksLikeCollHead(l.Msg) {
+		f.p.lostColl++
+	}
+}
+
+func (fr *fileReader) flush() {
+	for _, f := range fr.pending {
+		fr.lose(f)
+	}
+	fr.pending = nil
+}
+
+// torchLine keeps PyTorch and launcher events for the rank or pid they name.
+func (fr *fileReader) torchLine(l *logparse.Line) {
+	ev, ok := logparse.EventOf(l, 0)
+	if !ok {
+		return
+	}
+	rank := l.Torch.Rank
+	if l.LauncherRank >= 0 && rank < 0 {
+		rank = l.LauncherRank
+	}
+	if len(fr.res.torch) < 10000 {
+		fr.res.torch = append(fr.res.torch, torchEvent{rank: rank, ev: ev})
+	}
+}

@@ -1,0 +1,131 @@
+package detect
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// Diagnostics turns what NCCL says itself into findings, with the cause NCCL's maintainers
+// give: NCCL's own collective-mismatch check, NET/IB message-size mismatches (a transport or
+// configuration fault), communicators whose initialization never completed (offline).
+func Diagnostics(j *Job) []Finding {
+	var out []Finding
+	byRank := map[int]*Proc{}
+	for _, p := range j.Procs {
+		if p.Rank >= 0 {
+			byRank[p.Rank] = p
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range j.Procs {
+		for _, e := range p.Events {
+			switch e.Kind {
+			case snapshot.EventCollMismatch:
+				culprit := p
+				if q := byRank[e.Code]; q != nil {
+					culprit = q
+				}
+				key := "nccl-mismatch:" + culprit.Key()
+				if seen[key] {
+					continue
+				}
+				seen[key] = true
+				f := Finding{Kind: incident.KindMismatch, Severity: incident.SeverityCritical,
+					Culprits: []incident.Culprit{culprit.Culprit()}, culpritKeys: []string{culprit.Key()}, Key: key}
+				what := "detected a mismatched collective"
+				if !e.Fatal {
+					what = "suspects a hang caused by a mismatched collective"
+				}
+				f.Summary = fmt.Sprintf("NCCL's own check on %s %s at and around rank %d: the ranks' collective calls differ there (check the calls of rank %d)",
+					p.Name(), what, e.Code, e.Code)
+				f.addEvidence("%s: %s", p.Name(), e.Msg)
+				out = append(out, f)
+			case snapshot.EventNetSizeMismatch:
+				key := "net-size:" + p.Host
+				if seen[key] {
+					continue
+				}
+				seen[key] = true
+				f := Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical,
+					Culprits: []incident.Culprit{{Rank: -1, Host: p.Host}}, culpritKeys: []string{p.Key()}, Key: key}
+				f.Summary = fmt.Sprintf("NET/IB on %s reports that the two ends of a connection disagree on a message size (peer %s): NCCL's maintainers trace this to the transport or the configuration (different NCCL versions or NCCL_PROTO/NCCL_ALGO/plugin settings between ranks), not to the application's calls",
+					p.Name(), orUnknown(e.Peer))
+				f.addEvidence("%s: %s", p.Name(), e.Msg)
+				out = append(out, f)
+			}
+		}
+	}
+	if j.Offline {
+		out = append(out, initHangs(j)...)
+	}
+	return out
+}
+
+// torchTimeouts is the finding of PyTorch watchdog timeouts alone: the timed-out ranks were
+// only waiting, so it names no culprit, only that the job hangs and what to log to see why.
+func torchTimeouts(j *Job) []Finding {
+	var timeouts []string
+	for _, p := range j.Procs {
+		for _, e := range p.Events {
+			if e.Kind == snapshot.EventTorchTimeout {
+				timeouts = append(timeouts, fmt.Sprintf("%s timed out at its SeqNum %d: %s", p.Name(), e.Code, e.Msg))
+			}
+		}
+	}
+	if len(timeouts) == 0 {
+		return nil
+	}
+	sort.Strings(timeouts)
+	f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{},
+		Victims: len(timeouts), Key: "torch-timeout"}
+	f.Summary = fmt.Sprintf("PyTorch's watchdog timed out %d rank(s) waiting in a collective; those ranks were only waiting, and the NCCL lines here do not show which rank stopped (%s)",
+		len(timeouts), "run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL and keep every rank's log")
+	for _, t := range timeouts {
+		f.addEvidence("%s", t)
+	}
+	return []Finding{f}
+}
+
+// initHangs finds communicators whose Init START has no COMPLETE: initialization hung, on
+// the ranks that started it, waiting for the ranks that never arrived.
+func initHangs(j *Job) []Finding {
+	var out []Finding
+	for _, g := range j.Groups {
+		var stuck []string
+		var keys []string
+		present := map[int]bool{}
+		for _, m := range g.Members {
+			present[m.Comm.Rank] = true
+			if m.Comm.State == snapshot.CommInit {
+				stuck = append(stuck, m.Proc.Name())
+				keys = append(keys, m.Proc.Key())
+			}
+		}
+		if len(stuck) == 0 {
+			continue
+		}
+		var missing []string
+		for r := 0; r < g.NRanks && len(missing) < 16; r++ {
+			if !present[r] {
+				missing = append(missing, fmt.Sprint(r))
+			}
+		}
+		f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Comm: g.ID,
+			Culprits: []incident.Culprit{}, Victims: len(stuck), Key: "init:" + g.ID, culpritKeys: keys}
+		f.Summary = fmt.Sprintf("initialization of communicator %s (%d ranks) did not complete on %d rank(s)", shortComm(g.ID), g.NRanks, len(stuck))
+		if len(missing) > 0 {
+			f.Summary += fmt.Sprintf("; ranks %s never logged joining it: they are the ones to look at", strings.Join(missing, ","))
+		} else {
+			f.Summary += "; every rank started it: suspect the network between them (bootstrap, firewall, interface)"
+		}
+		for _, s := range stuck {
+			f.addEvidence("%s logged Init START and no Init COMPLETE", s)
+		}
+		out = append(out, f)
+	}
+	return out
+}

@@ -1,0 +1,119 @@
+package logparse
+
+import "testing"
+
+// TestFieldFormats covers what real clusters print around and inside NCCL's lines: launcher
+// and collector prefixes, pre-2.18 Init lines, NCCL's own mismatch checks. The lines are
+// written from the formats (Open MPI, Slurm, pdsh, kubectl, torchrun, NCCL 2.4-2.17, RCCL),
+// not copied from any log.
+func TestFieldFormats(t *testing.T) {
+	const info = "gpu7:4242:4242 [2] NCCL INFO Using network IB"
+	const want = `kind=using_network host=gpu7 pid=4242 tid=4242 dev=2`
+	cases := []struct {
+		name, line, want string
+	}{
+		// Launchers and collectors.
+		{"open mpi --tag-output", "[1,6]<stdout>:" + info, want + ` lrank=6 text="IB"`},
+		{"open mpi stderr", "[1,12]<stderr>:" + info, want + ` lrank=12 text="IB"`},
+		{"open mpi --timestamp-output", "Fri Aug 11 12:31:45 2023[1,6]<stdout>:" + info,
+			want + ` lrank=6 time=2023-08-11T12:31:45.000000000/0 text="IB"`},
+		{"ctime with padded day", "Mon Jan  2 03:04:05 2023 " + info, want + ` time=2023-01-02T03:04:05.000000000/0 text="IB"`},
+		{"srun --label padded", " 6: " + info, want + ` lrank=6 text="IB"`},
+		{"srun --label zero padded", "06: " + info, want + ` lrank=6 text="IB"`},
+		{"pdsh host label", "node-07.cluster: " + info, want + ` text="IB"`},
+		{"pdsh then srun", "node07: 3: " + info, want + ` lrank=3 text="IB"`},
+		{"kubectl --timestamps", "2023-08-11T12:31:45.123456789Z " + info, want + ` time=2023-08-11T12:31:45.123456789/9 text="IB"`},
+		{"rfc3339 with offset", "2023-08-11T12:31:45+02:00 " + info, want + ` time=2023-08-11T12:31:45.000000000/0 text="IB"`},
+		{"kubectl then torchrun", "2023-08-11T12:31:45.5Z [default1]:" + info, want + ` lrank=1 time=2023-08-11T12:31:45.500000000/1 text="IB"`},
+		{"rank tag", "[3] " + info, want + ` lrank=3 text="IB"`},
+		{"empty hostname", ":5202:5683 [0] NCCL INFO Using network Socket", `kind=using_network host= pid=5202 tid=5683 dev=0 text="Socket"`},
+		{"empty hostname after tag", "[1,0]<stdout>::5202:5683 [0] NCCL INFO Using network Socket", `kind=using_network host= pid=5202 tid=5683 dev=0 lrank=0 text="Socket"`},
+		{"no pid:tid, dev only", "[0] NCCL INFO Using network IB", `kind=using_network text="IB"`},
+		{"no prefix at all", "NCCL INFO Using network IB", `kind=using_network text="IB"`},
+		{"host:pid without tid", "gpu7:4242 [1] NCCL INFO Using network IB", `kind=using_network host=gpu7 pid=4242 tid=0 dev=1 text="IB"`},
+		{"a sentence mentioning NCCL is not an NCCL line", "we wrote this long sentence to explain why the run failed with NCCL WARN in it", "kind=unknown"},
+		{"warning label is not a host", "WARNING:torch.distributed.run:", "kind=unknown"},
+		{"python error label stripped", "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3", "kind=torch_nccl_error"},
+
+		// Init lines before commId (2.4-2.17) and RCCL.
+		{"init 2.10 no commId", "ai:7:9 [2] NCCL INFO comm 0x7fc0c8002f70 rank 2 nranks 4 cudaDev 2 busId 89000 - Init COMPLETE",
+			"kind=init host=ai pid=7 tid=9 dev=2 api= jobrank=-1 comm=7fc0c8002f70 rank=2 nranks=4 cuda=2 nvml=-1 bus=89000 phase=2"},
+		{"init 2.4 no busId", "ai:7:9 [1] NCCL INFO comm 0x2d8a9c0 rank 1 nranks 16 cudaDev 1 nvmlDev 1 - Init COMPLETE",
+			"kind=init host=ai pid=7 tid=9 dev=1 api= jobrank=-1 comm=2d8a9c0 rank=1 nranks=16 cuda=1 nvml=1 bus=0 phase=2"},
+		{"init 2.13 with commId", "ai:7:9 [1] NCCL INFO comm 0x2d8a9c0 rank 1 nranks 16 cudaDev 1 busId 1b000 commId 0xab12 - Init START",
+			"kind=init host=ai pid=7 tid=9 dev=1 api= jobrank=-1 comm=2d8a9c0 rank=1 nranks=16 cuda=1 nvml=-1 bus=1b000 commid=ab12 phase=1"},
+		{"init rccl extra fields", "mi:7:9 [0] NCCL INFO comm 0x55d1 rank 0 nranks 8 cudaDev 0 busId 4000 localSize 8 used 123456 bytes - Init COMPLETE",
+			"kind=init host=mi pid=7 tid=9 dev=0 api= jobrank=-1 comm=55d1 rank=0 nranks=8 cuda=0 nvml=-1 bus=4000 phase=2"},
+		{"init without rank is not init", "ai:7:9 [1] NCCL INFO comm 0x2d8a9c0 nranks 16 cudaDev 1 - Init COMPLETE", "kind=info host=ai pid=7 tid=9 dev=1"},
+		{"bare version 2.10 stdout", "NCCL version 2.10.3+cuda11.3", `kind=version text="2.10.3+cuda11.3"`},
+		{"version under a launcher tag", "[1,0]<stdout>:NCCL version 2.7.8+cuda11.0", `kind=version lrank=0 text="2.7.8+cuda11.0"`},
+		{"rccl version", "NCCL version 2.18.3+hip6.1 develop:7e1cbb4", `kind=version text="2.18.3+hip6.1"`},
+
+		// NCCL's own diagnostics.
+		{"2.4 mismatch check", "ai:7:9 [3] enqueue.cc:200 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 3. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs",
+			"kind=coll_mismatch host=ai pid=7 tid=9 dev=3 file=enqueue.cc:200 rank=3 fatal=true"},
+		{"2.4 suspected mismatch", "ai:7:9 [3] init.cc:900 NCCL WARN Your program may be hanging, this may be caused by a collective mismatch around rank 5. Please check your collective calls at and around this rank. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs",
+			"kind=coll_mismatch host=ai pid=7 tid=9 dev=3 file=init.cc:900 rank=5 fatal=false"},
+		{"net/ib size mismatch", "ai:7:11 [3] transport/net_ib.cc:700 NCCL WARN NET/IB : req 1/1 tag 7 peer 10.0.0.2<43210> collective mismatch error, local size 4096 remote size 2048",
+			`kind=net_size_mismatch host=ai pid=7 tid=11 dev=3 file=transport/net_ib.cc:700 peer="10.0.0.2<43210>"`},
+		{"net/ib incorrect receive info", "ai:7:11 [3] transport/net_ib.cc:700 NCCL WARN NET/IB : req 1/1 tag 7 peer 10.0.0.2<43210> posted incorrect receive info: size 4096 addr 0x1 rkeys[0]=0x2",
+			`kind=net_size_mismatch host=ai pid=7 tid=11 dev=3 file=transport/net_ib.cc:700 peer="10.0.0.2<43210>"`},
+	}
+	var l Line
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			Parse([]byte(c.line), &l)
+			g := got(&l)
+			switch l.Kind {
+			case KindCollMismatch:
+				g += " rank=" + itoa(l.Code) + " fatal=" + map[bool]string{true: "true", false: "false"}[l.Fatal]
+			case KindNetSizeMismatch:
+				g += " peer=\"" + string(l.Text) + "\""
+			}
+			if g != c.want {
+				t.Errorf("\n line %q\n got  %s\n want %s", c.line, g, c.want)
+			}
+		})
+	}
+}
+
+func itoa(v int) string {
+	if v < 0 {
+		return "-" + itoa(-v)
+	}
+	if v < 10 {
+		return string(rune('0' + v))
+	}
+	return itoa(v/10) + string(rune('0'+v%10))
+}
+
+// FuzzLauncherPrefix feeds arbitrary text, alone and before a real NCCL line, through the
+// launcher-prefix reader and the parser: what is stripped is always a prefix of the input,
+// and a line that parses the same without the prefix must still parse as NCCL.
+func FuzzLauncherPrefix(f *testing.F) {
+	for _, p := range []string{"[1,6]<stdout>:", "Fri Aug 11 12:31:45 2023[1,6]<stdout>:", " 6: ", "node07: ",
+		"2023-08-11T12:31:45.123456789Z ", "2023-08-11T12:31:45+02:00 ", "[default3]:", "[rank3]:", "[3] ", "", ":",
+		"[1,", "Mon Jan  2 03:04:05 2023", "0: [rank0]: "} {
+		f.Add([]byte(p))
+	}
+	const line = "gpu7:4242:4243 [2] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 8 datatype 7 op 0 root 0 comm 0xabc [nranks=4] stream (nil)"
+	f.Fuzz(func(t *testing.T, prefix []byte) {
+		var l Line
+		l.reset()
+		rest := stripLauncher(prefix, &l)
+		if len(rest) > len(prefix) || string(prefix[len(prefix)-len(rest):]) != string(rest) {
+			t.Fatalf("stripLauncher(%q) = %q: not a suffix", prefix, rest)
+		}
+		if l.HasTime && (l.Time.Month < 1 || l.Time.Month > 12 || l.Time.Nanos < 0 || l.Time.Nanos >= 1e9) {
+			t.Fatalf("stripLauncher(%q) time %+v", prefix, l.Time)
+		}
+		full := append(append([]byte(nil), prefix...), line...)
+		Parse(full, &l)
+		if l.Kind >= NumKinds {
+			t.Fatalf("kind %d", l.Kind)
+		}
+		if l.Kind == KindColl && (l.Coll.Comm != 0xabc || l.Coll.NRanks != 4) {
+			t.Fatalf("%q: coll %+v", full, l.Coll)
+		}
+	})
+}
