@@ -995,9 +995,13 @@ static nw_result_t v4_start(void *ctx, void **h, struct nw_descr_v4 *d) {
   return NW_SUCCESS;
 }
 
-/* v5 and v6: a Coll's or P2p's parent is its plan's Group, now in parentGroup. */
+/* v5 and v6: a Coll's or P2p's parent is its plan's Group, now in parentGroup. The type is
+ * read through its low byte: every type handled here is below 256 and every other one is a
+ * single bit above, so this holds even if a release declared the field 8 bits wide (as v3 and
+ * v4 do) and left garbage in the padding. */
 static void *start_v5(void *ctx, uint64_t type, void *parent, int rank, const struct nw_coll_v5 *coll,
                       const struct nw_p2p_v5 *p2p, const struct nw_proxy_op *op, const struct nw_kernel_ch_v4 *kch) {
+  type &= 0xFF;
   struct nw_ev ev = {.type = type, .parent = parent, .rank = rank};
   ev_v4(&ev, &coll->v4, &p2p->v4, op, kch);
   if (type == NW_EV_COLL) ev.parent = coll->parentGroup;

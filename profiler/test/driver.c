@@ -51,6 +51,9 @@ static void logger(int level, unsigned long flags, const char *file, int line, c
 /* ---- one API over the four ABI versions ----------------------------------------------- */
 
 static int ver;
+/* v5/v6: garbage in the type's upper bytes, as an 8-bit type field with stack padding would
+ * leave; the plugin must still see the event's type. */
+static int type_garbage;
 static struct nw_profiler_v3 *p3;
 static struct nw_profiler_v4 *p4;
 static struct nw_profiler_v5 *p5;
@@ -210,14 +213,14 @@ static void *start(void *ctx, const struct ev *e) {
   } else if (ver == 5) {
     struct nw_descr_v5 d;
     memset(&d, 0xAB, sizeof d);
-    d.type = e->type;
+    d.type = e->type | (type_garbage ? 0xABABABABABABAB00ULL : 0);
     d.rank = e->rank;
     fill_v5(e, &d.parentObj, &d.coll, &d.p2p, &d.proxyOp, &d.proxyStep.step, &d.kernelCh);
     rc = p5->startEvent(ctx, &h, &d);
   } else {
     struct nw_descr_v6 d;
     memset(&d, 0xAB, sizeof d);
-    d.type = e->type;
+    d.type = e->type | (type_garbage ? 0xABABABABABABAB00ULL : 0);
     d.rank = e->rank;
     fill_v5(e, &d.parentObj, &d.coll, &d.p2p, &d.proxyOp, &d.proxyStep.step, &d.kernelCh);
     rc = p6->startEvent(ctx, &h, &d);
@@ -453,7 +456,13 @@ static void orders(void) {
   kch(ctx2, open_c, 1, 11);  /* old handles must not land in the new comm */
   stop(open_c);
   stop(open_s);
+  type_garbage = ver >= 5;
   full_coll(ctx2, 0xD00D, 0, 10, 1, 1, 2);
+  if (type_garbage) {
+    struct ev api = {.type = NW_EV_COLL_API};
+    if (start(ctx2, &api)) fail("CollApi with garbage above its bit got a handle");
+  }
+  type_garbage = 0;
 }
 
 struct queue {
