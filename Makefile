@@ -4,7 +4,7 @@ BIN       := bin
 TESTFLAGS ?= -race -count=1 -timeout 15m
 FUZZTIME  ?= 60s
 
-.PHONY: build test lint demo bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-scale fuzz-short clean
+.PHONY: build test lint demo bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-scale fuzz-short clean plugin
 
 build:
 	$(GO) build -o $(BIN)/watchdog ./cmd/watchdog
@@ -68,6 +68,25 @@ fuzz-short:
 
 clean:
 	rm -rf $(BIN)
+
+# The NCCL profiler plugin (profiler/README.md), C built with gcc only, and profdump, a static
+# reader of its regions for machines without Go. heartbeat/profile's tests build the plugin
+# themselves with the same flags plus -Werror and the sanitizers, so `make test` needs no
+# `make plugin` first.
+PLUGIN_SO     := $(BIN)/libnccl-profiler-ncclwatch.so
+PLUGIN_CFLAGS ?= -std=gnu11 -O2 -g -fPIC -fvisibility=hidden -pthread -Wall -Wextra
+plugin: $(PLUGIN_SO) $(BIN)/profdump-linux-amd64
+
+$(PLUGIN_SO): profiler/plugin.c profiler/abi.h profiler/region.h
+	@mkdir -p $(BIN)
+	gcc $(PLUGIN_CFLAGS) -shared -Wl,-z,nodelete -Wl,--no-undefined -o $@ profiler/plugin.c -ldl
+
+$(BIN)/profdump-linux-amd64: FORCE
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o $@ ./heartbeat/profile/profdump
+
+.PHONY: FORCE
+FORCE:
 
 # ---------------------------------------------------------------------------------------
 # deploy/: Helm chart, Kubernetes manifests, Prometheus rules, Grafana dashboards, Slurm.

@@ -1,0 +1,51 @@
+package profile
+
+// layoutTable names every constant above the way profiler/test/layout.c prints it.
+var layoutTable = map[string]int{
+	"magic": int(Magic), "layout_version": LayoutVersion,
+	"max_comms": DefaultMaxComms, "max_peers": DefaultMaxPeers, "str": strLen,
+	"sizeof.hdr": headerSize, "sizeof.op": opSize, "sizeof.peer_dir": peerDirSize, "sizeof.peer": peerSize,
+	"sizeof.comm_hdr": commHdrSize, "sizeof.comm_slot": commHdrSize + DefaultMaxPeers*peerSize,
+	"sizeof.region": headerSize + DefaultMaxComms*(commHdrSize+DefaultMaxPeers*peerSize),
+
+	"hdr.magic": hdrMagic, "hdr.layout_version": hdrLayoutVersion, "hdr.header_size": hdrHeaderSize,
+	"hdr.region_size": hdrRegionSize, "hdr.max_comms": hdrMaxComms, "hdr.comm_size": hdrCommSize,
+	"hdr.max_peers": hdrMaxPeers, "hdr.peer_size": hdrPeerSize, "hdr.op_size": hdrOpSize, "hdr.pid": hdrPID,
+	"hdr.proc_start_ticks": hdrProcStartTicks, "hdr.start_us": hdrStartUs, "hdr.start_mono_us": hdrStartMonoUs,
+	"hdr.profiler_abi": hdrProfilerABI, "hdr.nccl_version": hdrNCCLVersion, "hdr.state": hdrState,
+	"hdr.disabled": hdrDisabled, "hdr.exit_us": hdrExitUs, "hdr.event_mask": hdrEventMask,
+	"hdr.dropped_comms": hdrDroppedComms, "hdr.dropped_events": hdrDroppedEvents,
+	"hdr.dropped_peers": hdrDroppedPeers, "hdr.comms_inited": hdrCommsInited,
+	"hdr.comms_finalized": hdrCommsFinalized, "hdr.rank": hdrRank, "hdr.local_rank": hdrLocalRank,
+	"hdr.world_size": hdrWorldSize, "hdr.local_world_size": hdrLocalWorldSize, "hdr.host": hdrHost,
+	"hdr.job_id": hdrJobID, "hdr.disabled_reason": hdrDisabledReason, "hdr.plugin_version": hdrPluginVersion,
+	"hdr.reserved": hdrFieldsEnd,
+
+	"op.seq": opSeq, "op.nccl_seq": opNCCLSeq, "op.count": opCount, "op.issue_us": opIssueUs,
+	"op.gpu_start_us": opGPUStartUs, "op.gpu_timer": opGPUTimer, "op.root": opRoot, "op.kind": opKind,
+	"op.nchannels": opNChannels, "op.kch_started": opKchStarted, "op.kch_done": opKchDone,
+	"op.proxy_open": opProxyOpen, "op.func": opFunc, "op.dtype": opDtype, "op.algo": opAlgo, "op.proto": opProto,
+
+	"peer_dir.p2p_issued": pdP2PIssued, "peer_dir.p2p_done": pdP2PDone, "peer_dir.p2p_last_us": pdP2PLastUs,
+	"peer_dir.ops_started": pdOpsStarted, "peer_dir.ops_done": pdOpsDone, "peer_dir.steps_total": pdStepsTotal,
+	"peer_dir.steps_done": pdStepsDone, "peer_dir.last_step_us": pdLastStepUs, "peer_dir.state_us": pdStateUs,
+	"peer_dir.channel": pdChannel, "peer_dir.last_state": pdLastState,
+
+	"peer.peer": peerRank, "peer.dir": peerDirs,
+
+	"comm_hdr.seq": chSeq, "comm_hdr.state": chState, "comm_hdr.gen": chGen, "comm_hdr.comm_id": chCommID,
+	"comm_hdr.rank": chRank, "comm_hdr.nranks": chNRanks, "comm_hdr.nnodes": chNNodes,
+	"comm_hdr.npeers": chNPeers, "comm_hdr.init_us": chInitUs, "comm_hdr.coll_issued": chCollIssued,
+	"comm_hdr.coll_started": chCollStarted, "comm_hdr.coll_done": chCollDone, "comm_hdr.nccl_seq": chNCCLSeq,
+	"comm_hdr.p2p_issued": chP2PIssued, "comm_hdr.p2p_done": chP2PDone, "comm_hdr.last_event_us": chLastEventUs,
+	"comm_hdr.last_done_us": chLastDoneUs, "comm_hdr.dropped_events": chDroppedEvents,
+	"comm_hdr.dropped_peers": chDroppedPeers, "comm_hdr.pending": chPending, "comm_hdr.inflight": chInflight,
+	"comm_hdr.last": chLast,
+
+	"comm_slot.peers": commHdrSize, "region.comms": headerSize,
+
+	"enum.proc_running": int(ProcRunning), "enum.proc_exited": int(ProcExited),
+	"enum.slot_free": slotFree, "enum.slot_live": slotLive,
+	"enum.op_none": int(OpNone), "enum.op_coll": int(OpColl), "enum.op_p2p": int(OpP2P),
+	"enum.send": dirSend, "enum.recv": dirRecv,
+}

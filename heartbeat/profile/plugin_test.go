@@ -1,0 +1,552 @@
+package profile
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The plugin tests build profiler/plugin.c and profiler/test/driver.c with gcc, run the
+// driver (which calls the plugin the way NCCL does) and read the region back with this
+// package. Each build variant runs the same scenarios; the sanitizer variants are skipped,
+// saying why, where the toolchain cannot build or run them.
+
+// pluginCFlags are the Makefile's `plugin` flags plus -Werror: the plugin stays warning-free.
+var pluginCFlags = []string{"-std=gnu11", "-O2", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",
+	"-Wall", "-Wextra", "-Werror", "-Wl,-z,nodelete"}
+
+type variant struct {
+	name   string
+	cflags []string
+	env    []string
+	ops    int // operations per communicator in the threads scenario
+}
+
+var variants = []variant{
+	// 4 comms x 30,000 ops x 36 plugin calls: about four million events.
+	{name: "plain", ops: 30000},
+	{name: "asan+ubsan", cflags: []string{"-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"},
+		env: []string{"ASAN_OPTIONS=detect_leaks=0:halt_on_error=1", "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1"}, ops: 2000},
+	{name: "tsan", cflags: []string{"-fsanitize=thread"}, env: []string{"TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1"}, ops: 1000},
+}
+
+type built struct {
+	so, driver string
+	env        []string
+	skip       string
+	err        error
+}
+
+var (
+	buildMu sync.Mutex
+	builds  = map[string]*built{}
+)
+
+// build compiles the plugin and the driver of a variant once per test binary.
+func build(t *testing.T, gcc string, v variant) *built {
+	t.Helper()
+	buildMu.Lock()
+	b, ok := builds[v.name]
+	if !ok {
+		b = doBuild(t, gcc, v)
+		builds[v.name] = b
+	}
+	buildMu.Unlock()
+	if b.skip != "" {
+		t.Skip(b.skip)
+	}
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b
+}
+
+func doBuild(t *testing.T, gcc string, v variant) *built {
+	root := repoRoot(t)
+	dir := filepath.Join(buildDir, strings.ReplaceAll(v.name, "+", "-"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return &built{err: err}
+	}
+	b := &built{so: filepath.Join(dir, "libnccl-profiler-ncclwatch.so"), driver: filepath.Join(dir, "driver"), env: v.env}
+	if len(v.cflags) > 0 {
+		// Does this toolchain build and run the sanitizer at all?
+		probe := filepath.Join(dir, "probe")
+		src := filepath.Join(dir, "probe.c")
+		if err := os.WriteFile(src, []byte("int main(void) { return 0; }\n"), 0o644); err != nil {
+			return &built{err: err}
+		}
+		args := append(slices.Clone(v.cflags), "-o", probe, src)
+		if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+			return &built{skip: fmt.Sprintf("gcc cannot build with %v here: %v\n%s", v.cflags, err, out)}
+		}
+		cmd := exec.Command(probe)
+		cmd.Env = append(os.Environ(), v.env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return &built{skip: fmt.Sprintf("a %v program does not run here: %v\n%s", v.cflags, err, out)}
+		}
+	}
+	args := append(slices.Clone(pluginCFlags), v.cflags...)
+	args = append(args, "-o", b.so, filepath.Join(root, "profiler", "plugin.c"), "-ldl")
+	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+		return &built{err: fmt.Errorf("gcc plugin.c %v: %v\n%s", args, err, out)}
+	}
+	args = append([]string{"-std=gnu11", "-O1", "-g", "-pthread", "-Wall", "-Wextra", "-Werror"}, v.cflags...)
+	args = append(args, "-o", b.driver, filepath.Join(root, "profiler", "test", "driver.c"), "-ldl")
+	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+		return &built{err: fmt.Errorf("gcc driver.c %v: %v\n%s", args, err, out)}
+	}
+	return b
+}
+
+// run runs one driver scenario with its region directory dir and returns its output.
+func (b *built) run(t *testing.T, dir, scenario string, ver, n int, env ...string) string {
+	t.Helper()
+	out, err := b.command(context.Background(), dir, scenario, ver, n, env...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("driver %s v%d: %v\n%s", scenario, ver, err, out)
+	}
+	return string(out)
+}
+
+func (b *built) command(ctx context.Context, dir, scenario string, ver, n int, env ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, b.driver, b.so, scenario, strconv.Itoa(ver), strconv.Itoa(n))
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "NCCLWATCH_PROFILER", "NCCLWATCH_PROFILER_DIR", "NCCLWATCH_PROFILER_STEPS", "NCCL_DEBUG_FILE",
+			"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID":
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	cmd.Env = append(cmd.Env, "RANK=3", "LOCAL_RANK=1", "WORLD_SIZE=8", "LOCAL_WORLD_SIZE=2", "TORCHELASTIC_RUN_ID=test-job")
+	if dir != "" {
+		cmd.Env = append(cmd.Env, "NCCLWATCH_PROFILER_DIR="+dir)
+	}
+	cmd.Env = append(cmd.Env, b.env...)
+	cmd.Env = append(cmd.Env, env...)
+	return cmd
+}
+
+// regions reads every region in dir and fails on any file that does not read.
+func regions(t *testing.T, dir string) []*Region {
+	t.Helper()
+	found, err := Scan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*Region
+	for _, f := range found {
+		if f.Err != nil {
+			t.Fatalf("%s: %v", f.Path, f.Err)
+		}
+		if len(f.Region.Busy) > 0 {
+			t.Fatalf("%s: busy slots %v after the writer exited", f.Path, f.Region.Busy)
+		}
+		out = append(out, f.Region)
+	}
+	return out
+}
+
+func oneRegion(t *testing.T, dir string) *Region {
+	t.Helper()
+	rs := regions(t, dir)
+	if len(rs) != 1 {
+		t.Fatalf("%d regions in %s, want 1", len(rs), dir)
+	}
+	return rs[0]
+}
+
+// settled zeroes the wall-clock fields of a comm after checking the ones that must be set,
+// so that the rest compares with a literal.
+func settled(t *testing.T, c Comm) Comm {
+	t.Helper()
+	if c.Init == 0 || c.LastEvent == 0 {
+		t.Errorf("comm %s: init %d, last event %d", c.ID, c.Init, c.LastEvent)
+	}
+	c.Init, c.LastEvent, c.LastDone, c.Gen = 0, 0, 0, 0
+	for _, op := range []*Op{c.InFlight, c.Last} {
+		if op == nil {
+			continue
+		}
+		if op.Issued == 0 || (op.KernelChStarted > 0) != (op.GPUStarted != 0) {
+			t.Errorf("comm %s op %d: issued %d, gpu started %d with %d channels", c.ID, op.Seq, op.Issued,
+				op.GPUStarted, op.KernelChStarted)
+		}
+		op.Issued, op.GPUStarted = 0, 0
+	}
+	c.Peers = slices.Clone(c.Peers)
+	for i := range c.Peers {
+		for _, d := range []*PeerDir{&c.Peers[i].Send, &c.Peers[i].Recv} {
+			if (d.P2PIssued > 0) != (d.LastP2P != 0) || (d.StepsDone > 0 && d.LastStep == 0) {
+				t.Errorf("comm %s peer %d: times %+v", c.ID, c.Peers[i].Rank, *d)
+			}
+			d.LastP2P, d.LastStep, d.StateAt = 0, 0, 0
+		}
+	}
+	return c
+}
+
+func checkProcess(t *testing.T, p Process, abi int) {
+	t.Helper()
+	if p.PID <= 0 || p.Host == "" || p.Started == 0 || p.StartedMono == 0 || p.ProcStartTicks == 0 {
+		t.Errorf("identity not recorded: %+v", p)
+	}
+	if p.ABI != abi || p.Rank != 3 || p.LocalRank != 1 || p.WorldSize != 8 || p.LocalWorldSize != 2 ||
+		p.JobID != "test-job" || p.EventMask != 0x5f || p.Plugin != "ncclwatch-profiler 1" || p.Disabled {
+		t.Errorf("process header: %+v", p)
+	}
+	// The driver is not linked with NCCL, so there is no ncclGetVersion to ask.
+	if p.NCCLVersion != "" {
+		t.Errorf("NCCL version %q without NCCL", p.NCCLVersion)
+	}
+}
+
+func TestPlugin(t *testing.T) {
+	gcc := needGCC(t)
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			b := build(t, gcc, v)
+			if v.name == "plain" {
+				checkExports(t, b.so)
+			}
+			for ver := 3; ver <= 6; ver++ {
+				t.Run(fmt.Sprintf("basic/v%d", ver), func(t *testing.T) { testBasic(t, b, ver) })
+				t.Run(fmt.Sprintf("orders/v%d", ver), func(t *testing.T) { testOrders(t, b, ver) })
+			}
+			t.Run("overflow", func(t *testing.T) { testOverflow(t, b) })
+			t.Run("threads", func(t *testing.T) { testThreads(t, b, v.ops, v.name == "plain") })
+			t.Run("fork", func(t *testing.T) { testFork(t, b) })
+			t.Run("disabled", func(t *testing.T) { testDisabled(t, b) })
+			t.Run("debug-file-dir", func(t *testing.T) { testDebugFileDir(t, b) })
+		})
+	}
+}
+
+// checkExports: NCCL finds the plugin by these four symbols; nothing else may leak out of
+// the training process's namespace.
+func checkExports(t *testing.T, so string) {
+	f, err := elf.Open(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF && elf.ST_BIND(s.Info) != elf.STB_LOCAL {
+			got = append(got, s.Name)
+		}
+	}
+	slices.Sort(got)
+	want := []string{"ncclProfiler_v3", "ncclProfiler_v4", "ncclProfiler_v5", "ncclProfiler_v6"}
+	if !slices.Equal(got, want) {
+		t.Errorf("exported %v, want %v", got, want)
+	}
+}
+
+func testBasic(t *testing.T, b *built, ver int) {
+	dir := t.TempDir()
+	out := b.run(t, dir, "basic", ver, 0)
+	if ver >= 4 && !strings.Contains(out, "NCCL watchdog profiler: recording to "+dir) {
+		t.Errorf("no INFO line through NCCL's logger:\n%s", out)
+	}
+	r := oneRegion(t, dir)
+	checkProcess(t, r.Process, ver)
+	p := r.Process
+	if p.State != ProcExited || p.Exited == 0 || p.CommsInited != 2 || p.CommsFinalized != 1 ||
+		p.DroppedEvents != 0 || p.DroppedComms != 0 || p.DroppedPeers != 0 {
+		t.Errorf("process: %+v", p)
+	}
+	if len(r.Comms) != 1 {
+		t.Fatalf("%d comms, want the one not finalized: %+v", len(r.Comms), r.Comms)
+	}
+	// ABI v3's init says nothing of the comm: its id and rank come from the first Coll.
+	nranks, nnodes, timer, p2pCh := 4, 2, uint64(12345), 1
+	if ver == 3 {
+		nranks, nnodes, timer, p2pCh = -1, -1, 0, 0
+	}
+	want := Comm{
+		Slot: 0, ID: 0xA1A2A3A4A5A6A7A8, Rank: 1, NRanks: nranks, NNodes: nnodes,
+		CollIssued: 3, CollStarted: 3, CollDone: 2, NCCLSeq: 2, P2PIssued: 3, P2PDone: 2, Pending: 2,
+		InFlight: &Op{Kind: OpColl, Seq: 3, NCCLSeq: 2, Func: "AllReduce", Count: 3000, Datatype: "ncclFloat32",
+			Algo: "RING", Proto: "SIMPLE", NChannels: 2, KernelChStarted: 2, ProxyOpen: 2, GPUTimer: timer},
+		Last: &Op{Kind: OpP2P, Seq: 2, Func: "Send", Count: 8192, Datatype: "ncclInt8", Root: 3, NChannels: p2pCh},
+		Peers: []Peer{
+			{Rank: 2, Send: PeerDir{ProxyOps: 3, ProxyOpsDone: 2, Steps: 12, StepsDone: 9, State: StateSendPeerWait}},
+			{Rank: 0, Recv: PeerDir{ProxyOps: 3, ProxyOpsDone: 2, Steps: 12, StepsDone: 8, State: StateRecvWait, Channel: 1}},
+			{Rank: 3,
+				Send: PeerDir{P2PIssued: 2, P2PDone: 1, ProxyOps: 1, ProxyOpsDone: 1, Steps: 2, StepsDone: 2, State: StateSendWait, Channel: 3},
+				Recv: PeerDir{P2PIssued: 1, P2PDone: 1, ProxyOps: 1, ProxyOpsDone: 1, Steps: 2, StepsDone: 2, State: StateRecvGPUWait, Channel: 3}},
+		},
+	}
+	if got := settled(t, r.Comms[0]); !reflect.DeepEqual(got, want) {
+		t.Errorf("comm\n got %s\nwant %s", dump(got), dump(want))
+	}
+}
+
+func dump(c Comm) string {
+	s := fmt.Sprintf("%+v", c)
+	if c.InFlight != nil {
+		s += fmt.Sprintf("\n  in flight %+v", *c.InFlight)
+	}
+	if c.Last != nil {
+		s += fmt.Sprintf("\n  last %+v", *c.Last)
+	}
+	return s
+}
+
+func testOrders(t *testing.T, b *built, ver int) {
+	dir := t.TempDir()
+	b.run(t, dir, "orders", ver, 0)
+	r := oneRegion(t, dir)
+	p := r.Process
+	if p.CommsInited != 2 || p.CommsFinalized != 1 || p.DroppedEvents != 0 {
+		t.Errorf("process: %+v", p)
+	}
+	if len(r.Comms) != 1 {
+		t.Fatalf("comms %+v", r.Comms)
+	}
+	c := r.Comms[0]
+	// Stale handles of the finalized comm must not have touched its successor in the slot.
+	if c.ID != 0xD00D || c.CollIssued != 1 || c.CollDone != 1 || c.Pending != 0 || c.InFlight != nil ||
+		len(c.Peers) != 1 || c.Peers[0].Send.ProxyOps != 1 || c.Peers[0].Send.StepsDone != 2 {
+		t.Errorf("comm after finalize and reuse:\n%s", dump(c))
+	}
+}
+
+func testOverflow(t *testing.T, b *built) {
+	dir := t.TempDir()
+	b.run(t, dir, "overflow", 5, 0)
+	r := oneRegion(t, dir)
+	p := r.Process
+	// 6 comms past 64 slots (each dropping a Group and a Coll), 44 collectives past the ring
+	// of 256, 88 proxy ops past the pool of 512; 6 peers past 64 rows, once at the p2p and
+	// once at its proxy op.
+	if p.DroppedComms != 6 || p.DroppedEvents != 12+44+88 || p.DroppedPeers != 12 || p.CommsInited != 71 ||
+		p.CommsFinalized != 61 {
+		t.Errorf("process: %+v", p)
+	}
+	byID := map[CommID]Comm{}
+	for _, c := range r.Comms {
+		byID[c.ID] = c
+	}
+	if len(byID) != 4 {
+		t.Fatalf("%d comms, want 4: %+v", len(byID), r.Comms)
+	}
+	if c := byID[0x9000]; len(c.Peers) != 64 || c.DroppedPeers != 12 || c.P2PIssued != 70 || c.P2PDone != 70 {
+		t.Errorf("peer overflow: %d peers, %d dropped, p2p %d/%d", len(c.Peers), c.DroppedPeers, c.P2PDone, c.P2PIssued)
+	}
+	if c := byID[0x9001]; c.CollIssued != 300 || c.CollDone != 0 || c.Pending != 256 || c.DroppedEvents != 44 ||
+		c.InFlight == nil || c.InFlight.Seq != 1 || c.Last == nil || c.Last.Seq != 300 {
+		t.Errorf("ring overflow:\n%s", dump(c))
+	}
+	if c := byID[0x9002]; c.DroppedEvents != 88 || c.InFlight == nil || c.InFlight.ProxyOpen != 512 ||
+		len(c.Peers) != 1 || c.Peers[0].Send.ProxyOps != 256 || c.Peers[0].Recv.ProxyOps != 256 {
+		t.Errorf("proxy pool overflow:\n%s", dump(c))
+	}
+	if c := byID[0x9999]; c.Slot != 3 || c.CollDone != 1 {
+		t.Errorf("a comm after finalizes should take the first freed slot (3) and run: %s", dump(c))
+	}
+}
+
+// testThreads runs four communicators with NCCL's three calling threads each. With
+// `watch`, the test reads the region all along and checks what must hold at any moment.
+func testThreads(t *testing.T, b *built, ops int, watch bool) {
+	dir := t.TempDir()
+	start := time.Now()
+	cmd := b.command(context.Background(), dir, "threads", 5, ops)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	reads, busy, retries0 := 0, 0, slotRetries.Load()
+	var werr error
+	prev := map[CommID]Comm{}
+	for running := true; running; {
+		if !watch {
+			werr = <-done
+			break
+		}
+		select {
+		case werr = <-done:
+			running = false
+		default:
+		}
+		found, _ := Scan(dir)
+		for _, f := range found {
+			if f.Err != nil {
+				t.Fatalf("read while written: %v", f.Err)
+			}
+			reads++
+			busy += len(f.Region.Busy)
+			for _, c := range f.Region.Comms {
+				checkMonotonic(t, prev[c.ID], c)
+				prev[c.ID] = c
+			}
+		}
+	}
+	if werr != nil {
+		t.Fatalf("driver: %v\n%s", werr, out.String())
+	}
+	r := oneRegion(t, dir)
+	events := 4 * ops * 36
+	t.Logf("%d comms x %d ops, %d plugin calls in %v; %d concurrent reads, %d slot copies retried, %d busy",
+		4, ops, events, time.Since(start).Round(time.Millisecond), reads, slotRetries.Load()-retries0, busy)
+	if len(r.Comms) != 4 || r.Process.DroppedEvents != 0 {
+		t.Fatalf("%d comms, %d dropped", len(r.Comms), r.Process.DroppedEvents)
+	}
+	colls, p2ps := uint64(ops-ops/4), uint64(ops/4)
+	for _, c := range r.Comms {
+		if c.CollIssued != colls || c.CollDone != colls || c.CollStarted != colls || c.P2PIssued != p2ps ||
+			c.P2PDone != p2ps || c.Pending != 0 || c.InFlight != nil || len(c.Peers) != 2 {
+			t.Errorf("comm after the run:\n%s", dump(c))
+			continue
+		}
+		n := uint64(ops)
+		s, v := c.Peers[0].Send, c.Peers[1].Recv
+		if s.ProxyOps != n || s.ProxyOpsDone != n || s.Steps != 2*n || s.StepsDone != 2*n ||
+			v.ProxyOps != n || v.ProxyOpsDone != n || v.Steps != 2*n || v.StepsDone != 2*n {
+			t.Errorf("comm %s peers %+v", c.ID, c.Peers)
+		}
+	}
+}
+
+// checkMonotonic: counters never go back, and an op is never done before it started or
+// started before it was issued.
+func checkMonotonic(t *testing.T, prev, c Comm) {
+	t.Helper()
+	if c.CollDone > c.CollStarted || c.CollStarted > c.CollIssued || c.P2PDone > c.P2PIssued {
+		t.Fatalf("comm %s: done %d, started %d, issued %d, p2p %d/%d", c.ID, c.CollDone, c.CollStarted,
+			c.CollIssued, c.P2PDone, c.P2PIssued)
+	}
+	if c.CollIssued < prev.CollIssued || c.CollStarted < prev.CollStarted || c.CollDone < prev.CollDone ||
+		c.P2PDone < prev.P2PDone {
+		t.Fatalf("comm %s went back:\n%s\nafter\n%s", c.ID, dump(c), dump(prev))
+	}
+	for _, p := range c.Peers {
+		for _, d := range []PeerDir{p.Send, p.Recv} {
+			if d.StepsDone > d.Steps || d.ProxyOpsDone > d.ProxyOps {
+				t.Fatalf("comm %s peer %d: %+v", c.ID, p.Rank, d)
+			}
+		}
+	}
+}
+
+func testFork(t *testing.T, b *built) {
+	dir := t.TempDir()
+	out := b.run(t, dir, "fork", 5, 0)
+	var parent, child int
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "child" {
+			child, _ = strconv.Atoi(f[1])
+		} else if len(f) == 5 && f[0] == "ok" {
+			parent, _ = strconv.Atoi(f[4])
+		}
+	}
+	rs := regions(t, dir)
+	if len(rs) != 2 || parent == 0 || child == 0 {
+		t.Fatalf("%d regions for parent %d and child %d:\n%s", len(rs), parent, child, out)
+	}
+	for _, r := range rs {
+		want, ok := map[int]struct {
+			id   CommID
+			done uint64
+		}{parent: {0xF0, 2}, child: {0xF1, 3}}[r.Process.PID]
+		if !ok || len(r.Comms) != 1 || r.Comms[0].ID != want.id || r.Comms[0].CollDone != want.done {
+			t.Errorf("region of pid %d: %+v", r.Process.PID, r.Comms)
+		}
+	}
+}
+
+func testDisabled(t *testing.T, b *built) {
+	dir := t.TempDir()
+	b.run(t, dir, "disabled", 5, 0, "NCCLWATCH_PROFILER=0")
+	if rs := regions(t, dir); len(rs) != 0 {
+		t.Errorf("NCCLWATCH_PROFILER=0 still wrote %d regions", len(rs))
+	}
+	for _, ver := range []int{3, 5} {
+		missing := filepath.Join(dir, "no", "such", "dir")
+		out := b.run(t, missing, "disabled", ver, 0)
+		if ver >= 4 && !strings.Contains(out, "LOG 2 NCCL watchdog profiler disabled: cannot create "+missing) {
+			t.Errorf("v%d: no WARN through NCCL's logger:\n%s", ver, out)
+		}
+	}
+}
+
+// Without NCCLWATCH_PROFILER_DIR the region goes where NCCL_DEBUG_FILE writes.
+func testDebugFileDir(t *testing.T, b *built) {
+	dir := t.TempDir()
+	b.run(t, "", "basic", 5, 0, "NCCL_DEBUG_FILE="+filepath.Join(dir, "nccl.%h.%p.log"))
+	r := oneRegion(t, dir)
+	if len(r.Comms) != 1 || !strings.HasPrefix(filepath.Base(r.Path), FilePrefix) {
+		t.Errorf("region %s: %+v", r.Path, r.Comms)
+	}
+}
+
+// TestPluginNCCLVersion: the plugin asks the libnccl.so.2 already loaded in the process for
+// its version (RTLD_NOLOAD). A stand-in library with that soname, preloaded, answers 22809.
+func TestPluginNCCLVersion(t *testing.T) {
+	gcc := needGCC(t)
+	b := build(t, gcc, variants[0])
+	dir := t.TempDir()
+	src, lib := filepath.Join(dir, "fake.c"), filepath.Join(dir, "libnccl.so.2")
+	code := "int ncclGetVersion(int *v) { *v = 22809; return 0; }\n"
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-Wl,-soname,libnccl.so.2", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Fatalf("fake libnccl: %v\n%s", err, out)
+	}
+	regions := filepath.Join(dir, "regions")
+	if err := os.Mkdir(regions, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b.run(t, regions, "basic", 5, 0, "LD_PRELOAD="+lib)
+	if v := oneRegion(t, regions).Process.NCCLVersion; v != "2.28.9" {
+		t.Errorf("NCCL version %q, want 2.28.9", v)
+	}
+}
+
+// TestPluginCost measures the plugin's cost per call on one thread, with and without
+// ProxyStep events; the bound only catches a pathological regression.
+func TestPluginCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	b := build(t, needGCC(t), variants[0])
+	for _, steps := range []string{"1", "0"} {
+		out := b.run(t, t.TempDir(), "bench", 5, 50000, "NCCLWATCH_PROFILER_STEPS="+steps)
+		i := strings.Index(out, "bench ")
+		if i < 0 {
+			t.Fatalf("no bench line:\n%s", out)
+		}
+		line, _, _ := strings.Cut(out[i:], "\n")
+		t.Logf("NCCLWATCH_PROFILER_STEPS=%s: %s", steps, line)
+		f := strings.Fields(line)
+		ns, err := strconv.ParseFloat(f[4], 64)
+		if err != nil || ns > 5000 {
+			t.Errorf("%s: %v", line, err)
+		}
+	}
+}

@@ -1,0 +1,160 @@
+/*
+ * The shared-memory region one training process writes and the sidecar maps read-only
+ * (Go reader: heartbeat/profile). Layout version 1; fixed-width fields, native byte order
+ * (little-endian on every supported target), explicit padding, 64-byte aligned slots.
+ * heartbeat/profile's layout test compiles profiler/test/layout.c against this file and
+ * compares every offset with the Go constants, so the two sides cannot drift: change a field
+ * here and bump NW_LAYOUT_VERSION together with the Go side.
+ *
+ * Concurrency: the header's static part is written before the file is renamed into place.
+ * Its counters and flags change later through 8- or 4-byte atomic stores. Each comm slot is
+ * guarded by its own seqlock (seq odd while a writer is inside); a reader copies a slot
+ * between two loads of seq and retries when they differ or are odd.
+ */
+#ifndef NCCLWATCH_PROFILER_REGION_H
+#define NCCLWATCH_PROFILER_REGION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NW_MAGIC 0x465250574C43434EULL /* the bytes "NCCLWPRF" read as a little-endian u64 */
+#define NW_LAYOUT_VERSION 1
+#define NW_MAX_COMMS 64
+#define NW_MAX_PEERS 64
+#define NW_HEADER_SIZE 4096
+#define NW_STR 16 /* op strings (func, datatype, algo, proto), NUL-padded */
+
+enum nw_proc_state { NW_PROC_RUNNING = 1, NW_PROC_EXITED = 2 };
+enum nw_slot_state { NW_SLOT_FREE = 0, NW_SLOT_LIVE = 1 };
+enum nw_op_kind { NW_OP_NONE = 0, NW_OP_COLL = 1, NW_OP_P2P = 2 };
+enum nw_dir { NW_SEND = 0, NW_RECV = 1 };
+
+struct nw_hdr {
+  uint64_t magic;
+  uint32_t layout_version;
+  uint32_t header_size; /* comm slots start here */
+  uint64_t region_size;
+  uint32_t max_comms;
+  uint32_t comm_size; /* bytes per comm slot */
+  uint32_t max_peers;
+  uint32_t peer_size;
+  uint32_t op_size;
+  int32_t pid;
+  uint64_t proc_start_ticks; /* /proc/self/stat field 22: tells a reused pid apart */
+  uint64_t start_us;         /* CLOCK_REALTIME µs when the region was created */
+  uint64_t start_mono_us;    /* CLOCK_MONOTONIC µs at the same moment */
+  uint32_t profiler_abi;     /* 3..6: the ncclProfiler_vN NCCL picked; 0 before the first init */
+  uint32_t nccl_version;     /* NCCL_VERSION_CODE from ncclGetVersion, e.g. 22809; 0 unknown */
+  uint32_t state;            /* nw_proc_state */
+  uint32_t disabled;         /* 1: the plugin stopped recording; reason below */
+  uint64_t exit_us;
+  uint64_t event_mask; /* the activation mask we asked NCCL for */
+  uint64_t dropped_comms;
+  uint64_t dropped_events;
+  uint64_t dropped_peers;
+  uint64_t comms_inited;
+  uint64_t comms_finalized;
+  int32_t rank; /* RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE; -1 when unset */
+  int32_t local_rank;
+  int32_t world_size;
+  int32_t local_world_size;
+  char host[64];
+  char job_id[64]; /* TORCHELASTIC_RUN_ID, else SLURM_JOB_ID */
+  char disabled_reason[128];
+  char plugin_version[32];
+  uint8_t reserved[NW_HEADER_SIZE - 448];
+};
+
+/* One operation as the region shows it: the oldest unfinished one and the newest issued. */
+struct nw_op {
+  uint64_t seq;      /* coll: our per-comm issue counter; p2p: per (peer, direction) counter */
+  uint64_t nccl_seq; /* coll: NCCL's seqNumber (per comm and per function) */
+  uint64_t count;
+  uint64_t issue_us;
+  uint64_t gpu_start_us; /* host time the first kernel channel was seen running; 0 not yet */
+  uint64_t gpu_timer;    /* GPU globaltimer (ns) at the first channel's start, v4+ */
+  int32_t root;          /* coll: root; p2p: peer */
+  uint8_t kind;          /* nw_op_kind */
+  uint8_t nchannels;
+  uint8_t kch_started;
+  uint8_t kch_done;
+  uint32_t proxy_open; /* proxy ops started and not yet stopped */
+  uint32_t pad;
+  char func[NW_STR];
+  char dtype[NW_STR];
+  char algo[NW_STR];
+  char proto[NW_STR];
+};
+
+/* Per peer and direction: p2p counts and network proxy progress. Steps are cumulative over
+ * every proxy op with this peer: steps_total grows when a proxy op starts (by its nSteps),
+ * steps_done when a step finishes (or by what was left when the op stops). */
+struct nw_peer_dir {
+  uint64_t p2p_issued;
+  uint64_t p2p_done;
+  uint64_t p2p_last_us;
+  uint64_t ops_started;
+  uint64_t ops_done;
+  uint64_t steps_total;
+  uint64_t steps_done;
+  uint64_t last_step_us;
+  uint64_t state_us; /* time of last_state */
+  uint16_t channel;  /* channel of the newest proxy op */
+  uint8_t last_state; /* last ncclProfilerEventState_t of a step or op (e.g. 20 SendPeerWait) */
+  uint8_t pad[5];
+};
+
+struct nw_peer {
+  int32_t peer; /* rank in the communicator */
+  uint32_t pad;
+  struct nw_peer_dir dir[2]; /* nw_dir */
+};
+
+struct nw_comm_hdr {
+  uint64_t seq;   /* seqlock */
+  uint32_t state; /* nw_slot_state */
+  uint32_t gen;   /* bumped each time the slot is taken */
+  uint64_t comm_id;
+  int32_t rank;
+  int32_t nranks;
+  int32_t nnodes;
+  uint32_t npeers; /* peers[0..npeers) in use */
+  uint64_t init_us;
+  uint64_t coll_issued;  /* collectives issued (Coll events started) */
+  uint64_t coll_started; /* newest collective whose kernel started on the GPU */
+  uint64_t coll_done;    /* every collective up to this one has completed */
+  uint64_t nccl_seq;     /* NCCL's seqNumber of the newest collective */
+  uint64_t p2p_issued;
+  uint64_t p2p_done;
+  uint64_t last_event_us;
+  uint64_t last_done_us; /* when an op last completed */
+  uint64_t dropped_events;
+  uint64_t dropped_peers;
+  uint32_t pending; /* ops tracked and not complete */
+  uint32_t pad;
+  struct nw_op inflight; /* the oldest op not complete; kind NONE when idle */
+  struct nw_op last;     /* the newest op issued */
+  uint8_t reserved[120];
+};
+
+struct nw_comm_slot {
+  struct nw_comm_hdr h;
+  struct nw_peer peers[NW_MAX_PEERS];
+};
+
+struct nw_region {
+  struct nw_hdr hdr;
+  struct nw_comm_slot comms[NW_MAX_COMMS];
+};
+
+_Static_assert(sizeof(struct nw_hdr) == NW_HEADER_SIZE, "header is one page");
+_Static_assert(offsetof(struct nw_hdr, host) == 160, "header strings start at 160");
+_Static_assert(offsetof(struct nw_hdr, reserved) == 448, "header fields end at 448");
+_Static_assert(sizeof(struct nw_op) == 128, "op is 128 bytes");
+_Static_assert(sizeof(struct nw_peer_dir) == 80, "peer direction is 80 bytes");
+_Static_assert(sizeof(struct nw_peer) == 168, "peer is 168 bytes");
+_Static_assert(sizeof(struct nw_comm_hdr) == 512, "comm header is 512 bytes");
+_Static_assert(sizeof(struct nw_comm_slot) % 64 == 0, "comm slots stay cache-line aligned");
+_Static_assert(offsetof(struct nw_region, comms) == NW_HEADER_SIZE, "slots follow the header");
+
+#endif

@@ -1,0 +1,675 @@
+/*
+ * Test driver for the profiler plugin: dlopens the .so and calls it the way NCCL does, through
+ * each exported ncclProfiler_vN table, then leaves the region for heartbeat/profile's Go test
+ * to read back and check. Usage:
+ *
+ *   driver PLUGIN.so SCENARIO VERSION [N]
+ *
+ * with NCCLWATCH_PROFILER_DIR set. Scenarios: basic, orders, threads, bench, overflow,
+ * disabled, fork. Prints "ok" on success; anything the driver can check by itself (masks,
+ * handles) fails with exit status 1, what is in the region is the Go test's job.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../abi.h"
+
+#define WANT_MASK (NW_EV_GROUP | NW_EV_COLL | NW_EV_P2P | NW_EV_PROXY_OP | NW_EV_KERNEL_CH | NW_EV_PROXY_STEP)
+
+static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "driver: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  exit(1);
+}
+
+/* NCCL's logger stand-in: prints what the plugin says, for the Go test to find. */
+static void logger(int level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
+  (void)flags;
+  (void)file;
+  (void)line;
+  va_list ap;
+  va_start(ap, fmt);
+  char buf[512];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  printf("LOG %d %s\n", level, buf);
+  fflush(stdout);
+}
+
+/* ---- one API over the four ABI versions ----------------------------------------------- */
+
+static int ver;
+/* v5/v6: garbage in the type's upper bytes, as an 8-bit type field with stack padding would
+ * leave; the plugin must still see the event's type. */
+static int type_garbage;
+static struct nw_profiler_v3 *p3;
+static struct nw_profiler_v4 *p4;
+static struct nw_profiler_v5 *p5;
+static struct nw_profiler_v6 *p6;
+
+struct ev {
+  uint64_t type;
+  void *parent;
+  int rank;
+  uint64_t comm_hash, seq, count, timer;
+  const char *func, *dtype, *algo, *proto;
+  int root_or_peer, nch, pid, channel, nsteps, is_send, step;
+};
+
+static void load(const char *path, int v) {
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) fail("dlopen %s: %s", path, dlerror());
+  char name[32];
+  snprintf(name, sizeof name, "ncclProfiler_v%d", v);
+  void *sym = dlsym(lib, name);
+  if (!sym) fail("%s not exported", name);
+  ver = v;
+  switch (v) {
+  case 3: p3 = sym; break;
+  case 4: p4 = sym; break;
+  case 5: p5 = sym; break;
+  case 6: p6 = sym; break;
+  default: fail("version %d", v);
+  }
+  const char *n = v == 3 ? p3->name : v == 4 ? p4->name : v == 5 ? p5->name : p6->name;
+  if (!n || strcmp(n, "ncclwatch")) fail("plugin name %s", n ? n : "(null)");
+}
+
+static void *init(uint64_t id, int nnodes, int nranks, int rank, int want_mask) {
+  void *ctx = NULL;
+  int mask = -1, rc;
+  switch (ver) {
+  case 3: rc = p3->init(&ctx, &mask); break;
+  case 4: rc = p4->init(&ctx, &mask, NULL, id, nnodes, nranks, rank, logger); break;
+  case 5: rc = p5->init(&ctx, id, &mask, NULL, nnodes, nranks, rank, logger); break;
+  default: rc = p6->init(&ctx, id, &mask, NULL, nnodes, nranks, rank, logger); break;
+  }
+  if (rc != 0) fail("init returned %d", rc);
+  if (mask != want_mask) fail("init mask 0x%x, want 0x%x", mask, want_mask);
+  return ctx;
+}
+
+static void fin(void *ctx) {
+  int rc = ver == 3 ? p3->finalize(ctx) : ver == 4 ? p4->finalize(ctx) : ver == 5 ? p5->finalize(ctx) : p6->finalize(ctx);
+  if (rc) fail("finalize returned %d", rc);
+}
+
+static void fill_coll_v4(struct nw_coll_v4 *c, const struct ev *e) {
+  c->seqNumber = e->seq;
+  c->func = e->func;
+  c->count = e->count;
+  c->root = e->root_or_peer;
+  c->datatype = e->dtype;
+  c->nChannels = (uint8_t)e->nch;
+  c->algo = e->algo;
+  c->proto = e->proto;
+}
+
+static void fill_p2p_v4(struct nw_p2p_v4 *p, const struct ev *e) {
+  p->func = e->func;
+  p->datatype = e->dtype;
+  p->count = e->count;
+  p->peer = e->root_or_peer;
+  p->nChannels = (uint8_t)e->nch;
+}
+
+static void fill_proxy_op(struct nw_proxy_op *o, const struct ev *e) {
+  o->pid = e->pid;
+  o->channelId = (uint8_t)e->channel;
+  o->peer = e->root_or_peer;
+  o->nSteps = e->nsteps;
+  o->isSend = e->is_send;
+}
+
+/* v5 and v6 share the members used here; the Group handle moves to parentGroup and a
+ * Coll's parentObj is its (disabled) CollApi event, i.e. NULL. */
+static void fill_v5(const struct ev *e, void **parentObj, struct nw_coll_v5 *coll, struct nw_p2p_v5 *p2p,
+                    struct nw_proxy_op *op, int *step, struct nw_kernel_ch_v4 *kch) {
+  *parentObj = (e->type == NW_EV_COLL || e->type == NW_EV_P2P) ? NULL : e->parent;
+  if (e->type == NW_EV_COLL) {
+    fill_coll_v4(&coll->v4, e);
+    coll->parentGroup = e->parent;
+  } else if (e->type == NW_EV_P2P) {
+    fill_p2p_v4(&p2p->v4, e);
+    p2p->parentGroup = e->parent;
+  } else if (e->type == NW_EV_PROXY_OP) {
+    fill_proxy_op(op, e);
+  } else if (e->type == NW_EV_PROXY_STEP) {
+    *step = e->step;
+  } else if (e->type == NW_EV_KERNEL_CH) {
+    kch->channelId = (uint8_t)e->channel;
+    kch->pTimer = e->timer;
+  }
+}
+
+/* Builds the descriptor of the loaded version. Members the type does not use hold garbage,
+ * as in NCCL, where descriptors live on the stack. */
+static void *start(void *ctx, const struct ev *e) {
+  void *h = (void *)0x1; /* the plugin must overwrite it, NULL included */
+  int rc;
+  if (ver == 3) {
+    struct nw_descr_v3 d;
+    memset(&d, 0xAB, sizeof d);
+    d.type = (uint8_t)e->type;
+    d.parentObj = e->parent;
+    d.rank = e->rank;
+    if (e->type == NW_EV_COLL) {
+      d.coll.name = NULL;
+      d.coll.commHash = e->comm_hash;
+      d.coll.seqNumber = e->seq;
+      d.coll.func = e->func;
+      d.coll.count = e->count;
+      d.coll.root = e->root_or_peer;
+      d.coll.datatype = e->dtype;
+      d.coll.nMaxChannels = (uint8_t)e->nch;
+      d.coll.algo = e->algo;
+      d.coll.proto = e->proto;
+    } else if (e->type == NW_EV_P2P) {
+      d.p2p.name = NULL;
+      d.p2p.commHash = e->comm_hash;
+      d.p2p.func = e->func;
+      d.p2p.datatype = e->dtype;
+      d.p2p.count = e->count;
+      d.p2p.peer = e->root_or_peer;
+    } else if (e->type == NW_EV_PROXY_OP) {
+      fill_proxy_op(&d.proxyOp, e);
+    } else if (e->type == NW_EV_PROXY_STEP) {
+      d.proxyStep.step = e->step;
+    } else if (e->type == NW_EV_KERNEL_CH) {
+      d.kernelCh.channelId = (uint8_t)e->channel;
+    }
+    rc = p3->startEvent(ctx, &h, &d);
+  } else if (ver == 4) {
+    struct nw_descr_v4 d;
+    memset(&d, 0xAB, sizeof d);
+    d.type = (uint8_t)e->type;
+    d.parentObj = e->parent;
+    d.rank = e->rank;
+    if (e->type == NW_EV_COLL) {
+      fill_coll_v4(&d.coll, e);
+    } else if (e->type == NW_EV_P2P) {
+      fill_p2p_v4(&d.p2p, e);
+    } else if (e->type == NW_EV_PROXY_OP) {
+      fill_proxy_op(&d.proxyOp, e);
+    } else if (e->type == NW_EV_PROXY_STEP) {
+      d.proxyStep.step = e->step;
+    } else if (e->type == NW_EV_KERNEL_CH) {
+      d.kernelCh.channelId = (uint8_t)e->channel;
+      d.kernelCh.pTimer = e->timer;
+    }
+    rc = p4->startEvent(ctx, &h, &d);
+  } else if (ver == 5) {
+    struct nw_descr_v5 d;
+    memset(&d, 0xAB, sizeof d);
+    d.type = e->type | (type_garbage ? 0xABABABABABABAB00ULL : 0);
+    d.rank = e->rank;
+    fill_v5(e, &d.parentObj, &d.coll, &d.p2p, &d.proxyOp, &d.proxyStep.step, &d.kernelCh);
+    rc = p5->startEvent(ctx, &h, &d);
+  } else {
+    struct nw_descr_v6 d;
+    memset(&d, 0xAB, sizeof d);
+    d.type = e->type | (type_garbage ? 0xABABABABABABAB00ULL : 0);
+    d.rank = e->rank;
+    fill_v5(e, &d.parentObj, &d.coll, &d.p2p, &d.proxyOp, &d.proxyStep.step, &d.kernelCh);
+    rc = p6->startEvent(ctx, &h, &d);
+  }
+  if (rc) fail("startEvent returned %d", rc);
+  if (h == (void *)0x1) fail("startEvent left the handle unset");
+  return h;
+}
+
+static void stop(void *h) {
+  int rc = ver == 3 ? p3->stopEvent(h) : ver == 4 ? p4->stopEvent(h) : ver == 5 ? p5->stopEvent(h) : p6->stopEvent(h);
+  if (rc) fail("stopEvent returned %d", rc);
+}
+
+static void state(void *h, int st, uint64_t timer, int null_args) {
+  int rc;
+  if (ver == 3) {
+    union nw_state_args_v3 a = {.proxyOp = {.transSize = 1, .steps = 1}};
+    rc = p3->recordEventState(h, st, null_args ? NULL : &a);
+  } else {
+    union nw_state_args_v4 a = {.kernelCh = {.pTimer = timer}};
+    rc = ver == 4 ? p4->recordEventState(h, st, null_args ? NULL : &a)
+         : ver == 5 ? p5->recordEventState(h, st, null_args ? NULL : &a)
+                    : p6->recordEventState(h, st, null_args ? NULL : &a);
+  }
+  if (rc) fail("recordEventState returned %d", rc);
+}
+
+/* ---- NCCL-shaped sequences ------------------------------------------------------------ */
+
+static int mypid;
+
+static void *group(void *ctx) {
+  struct ev e = {.type = NW_EV_GROUP};
+  void *g = start(ctx, &e);
+  if (!g) fail("Group handle is NULL (NCCL 2.27 then skips the plan's Coll/P2p events)");
+  return g;
+}
+
+static void *coll(void *ctx, void *grp, uint64_t hash, uint64_t seq, const char *func, uint64_t count, int nch) {
+  struct ev e = {.type = NW_EV_COLL, .parent = grp, .rank = 1, .comm_hash = hash, .seq = seq, .func = func,
+                 .count = count, .dtype = "ncclFloat32", .algo = "RING", .proto = "SIMPLE", .nch = nch};
+  return start(ctx, &e);
+}
+
+static void *p2p(void *ctx, void *grp, uint64_t hash, const char *func, int peer, uint64_t count, int nch) {
+  struct ev e = {.type = NW_EV_P2P, .parent = grp, .rank = 1, .comm_hash = hash, .func = func, .count = count,
+                 .dtype = "ncclInt8", .root_or_peer = peer, .nch = nch};
+  return start(ctx, &e);
+}
+
+static void *kch(void *ctx, void *task, int ch, uint64_t timer) {
+  struct ev e = {.type = NW_EV_KERNEL_CH, .parent = task, .channel = ch, .timer = timer};
+  return start(ctx, &e);
+}
+
+static void kch_stop(void *h, uint64_t timer) {
+  state(h, NW_ST_KERNEL_CH_STOP, timer, 0);
+  stop(h);
+}
+
+static void *pxop(void *ctx, void *task, int peer, int is_send, int nsteps, int ch) {
+  struct ev e = {.type = NW_EV_PROXY_OP, .parent = task, .pid = mypid, .channel = ch, .root_or_peer = peer,
+                 .nsteps = nsteps, .is_send = is_send};
+  void *h = start(ctx, &e);
+  if (h) state(h, NW_ST_PROXY_OP_IN_PROGRESS, 0, 0);
+  return h;
+}
+
+/* One network step the way NCCL's net transport reports it, left open after `upto` states
+ * when upto < 3. */
+static void *step(void *ctx, void *op, int is_send, int n, int upto) {
+  static const int send_st[3] = {NW_ST_STEP_SEND_GPU_WAIT, NW_ST_STEP_SEND_PEER_WAIT, NW_ST_STEP_SEND_WAIT};
+  static const int recv_st[3] = {NW_ST_STEP_RECV_WAIT, NW_ST_STEP_RECV_FLUSH_WAIT, NW_ST_STEP_RECV_GPU_WAIT};
+  struct ev e = {.type = NW_EV_PROXY_STEP, .parent = op, .step = n};
+  void *h = start(ctx, &e);
+  for (int i = 0; i < 3 && i < upto; i++) state(h, is_send ? send_st[i] : recv_st[i], 0, 0);
+  if (upto >= 3) stop(h);
+  return h;
+}
+
+/* A collective that runs to completion: the Coll stops right after enqueue (as in 2.28),
+ * then its kernel channels and one send and one receive proxy op run. */
+static void full_coll(void *ctx, uint64_t hash, uint64_t seq, uint64_t count, int send_peer, int recv_peer, int nsteps) {
+  void *g = group(ctx);
+  void *c = coll(ctx, g, hash, seq, "AllReduce", count, 2);
+  stop(c);
+  stop(g);
+  void *k0 = kch(ctx, c, 0, 1000 + seq), *k1 = kch(ctx, c, 1, 1001 + seq);
+  void *s = pxop(ctx, c, send_peer, 1, nsteps, 0), *r = pxop(ctx, c, recv_peer, 0, nsteps, 1);
+  for (int i = 0; i < nsteps; i++) {
+    step(ctx, s, 1, i, 3);
+    step(ctx, r, 0, i, 3);
+  }
+  stop(s);
+  stop(r);
+  kch_stop(k0, 2000);
+  kch_stop(k1, 2001);
+}
+
+static void full_p2p(void *ctx, uint64_t hash, const char *func, int peer, int nsteps) {
+  void *g = group(ctx);
+  void *t = p2p(ctx, g, hash, func, peer, 4096, 1);
+  stop(t);
+  stop(g);
+  void *k = kch(ctx, t, 0, 5000);
+  int is_send = func[0] == 'S';
+  void *op = pxop(ctx, t, peer, is_send, nsteps, 3);
+  for (int i = 0; i < nsteps; i++) step(ctx, op, is_send, i, 3);
+  stop(op);
+  kch_stop(k, 5001);
+}
+
+/* ---- scenarios ------------------------------------------------------------------------ */
+
+/* The region the Go test expects (TestDriverBasic): two collectives and a send/recv pair to
+ * peer 3 done, a third collective hung in flight with open proxy ops to peers 2 and 0, and a
+ * second send to peer 3 queued behind it. */
+static void basic(void) {
+  const uint64_t id = 0xA1A2A3A4A5A6A7A8ULL;
+  void *ctx = init(id, 2, 4, 1, WANT_MASK);
+  full_coll(ctx, id, 0, 1000, 2, 0, 4);
+  full_coll(ctx, id, 1, 2000, 2, 0, 4);
+  full_p2p(ctx, id, "Send", 3, 2);
+  full_p2p(ctx, id, "Recv", 3, 2);
+
+  void *g = group(ctx);
+  void *c = coll(ctx, g, id, 2, "AllReduce", 3000, 2);
+  stop(c);
+  stop(g);
+  kch(ctx, c, 0, 12345);
+  kch(ctx, c, 1, 12346);
+  void *s = pxop(ctx, c, 2, 1, 4, 0), *r = pxop(ctx, c, 0, 0, 4, 1);
+  step(ctx, s, 1, 0, 3);
+  step(ctx, s, 1, 1, 2); /* waits for peer 2 to post its receive */
+  step(ctx, r, 0, 0, 1); /* waits for data from peer 0 */
+
+  g = group(ctx);
+  void *t = p2p(ctx, g, id, "Send", 3, 8192, 1);
+  stop(t);
+  stop(g);
+
+  /* A second communicator that comes and goes: its slot must be free again. */
+  void *other = init(0xB0B0, 1, 2, 0, WANT_MASK);
+  full_coll(other, 0xB0B0, 0, 10, 1, 1, 1);
+  fin(other);
+}
+
+/* Orders NCCL can produce, and handles that are stale, NULL or foreign. */
+static void orders(void) {
+  const uint64_t id = 0xC0FFEE;
+  void *ctx = init(id, 1, 2, 1, WANT_MASK);
+
+  /* Parent stopped only after its children (older NCCL stopped a Coll when its work ended). */
+  void *g = group(ctx);
+  void *c = coll(ctx, g, id, 0, "Broadcast", 64, 1);
+  void *k = kch(ctx, c, 0, 1);
+  void *s = pxop(ctx, c, 0, 1, 1, 0);
+  step(ctx, s, 1, 0, 3);
+  stop(s);
+  kch_stop(k, 2);
+  stop(c);
+  stop(g);
+
+  /* Children stopped long after the parent; kernel channels of a later plan start first, so
+   * the earlier op is known finished and its late channel stop must be ignored. */
+  g = group(ctx);
+  void *c1 = coll(ctx, g, id, 0, "AllGather", 64, 1);
+  stop(c1);
+  stop(g);
+  void *k1 = kch(ctx, c1, 0, 3);
+  g = group(ctx);
+  void *c2 = coll(ctx, g, id, 0, "AllReduce", 64, 1);
+  stop(c2);
+  stop(g);
+  void *k2 = kch(ctx, c2, 0, 4);
+  kch_stop(k2, 5);
+  kch_stop(k1, 6);
+  stop(k1); /* a second stop of the same handle */
+  stop(c1);
+
+  /* NULL and foreign handles and parents. */
+  stop(NULL);
+  state(NULL, NW_ST_PROXY_OP_IN_PROGRESS, 0, 1);
+  stop((void *)(uintptr_t)0xdeadbeef0ULL);
+  stop((void *)(uintptr_t)0xFF3ULL); /* a task tag with an impossible comm slot */
+  int on_stack = 0;
+  stop(&on_stack);
+  state(&on_stack, NW_ST_STEP_SEND_WAIT, 0, 1);
+  if (kch(ctx, NULL, 0, 1)) fail("KernelCh without a parent got a handle");
+  if (kch(ctx, &on_stack, 0, 1)) fail("KernelCh with a foreign parent got a handle");
+  struct ev foreign = {.type = NW_EV_PROXY_OP, .parent = c2, .pid = mypid + 1, .root_or_peer = 0, .nsteps = 2, .is_send = 1};
+  void *fop = start(ctx, &foreign); /* posted by another process: parent not followed */
+  stop(fop);
+  struct ev st = {.type = NW_EV_PROXY_STEP, .parent = NULL};
+  if (start(ctx, &st)) fail("ProxyStep without a parent got a handle");
+  struct ev unknown = {.type = NW_EV_PROXY_CTRL};
+  if (start(ctx, &unknown)) fail("ProxyCtrl got a handle");
+  unknown.type = NW_EV_NET_PLUGIN;
+  if (start(ctx, &unknown)) fail("NetPlugin got a handle");
+  if (ver >= 5) {
+    unknown.type = NW_EV_COLL_API;
+    if (start(ctx, &unknown)) fail("CollApi got a handle");
+  }
+  if (start(NULL, &unknown)) fail("a NULL context got a handle");
+
+  /* State records with NULL arguments, as NCCL does for some states. */
+  g = group(ctx);
+  void *c3 = coll(ctx, g, id, 1, "AllReduce", 128, 1);
+  stop(c3);
+  stop(g);
+  void *k3 = kch(ctx, c3, 0, 7);
+  state(k3, NW_ST_KERNEL_CH_STOP, 0, 1);
+  stop(k3);
+
+  /* Finalize with events open, then NCCL's late calls on them, then a new comm in the slot. */
+  g = group(ctx);
+  void *open_c = coll(ctx, g, id, 2, "AllReduce", 256, 2);
+  void *open_k = kch(ctx, open_c, 0, 8);
+  void *open_s = pxop(ctx, open_c, 0, 1, 4, 0);
+  void *open_step = step(ctx, open_s, 1, 0, 1);
+  fin(ctx);
+  stop(open_c);
+  stop(g);
+  kch_stop(open_k, 9);
+  state(open_step, NW_ST_STEP_SEND_WAIT, 0, 0);
+  stop(open_step);
+  stop(open_s);
+  if (kch(ctx, open_c, 1, 10)) fail("event on a finalized comm got a handle");
+  fin(ctx); /* finalize twice */
+
+  void *ctx2 = init(0xD00D, 1, 2, 0, WANT_MASK);
+  kch(ctx2, open_c, 1, 11);  /* old handles must not land in the new comm */
+  stop(open_c);
+  stop(open_s);
+  type_garbage = ver >= 5;
+  full_coll(ctx2, 0xD00D, 0, 10, 1, 1, 2);
+  if (type_garbage) {
+    struct ev api = {.type = NW_EV_COLL_API};
+    if (start(ctx2, &api)) fail("CollApi with garbage above its bit got a handle");
+  }
+  type_garbage = 0;
+}
+
+struct queue {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  void *items[64];
+  unsigned head, tail;
+  int closed;
+};
+
+static void q_put(struct queue *q, void *v) {
+  pthread_mutex_lock(&q->mu);
+  while (q->tail - q->head == 64) pthread_cond_wait(&q->cv, &q->mu);
+  q->items[q->tail++ % 64] = v;
+  pthread_cond_broadcast(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+}
+
+static int q_get(struct queue *q, void **v) {
+  pthread_mutex_lock(&q->mu);
+  while (q->head == q->tail && !q->closed) pthread_cond_wait(&q->cv, &q->mu);
+  int ok = q->head != q->tail;
+  if (ok) *v = q->items[q->head++ % 64];
+  pthread_cond_broadcast(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+  return ok;
+}
+
+static void q_close(struct queue *q) {
+  pthread_mutex_lock(&q->mu);
+  q->closed = 1;
+  pthread_cond_broadcast(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+}
+
+/* Per comm, NCCL's three callers at once: the user thread issues, the proxy thread runs
+ * network ops and steps, a third thread (NCCL 2.29's profiler thread) reports kernel
+ * channels. Tasks travel to the other two through bounded queues, like NCCL's own. */
+struct comm_run {
+  void *ctx;
+  uint64_t id;
+  int n;
+  struct queue to_proxy, to_kernel;
+};
+
+static void *user_thread(void *arg) {
+  struct comm_run *r = arg;
+  for (int i = 0; i < r->n; i++) {
+    void *g = group(r->ctx);
+    void *t = (i % 4 == 3) ? p2p(r->ctx, g, r->id, (i % 8 == 3) ? "Send" : "Recv", 1, 64, 1)
+                           : coll(r->ctx, g, r->id, (uint64_t)i, "AllReduce", 1024, 2);
+    q_put(&r->to_kernel, t);
+    q_put(&r->to_proxy, t);
+    stop(t);
+    stop(g);
+  }
+  q_close(&r->to_kernel);
+  q_close(&r->to_proxy);
+  return NULL;
+}
+
+static void *proxy_thread(void *arg) {
+  struct comm_run *r = arg;
+  void *t;
+  while (q_get(&r->to_proxy, &t)) {
+    void *s = pxop(r->ctx, t, 1, 1, 2, 0), *v = pxop(r->ctx, t, 2, 0, 2, 1);
+    for (int i = 0; i < 2; i++) {
+      step(r->ctx, s, 1, i, 3);
+      step(r->ctx, v, 0, i, 3);
+    }
+    stop(s);
+    stop(v);
+  }
+  return NULL;
+}
+
+static void *kernel_thread(void *arg) {
+  struct comm_run *r = arg;
+  void *t;
+  while (q_get(&r->to_kernel, &t)) {
+    void *k0 = kch(r->ctx, t, 0, 1), *k1 = kch(r->ctx, t, 1, 2);
+    kch_stop(k0, 3);
+    kch_stop(k1, 4);
+  }
+  return NULL;
+}
+
+static void threads(int comms, int n) {
+  struct comm_run *runs = calloc((size_t)comms, sizeof *runs);
+  pthread_t *th = calloc((size_t)comms * 3, sizeof *th);
+  if (!runs || !th) fail("calloc");
+  for (int i = 0; i < comms; i++) {
+    runs[i].id = 0x7000 + (uint64_t)i;
+    runs[i].n = n;
+    runs[i].ctx = init(runs[i].id, 1, 4, 0, WANT_MASK);
+    pthread_mutex_init(&runs[i].to_proxy.mu, NULL);
+    pthread_cond_init(&runs[i].to_proxy.cv, NULL);
+    pthread_mutex_init(&runs[i].to_kernel.mu, NULL);
+    pthread_cond_init(&runs[i].to_kernel.cv, NULL);
+  }
+  for (int i = 0; i < comms; i++) {
+    pthread_create(&th[3 * i], NULL, user_thread, &runs[i]);
+    pthread_create(&th[3 * i + 1], NULL, proxy_thread, &runs[i]);
+    pthread_create(&th[3 * i + 2], NULL, kernel_thread, &runs[i]);
+  }
+  for (int i = 0; i < 3 * comms; i++) pthread_join(th[i], NULL);
+  free(runs);
+  free(th);
+}
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The cost per plugin call on one thread, for the collective of full_coll (2 channels, one
+ * send and one receive op of `nsteps` steps); steps can be switched off by the environment. */
+static void bench(int n) {
+  const uint64_t id = 0xBE7C4;
+  int mask = WANT_MASK;
+  const char *steps = getenv("NCCLWATCH_PROFILER_STEPS");
+  if (steps && !strcmp(steps, "0")) mask &= ~NW_EV_PROXY_STEP;
+  void *ctx = init(id, 1, 4, 0, mask);
+  int nsteps = 4;
+  uint64_t t0 = mono_ns();
+  for (int i = 0; i < n; i++) full_coll(ctx, id, (uint64_t)i, 1024, 1, 2, (mask & NW_EV_PROXY_STEP) ? nsteps : 0);
+  uint64_t dt = mono_ns() - t0;
+  /* group 2 + coll 2 + 2 channels x 3 + 2 ops x 3 + steps x 2 ops x (start, 3 states, stop) */
+  uint64_t calls_per = 16 + ((mask & NW_EV_PROXY_STEP) ? (uint64_t)nsteps * 2 * 5 : 0);
+  printf("bench calls %llu ns_per_call %.1f ns_per_collective %.1f\n", (unsigned long long)(calls_per * (uint64_t)n),
+         (double)dt / (double)(calls_per * (uint64_t)n), (double)dt / n);
+}
+
+/* Past every bound: 70 comms for 64 slots, 70 peers for 64 rows, 300 unfinished ops for a
+ * ring of 256, 600 open proxy ops for a pool of 512. */
+static void overflow(void) {
+  void *ctx[70];
+  for (int i = 0; i < 70; i++) ctx[i] = init(0x9000 + (uint64_t)i, 1, 128, 0, WANT_MASK);
+  for (int i = 64; i < 70; i++) {
+    /* A dropped comm gets no Group handle, so NCCL 2.27 skips the plan's events at once. */
+    struct ev e = {.type = NW_EV_GROUP};
+    if (start(ctx[i], &e)) fail("a dropped comm got a Group handle");
+    if (coll(ctx[i], NULL, 0, 0, "AllReduce", 1, 1)) fail("a dropped comm got a Coll handle");
+  }
+  for (int peer = 0; peer < 70; peer++) full_p2p(ctx[0], 0, "Send", peer + 1, 1);
+  for (int i = 0; i < 300; i++) {
+    void *g = group(ctx[1]);
+    void *c = coll(ctx[1], g, 0, (uint64_t)i, "AllReduce", 1, 1);
+    if ((i < 256) != (c != NULL)) fail("op %d: handle %p", i, c);
+    stop(c);
+    stop(g);
+  }
+  void *g = group(ctx[2]);
+  void *c = coll(ctx[2], g, 0, 0, "AllReduce", 1, 1);
+  for (int i = 0; i < 600; i++) {
+    void *op = pxop(ctx[2], c, 1, i & 1, 2, i % 32);
+    if ((i < 512) != (op != NULL)) fail("proxy op %d: handle %p", i, op);
+  }
+  for (int i = 3; i < 70; i++) fin(ctx[i]);
+  void *late = init(0x9999, 1, 2, 0, WANT_MASK); /* lands in a slot freed above */
+  full_coll(late, 0x9999, 0, 1, 1, 1, 1);
+}
+
+/* Recording off (NCCLWATCH_PROFILER=0 or an unusable directory): NCCL gets mask 0 and
+ * harmless answers everywhere. */
+static void disabled(void) {
+  void *ctx = init(0x1, 1, 2, 0, 0);
+  struct ev e = {.type = NW_EV_GROUP};
+  if (start(ctx, &e)) fail("a disabled plugin returned a handle");
+  stop(NULL);
+  fin(ctx);
+}
+
+/* A child forked after NCCL started writes its own region, not its parent's. */
+static void forked(void) {
+  void *ctx = init(0xF0, 1, 2, 0, WANT_MASK);
+  full_coll(ctx, 0xF0, 0, 1, 1, 1, 1);
+  pid_t child = fork();
+  if (child < 0) fail("fork");
+  if (child == 0) {
+    mypid = getpid();
+    void *c2 = init(0xF1, 1, 2, 1, WANT_MASK);
+    for (int i = 0; i < 3; i++) full_coll(c2, 0xF1, (uint64_t)i, 1, 0, 0, 1);
+    printf("child %d\n", (int)mypid);
+    fflush(stdout);
+    _exit(0);
+  }
+  int st;
+  if (waitpid(child, &st, 0) != child || !WIFEXITED(st) || WEXITSTATUS(st)) fail("child failed");
+  full_coll(ctx, 0xF0, 1, 1, 1, 1, 1);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) fail("usage: driver PLUGIN.so SCENARIO VERSION [N]");
+  mypid = getpid();
+  load(argv[1], atoi(argv[3]));
+  int n = argc > 4 ? atoi(argv[4]) : 1000;
+  const char *s = argv[2];
+  if (!strcmp(s, "basic")) basic();
+  else if (!strcmp(s, "orders")) orders();
+  else if (!strcmp(s, "threads")) threads(4, n);
+  else if (!strcmp(s, "bench")) bench(n);
+  else if (!strcmp(s, "overflow")) overflow();
+  else if (!strcmp(s, "disabled")) disabled();
+  else if (!strcmp(s, "fork")) forked();
+  else fail("unknown scenario %s", s);
+  printf("ok %s v%d pid %d\n", s, ver, mypid);
+  return 0;
+}
