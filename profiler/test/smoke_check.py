@@ -124,7 +124,7 @@ def final():
     for rank, reg in sorted(r.items()):
         p = reg["process"]
         say("INFO", "rank %d after exit" % rank, "state %s, comms inited %s, finalized %s, live slots %d" % (
-            p["state"], p["comms_inited"], p["comms_finalized"], len(reg["comms"])))
+            p["state"], p["comms_inited"], p["comms_finalized"], len(reg.get("comms") or [])))
 
 
 def bench():
