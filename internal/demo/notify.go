@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"errors"
 	"os"
 
 	"github.com/ncclwatch/watchdog/alert"
@@ -46,6 +47,12 @@ func (n Notifiers) config() (*alert.Config, alert.BuildOptions, error) {
 		c.Notifiers = append(c.Notifiers, alert.NotifierConfig{Name: "slack-webhook", Type: "slack", WebhookURL: n.SlackWebhook})
 	}
 	if n.SlackAPIURL != "" {
+		token, _ := lookup("SLACK_TOKEN")
+		file, _ := lookup("SLACK_TOKEN_FILE")
+		if token == "" && file == "" {
+			// Said here: the builder would also name SLACK_WEBHOOK_URL, which the demo ignores.
+			return nil, b, errors.New("--slack-api-url needs SLACK_TOKEN or SLACK_TOKEN_FILE in the environment")
+		}
 		channel, _ := lookup("SLACK_CHANNEL")
 		if channel == "" {
 			channel = "#ncclwatch-demo"
