@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -118,7 +119,11 @@ type NotifierConfig struct {
 	TokenFile      string `yaml:"token_file"`      //
 	WebhookURLEnv  string `yaml:"webhook_url_env"` // default SLACK_WEBHOOK_URL
 	WebhookURLFile string `yaml:"webhook_url_file"`
-	ThreadUpdates  *bool  `yaml:"thread_updates"` // default true
+	// WebhookURL is a webhook URL a program was given on its command line (`watchdog demo
+	// --slack-webhook`); it comes before the *_env and *_file ones. YAML cannot set it:
+	// there the URL is a secret, named by webhook_url_env or webhook_url_file.
+	WebhookURL    string `yaml:"-"`
+	ThreadUpdates *bool  `yaml:"thread_updates"` // default true
 
 	// pagerduty
 	EventsURL      string `yaml:"events_url"`
@@ -303,9 +308,10 @@ func (c *Config) Targets(b BuildOptions) ([]Target, error) {
 	return out, nil
 }
 
-// New builds the notifiers of c and a dispatcher routing to them. opts.Routes is taken
-// from c.
-func New(c *Config, b BuildOptions, opts Options) (*Dispatcher, error) {
+// New builds the notifiers of c and a dispatcher routing to them, and to extra targets
+// built by the caller (the demo's console story): with no routes in c every incident
+// reaches every target. opts.Routes is taken from c.
+func New(c *Config, b BuildOptions, opts Options, extra ...Target) (*Dispatcher, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -314,7 +320,7 @@ func New(c *Config, b BuildOptions, opts Options) (*Dispatcher, error) {
 		return nil, err
 	}
 	opts.Routes = c.routes()
-	return NewDispatcher(opts, targets...)
+	return NewDispatcher(opts, slices.Concat(extra, targets)...)
 }
 
 func (nc NotifierConfig) build(b BuildOptions, links Links) (Notifier, error) {
@@ -332,9 +338,12 @@ func (nc NotifierConfig) build(b BuildOptions, links Links) (Notifier, error) {
 				return NewSlackBot(nc.APIURL, token, nc.Channel, o)
 			}
 		}
-		hook, err := sec.get(or(nc.WebhookURLEnv, "SLACK_WEBHOOK_URL"), nc.WebhookURLFile)
-		if err != nil {
-			return nil, err
+		hook := nc.WebhookURL
+		if hook == "" {
+			var err error
+			if hook, err = sec.get(or(nc.WebhookURLEnv, "SLACK_WEBHOOK_URL"), nc.WebhookURLFile); err != nil {
+				return nil, err
+			}
 		}
 		if hook == "" {
 			if nc.Channel != "" {

@@ -150,3 +150,43 @@ func TestFromEnv(t *testing.T) {
 		t.Errorf("webhook from env: %+v", c.Notifiers)
 	}
 }
+
+// TestWebhookURLFromProgram: a webhook URL a program was given comes before the
+// environment, and YAML cannot set it.
+func TestWebhookURLFromProgram(t *testing.T) {
+	c := &Config{Notifiers: []NotifierConfig{{Name: "slack", Type: "slack", WebhookURL: "https://hooks.example.com/given"}}}
+	targets, err := c.Targets(BuildOptions{LookupEnv: envOf(map[string]string{"SLACK_WEBHOOK_URL": "https://hooks.example.com/env"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := targets[0].Notifier.(*Slack); !ok || s.webhookURL != "https://hooks.example.com/given" {
+		t.Errorf("webhook notifier %+v, want the given URL", targets[0].Notifier)
+	}
+	if _, err := ParseConfig([]byte("notifiers: [{name: s, type: slack, webhookurl: https://hooks.example.com/x}]")); err == nil {
+		t.Error("YAML set the program-given webhook URL")
+	}
+}
+
+// TestNewWithExtraTargets: New adds the caller's own targets beside the configuration's,
+// under the same rule of unique names.
+func TestNewWithExtraTargets(t *testing.T) {
+	store := NewEtcdStore(testEtcd(t), EtcdStoreOptions{})
+	c := &Config{Notifiers: []NotifierConfig{{Name: "console", Type: "console"}}}
+	b := BuildOptions{Console: &bytes.Buffer{}}
+	story := NewConsole(&bytes.Buffer{})
+	story.name = "story"
+	d, err := New(c, b, Options{Store: store, Logger: quietLogger()}, Target{Notifier: story, Settings: DefaultSettings()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, w := range d.workers {
+		names = append(names, w.name)
+	}
+	if strings.Join(names, ",") != "story,console" {
+		t.Errorf("notifiers %v, want the extra story and the configured console", names)
+	}
+	if _, err := New(c, b, Options{Store: store, Logger: quietLogger()}, Target{Notifier: NewConsole(&bytes.Buffer{})}); err == nil {
+		t.Error("an extra target named like a configured notifier was accepted")
+	}
+}

@@ -17,15 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ncclwatch/watchdog/alert"
-	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/detect/live"
-	"github.com/ncclwatch/watchdog/heartbeat"
 	"github.com/ncclwatch/watchdog/heartbeat/gpu"
-	"github.com/ncclwatch/watchdog/heartbeat/ibport"
-	"github.com/ncclwatch/watchdog/heartbeat/publish"
+	"github.com/ncclwatch/watchdog/internal/assemble"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
-	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // recorder is a Registerer that remembers every collector registered through it, so
@@ -125,32 +121,27 @@ func startComponents(dir string) (exported, error) {
 	for _, r := range []*recorder{sidecarReg, detectorReg} {
 		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	gpus, err := gpu.NewWithLibrary(gpu.NewFake(8), gpu.Options{Logger: log})
-	if err != nil {
-		return exported{}, err
-	}
-	defer gpus.Close()
-	pub := publish.New(cli, publish.Options{Key: snapshot.NodeKey("metrics", "node0"), Interval: 100 * time.Millisecond,
+	sc, release, err := assemble.Sidecar(ctx, cli, assemble.SidecarConfig{Job: "metrics", Node: "node0",
+		LogPatterns: []string{filepath.Join(dir, "*.log")}, PollLogs: true, SampleEvery: 100 * time.Millisecond,
+		Publish:    assemble.PublishConfig{Interval: 100 * time.Millisecond},
+		GPULibrary: gpu.NewFake(8), Ports: true, IBRoot: "../heartbeat/ibport/testdata/ib-healthy", NetRoot: "../heartbeat/ibport/testdata/net",
 		Logger: log, Registerer: sidecarReg})
-	sc, err := heartbeat.New(heartbeat.Options{Job: "metrics", Node: "node0",
-		LogPatterns: []string{filepath.Join(dir, "*.log")}, GPU: gpus, Publisher: pub, Logger: log,
-		Ports:      ibport.New(ibport.Options{IBRoot: "../heartbeat/ibport/testdata/ib-healthy", NetRoot: "../heartbeat/ibport/testdata/net", Logger: log}),
-		Registerer: sidecarReg, SampleEvery: 100 * time.Millisecond, PollLogs: true})
 	if err != nil {
 		return exported{}, err
 	}
+	defer release()
 	var termRegs []*recorder
 	var mu sync.Mutex
-	det, err := live.New(live.Options{Client: cli, Rules: detect.DefaultConfig(), Interval: 100 * time.Millisecond,
-		LeaseTTL: 2 * time.Second, Logger: log, Registerer: detectorReg,
-		NewAlerts: func(r prometheus.Registerer) (live.Alerts, error) {
+	newAlerts := assemble.Alerts(&alert.Config{Notifiers: []alert.NotifierConfig{{Name: "console", Type: "console"}}}, cli,
+		assemble.AlertOptions{Build: alert.BuildOptions{Console: discard{}}, Logger: log})
+	det, err := assemble.Detector(cli, assemble.DetectorConfig{Interval: 100 * time.Millisecond, LeaseTTL: 2 * time.Second,
+		Logger: log, Registerer: detectorReg,
+		Alerts: func(r prometheus.Registerer) (live.Alerts, error) {
 			rec := &recorder{Registerer: r}
 			mu.Lock()
 			termRegs = append(termRegs, rec)
 			mu.Unlock()
-			cfg := &alert.Config{Notifiers: []alert.NotifierConfig{{Name: "console", Type: "console"}}}
-			return alert.New(cfg, alert.BuildOptions{Console: discard{}}, alert.Options{
-				Store: alert.NewEtcdStore(cli, alert.EtcdStoreOptions{}), Registerer: rec, Logger: log})
+			return newAlerts(rec)
 		}})
 	if err != nil {
 		return exported{}, err

@@ -23,8 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ncclwatch/watchdog/deploy"
-	"github.com/ncclwatch/watchdog/heartbeat"
 	"github.com/ncclwatch/watchdog/heartbeat/gpu"
+	"github.com/ncclwatch/watchdog/internal/assemble"
 )
 
 // quickstartBlocks returns the ```bash quickstart blocks of a doc, joined, and its
@@ -360,18 +360,14 @@ func startFakeGPUSidecar(t *testing.T, ctx context.Context) string {
 			}
 		})
 	}
-	log := slog.New(slog.DiscardHandler)
-	sampler, err := gpu.NewWithLibrary(fake, gpu.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sampler.Close() })
 	reg := prometheus.NewRegistry()
-	sc, err := heartbeat.New(heartbeat.Options{Job: "qs", Node: "gpu-fake", LogPatterns: []string{filepath.Join(t.TempDir(), "*.log")},
-		GPU: sampler, Logger: log, Registerer: reg, PollLogs: true})
+	sc, release, err := assemble.Sidecar(ctx, nil, assemble.SidecarConfig{Job: "qs", Node: "gpu-fake",
+		LogPatterns: []string{filepath.Join(t.TempDir(), "*.log")}, PollLogs: true, GPULibrary: fake,
+		Logger: slog.New(slog.DiscardHandler), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(release)
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = sc.Run(sctx) }()

@@ -296,9 +296,9 @@ func (s *Sidecar) sampleLoop(ctx context.Context) {
 	}
 }
 
+// rasLoop asks RAS every RASEvery; while it fails (nothing listening: no NCCL process on
+// the node, or RAS off) the pause doubles up to a minute and the snapshot has no report.
 func (s *Sidecar) rasLoop(ctx context.Context) {
-	t := time.NewTicker(s.opts.RASEvery)
-	defer t.Stop()
 	backoff := s.opts.RASEvery
 	for {
 		r, err := s.opts.RAS.Status(ctx)

@@ -1,4 +1,4 @@
-package heartbeat
+package heartbeat_test
 
 import (
 	"context"
@@ -13,9 +13,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/ncclwatch/watchdog/heartbeat"
 	"github.com/ncclwatch/watchdog/heartbeat/gpu"
 	"github.com/ncclwatch/watchdog/heartbeat/proc"
-	"github.com/ncclwatch/watchdog/heartbeat/publish"
+	"github.com/ncclwatch/watchdog/internal/assemble"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
 	"github.com/ncclwatch/watchdog/snapshot"
@@ -81,26 +82,32 @@ func freeAddr(t *testing.T) string {
 }
 
 type harness struct {
-	t      *testing.T
-	cli    *clientv3.Client
-	cancel context.CancelFunc
-	done   chan struct{}
-	side   *Sidecar
+	t       *testing.T
+	cli     *clientv3.Client
+	cancel  context.CancelFunc
+	done    chan struct{}
+	side    *heartbeat.Sidecar
+	release func()
 }
 
-func startSidecar(t *testing.T, endpoint, logDir, stateDir string, ttl time.Duration, extra func(*Options)) *harness {
+// startSidecar runs a sidecar as cmd/watchdog builds it (no GPU, port, RAS or liveness
+// source) on the logs in logDir, publishing to endpoint.
+func startSidecar(t *testing.T, endpoint, logDir, stateDir string, ttl time.Duration) *harness {
 	t.Helper()
 	cli, err := etcdconn.New(etcdconn.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
-	pub := publish.New(cli, publish.Options{Key: snapshot.NodeKey("job1", "node0"), TTL: ttl, Interval: 200 * time.Millisecond,
-		MaxBackoff: time.Second, Logger: log})
-	s := newSidecar(t, Options{Job: "job1", Node: "node0", LogPatterns: []string{filepath.Join(logDir, "*.log")}, StateDir: stateDir,
-		Publisher: pub, Logger: log, SampleEvery: 200 * time.Millisecond}, extra)
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{t: t, cli: cli, cancel: cancel, done: make(chan struct{}), side: s}
+	s, release, err := assemble.Sidecar(ctx, cli, assemble.SidecarConfig{Job: "job1", Node: "node0",
+		LogPatterns: []string{filepath.Join(logDir, "*.log")}, StateDir: stateDir, SampleEvery: 200 * time.Millisecond,
+		Publish: assemble.PublishConfig{LeaseTTL: ttl, Interval: 200 * time.Millisecond, MaxBackoff: time.Second},
+		Logger:  slog.New(slog.DiscardHandler)})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	h := &harness{t: t, cli: cli, cancel: cancel, done: make(chan struct{}), side: s, release: release}
 	go func() { defer close(h.done); s.Run(ctx) }()
 	return h
 }
@@ -108,27 +115,22 @@ func startSidecar(t *testing.T, endpoint, logDir, stateDir string, ttl time.Dura
 func (h *harness) stop() {
 	h.cancel()
 	<-h.done
+	h.release()
 	h.cli.Close()
 }
 
-// newSidecar is New(opts) after extra changed them.
-func newSidecar(t *testing.T, opts Options, extra func(*Options)) *Sidecar {
+// runLocalSidecar runs a sidecar without etcd on the logs in logDir until the test ends.
+func runLocalSidecar(t *testing.T, logDir string, extra func(*heartbeat.Options)) *heartbeat.Sidecar {
 	t.Helper()
+	opts := heartbeat.Options{Job: "j", Node: "node0", LogPatterns: []string{filepath.Join(logDir, "*.log")},
+		Logger: slog.New(slog.DiscardHandler)}
 	if extra != nil {
 		extra(&opts)
 	}
-	s, err := New(opts)
+	s, err := heartbeat.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
-}
-
-// runLocalSidecar runs a sidecar without etcd on the logs in logDir until the test ends.
-func runLocalSidecar(t *testing.T, logDir string, extra func(*Options)) *Sidecar {
-	t.Helper()
-	s := newSidecar(t, Options{Job: "j", Node: "node0", LogPatterns: []string{filepath.Join(logDir, "*.log")},
-		Logger: slog.New(slog.DiscardHandler)}, extra)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -176,7 +178,7 @@ func TestNewCollectiveReachesEtcd(t *testing.T) {
 	defer e.srv.Close()
 	logs := t.TempDir()
 	w := newRankWriter(t, logs, 4242, 0)
-	h := startSidecar(t, e.srv.Endpoints()[0], logs, "", 10*time.Second, nil)
+	h := startSidecar(t, e.srv.Endpoints()[0], logs, "", 10*time.Second)
 	defer h.stop()
 	for i := 1; i <= 5; i++ {
 		w.allReduce(1)
@@ -197,7 +199,7 @@ func TestKilledSidecarKeyExpires(t *testing.T) {
 	logs := t.TempDir()
 	w := newRankWriter(t, logs, 4243, 0)
 	w.allReduce(3)
-	h := startSidecar(t, e.srv.Endpoints()[0], logs, "", 2*time.Second, nil)
+	h := startSidecar(t, e.srv.Endpoints()[0], logs, "", 2*time.Second)
 	if waitFor(t, 5*time.Second, func() bool { _, ok := counts(t, h.cli); return ok }) < 0 {
 		t.Fatal("no snapshot published")
 	}
@@ -232,7 +234,7 @@ func TestEtcdOutage(t *testing.T) {
 	logs := t.TempDir()
 	w := newRankWriter(t, logs, 4244, 0)
 	w.allReduce(2)
-	h := startSidecar(t, "http://"+addr, logs, "", 3*time.Second, nil)
+	h := startSidecar(t, "http://"+addr, logs, "", 3*time.Second)
 	defer h.stop()
 	if waitFor(t, 5*time.Second, func() bool { c, ok := counts(t, h.cli); return ok && c[4244] == 2 }) < 0 {
 		t.Fatal("first snapshot missing")
@@ -261,13 +263,13 @@ func TestRestartResumes(t *testing.T) {
 	logs, state := t.TempDir(), t.TempDir()
 	w := newRankWriter(t, logs, 4245, 0)
 	w.allReduce(40)
-	h := startSidecar(t, e.srv.Endpoints()[0], logs, state, 10*time.Second, nil)
+	h := startSidecar(t, e.srv.Endpoints()[0], logs, state, 10*time.Second)
 	if waitFor(t, 5*time.Second, func() bool { c, ok := counts(t, h.cli); return ok && c[4245] == 40 }) < 0 {
 		t.Fatal("first run did not publish 40")
 	}
 	h.stop()
 	w.allReduce(25)
-	h = startSidecar(t, e.srv.Endpoints()[0], logs, state, 10*time.Second, nil)
+	h = startSidecar(t, e.srv.Endpoints()[0], logs, state, 10*time.Second)
 	defer h.stop()
 	if waitFor(t, 5*time.Second, func() bool { c, ok := counts(t, h.cli); return ok && c[4245] == 65 }) < 0 {
 		c, _ := counts(t, h.cli)
@@ -298,7 +300,7 @@ func TestGPUsAndWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sampler.Close()
-	s := runLocalSidecar(t, logs, func(o *Options) { o.GPU, o.SampleEvery = sampler, 50*time.Millisecond })
+	s := runLocalSidecar(t, logs, func(o *heartbeat.Options) { o.GPU, o.SampleEvery = sampler, 50*time.Millisecond })
 	var p snapshot.Process
 	if waitFor(t, 5*time.Second, func() bool {
 		n := s.Snapshot()
@@ -336,7 +338,7 @@ func TestRankFromLateEnvironment(t *testing.T) {
 	logs := t.TempDir()
 	w := newRankWriter(t, logs, 4247, 0)
 	w.allReduce(1)
-	s := runLocalSidecar(t, logs, func(o *Options) { o.Liveness, o.SampleEvery = watcher, 50*time.Millisecond })
+	s := runLocalSidecar(t, logs, func(o *heartbeat.Options) { o.Liveness, o.SampleEvery = watcher, 50*time.Millisecond })
 	if waitFor(t, 5*time.Second, func() bool { n := s.Snapshot(); return len(n.Processes) == 1 }) < 0 {
 		t.Fatal("the rank's log was not picked up")
 	}

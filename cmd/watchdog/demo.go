@@ -9,7 +9,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/internal/demo"
 )
 
@@ -20,8 +19,8 @@ func runDemo(ctx context.Context, args []string) error {
 	nodes := fs.Int("nodes", 4, "simulated nodes per job")
 	ranks := fs.Int("ranks-per-node", 8, "ranks (GPUs) per node")
 	slackWebhook := fs.String("slack-webhook", "", "also post incidents to this Slack incoming-webhook URL")
-	slackAPI := fs.String("slack-api-url", "", "also post to this Slack API base URL with a bot token (SLACK_TOKEN, SLACK_CHANNEL)")
-	pagerduty := fs.String("pagerduty-url", "", "also send PagerDuty Events v2 to this URL (PAGERDUTY_ROUTING_KEY)")
+	slackAPI := fs.String("slack-api-url", "", "also post to this Slack API base URL with a bot token (SLACK_TOKEN or SLACK_TOKEN_FILE, SLACK_CHANNEL)")
+	pagerduty := fs.String("pagerduty-url", "", "also send PagerDuty Events v2 to this URL (PAGERDUTY_ROUTING_KEY or PAGERDUTY_ROUTING_KEY_FILE)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -33,44 +32,12 @@ func runDemo(ctx context.Context, args []string) error {
 			names = append(names, s)
 		}
 	}
-	var targets []alert.Target
-	if *slackWebhook != "" {
-		n, err := alert.NewSlackWebhook(*slackWebhook, alert.SlackOptions{})
-		if err != nil {
-			return err
-		}
-		targets = append(targets, alert.Target{Notifier: n, Settings: alert.DefaultSettings()})
-	}
-	if *slackAPI != "" {
-		token, channel := os.Getenv("SLACK_TOKEN"), os.Getenv("SLACK_CHANNEL")
-		if token == "" {
-			return fmt.Errorf("--slack-api-url needs SLACK_TOKEN in the environment")
-		}
-		if channel == "" {
-			channel = "#ncclwatch-demo"
-		}
-		n, err := alert.NewSlackBot(*slackAPI, token, channel, alert.SlackOptions{})
-		if err != nil {
-			return err
-		}
-		targets = append(targets, alert.Target{Notifier: n, Settings: alert.DefaultSettings()})
-	}
-	if *pagerduty != "" {
-		key := os.Getenv("PAGERDUTY_ROUTING_KEY")
-		if key == "" {
-			return fmt.Errorf("--pagerduty-url needs PAGERDUTY_ROUTING_KEY in the environment")
-		}
-		n, err := alert.NewPagerDuty(*pagerduty, key, alert.PagerDutyOptions{})
-		if err != nil {
-			return err
-		}
-		targets = append(targets, alert.Target{Notifier: n, Settings: alert.DefaultSettings()})
-	}
 	var out io.Writer = os.Stdout
 	if *asJSON {
 		out = io.Discard
 	}
-	results, err := demo.Run(ctx, demo.Options{Scenarios: names, Nodes: *nodes, RanksPerNode: *ranks, Out: out, Targets: targets})
+	results, err := demo.Run(ctx, demo.Options{Scenarios: names, Nodes: *nodes, RanksPerNode: *ranks, Out: out,
+		Notify: demo.Notifiers{SlackWebhook: *slackWebhook, SlackAPIURL: *slackAPI, PagerDutyURL: *pagerduty}})
 	if err != nil {
 		return err
 	}

@@ -5,18 +5,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"gopkg.in/yaml.v3"
 
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/detect"
-	"github.com/ncclwatch/watchdog/detect/live"
+	"github.com/ncclwatch/watchdog/internal/assemble"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
 )
@@ -135,24 +133,13 @@ func runDetector(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cli.Close()
-	alertCfg := cfg.Alerts
-	if alertCfg == nil {
-		alertCfg = alert.FromEnv()
-	}
-	d, err := live.New(live.Options{Client: cli, Rules: cfg.Rules, Interval: cfg.Interval, ResolveAfter: cfg.ResolveAfter,
-		LeaseTTL: cfg.LeaseTTL, Logger: log, Registerer: reg,
-		NewAlerts: func(r prometheus.Registerer) (live.Alerts, error) {
-			return alert.New(alertCfg, alert.BuildOptions{}, alert.Options{Store: alert.NewEtcdStore(cli, alert.EtcdStoreOptions{}),
-				Registerer: r, Logger: log.With("part", "alert")})
-		}})
+	d, err := assemble.Detector(cli, assemble.DetectorConfig{Rules: cfg.Rules, Interval: cfg.Interval,
+		ResolveAfter: cfg.ResolveAfter, LeaseTTL: cfg.LeaseTTL, Logger: log, Registerer: reg,
+		Alerts: assemble.Alerts(cfg.Alerts, cli, assemble.AlertOptions{Logger: log})})
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/api/", d.Handler())
-	mux.Handle("/healthz", d.Handler())
-	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, d.TermGatherer()}, promhttp.HandlerOpts{}))
-	srv, err := serveHTTP(ctx, cfg.HTTP, mux, log)
+	srv, err := serveHTTP(ctx, cfg.HTTP, assemble.DetectorHandler(d, reg), log)
 	if err != nil {
 		return err
 	}

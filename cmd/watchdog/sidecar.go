@@ -15,14 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/ncclwatch/watchdog/heartbeat"
-	"github.com/ncclwatch/watchdog/heartbeat/gpu"
 	"github.com/ncclwatch/watchdog/heartbeat/ibport"
 	"github.com/ncclwatch/watchdog/heartbeat/proc"
-	"github.com/ncclwatch/watchdog/heartbeat/publish"
-	"github.com/ncclwatch/watchdog/heartbeat/ras"
+	"github.com/ncclwatch/watchdog/internal/assemble"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
-	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 func runSidecar(ctx context.Context, args []string) error {
@@ -57,11 +53,6 @@ func runSidecar(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *node == "" {
-		if *node, err = os.Hostname(); err != nil {
-			return fmt.Errorf("--node: %w", err)
-		}
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -70,39 +61,16 @@ func runSidecar(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cli.Close()
-	pub := publish.New(cli, publish.Options{Key: snapshot.NodeKey(*job, *node), TTL: *leaseTTL, Interval: *interval,
-		Logger: log.With("part", "publish"), Registerer: reg})
-
-	opts := heartbeat.Options{
-		Job: *job, Node: *node, LogPatterns: splitList(*logs), StdoutPatterns: splitList(*stdoutLogs),
-		StateDir: *stateDir, Publisher: pub, Logger: log, Registerer: reg,
-		Ports: ibport.New(ibport.Options{IBRoot: *ibRoot, NetRoot: *netRoot, Interfaces: splitList(*netIfs), Logger: log.With("part", "ports")}),
-	}
-	if *useNVML {
-		s, err := gpu.Open(ctx, gpu.Options{Logger: log.With("part", "nvml")})
-		if err != nil {
-			// No driver or no cgo: one clear line, the rest runs without GPUs.
-			log.Warn("NVML off: GPU state will be unknown", "err", err)
-		} else {
-			defer s.Close()
-			opts.GPU = s
-		}
-	}
-	if *checkPIDs {
-		opts.Liveness = proc.New(proc.Options{ProcRoot: *procRoot, Logger: log.With("part", "proc")})
-	}
-	var rasClient *ras.Client
-	if *rasAddr != "" {
-		rasClient = &ras.Client{Addr: *rasAddr}
-		opts.RAS = rasClient
-	}
-	sc, err := heartbeat.New(opts)
+	sc, release, err := assemble.Sidecar(ctx, cli, assemble.SidecarConfig{
+		Job: *job, Node: *node, LogPatterns: splitList(*logs), StdoutPatterns: splitList(*stdoutLogs), StateDir: *stateDir,
+		Publish: assemble.PublishConfig{LeaseTTL: *leaseTTL, Interval: *interval}, NVML: *useNVML, RASAddr: *rasAddr,
+		Ports: true, IBRoot: *ibRoot, NetRoot: *netRoot, NetInterfaces: splitList(*netIfs),
+		CheckPIDs: *checkPIDs, ProcRoot: *procRoot, Logger: log, Registerer: reg,
+	})
 	if err != nil {
 		return err
 	}
-	if rasClient != nil {
-		rasClient.Keep = sc.OwnsRank // only this node's ranks' counts go into its snapshot
-	}
+	defer release()
 	var h http.Handler = sc.HTTPHandler(reg)
 	if *pprofOn {
 		h = withPprof(h)
@@ -112,7 +80,7 @@ func runSidecar(ctx context.Context, args []string) error {
 		return err
 	}
 	defer srv.Close()
-	log.Info("sidecar started", "job", *job, "node", *node, "logs", *logs, "etcd", ef.endpoints, "http", *httpAddr)
+	log.Info("sidecar started", "job", *job, "node", sc.Snapshot().Node, "logs", *logs, "etcd", ef.endpoints, "http", *httpAddr)
 	return sc.Run(ctx)
 }
 

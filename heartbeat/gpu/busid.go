@@ -50,16 +50,6 @@ func PackBusID(busID string) (string, error) {
 	return strconv.FormatUint(v, 16), nil
 }
 
-// UnpackBusID is NCCL's int64ToBusId: the packed form back to "dddd:bb:dd.f" (lower case),
-// for showing a bus id from a log line the way lspci does.
-func UnpackBusID(packed string) (string, error) {
-	v, err := strconv.ParseInt(packed, 16, 64)
-	if err != nil || v < 0 {
-		return "", fmt.Errorf("packed bus id %q: not a non-negative hex int64", packed)
-	}
-	return fmt.Sprintf("%04x:%02x:%02x.%01x", v>>20, (v&0xff000)>>12, (v&0xff0)>>4, v&0xf), nil
-}
-
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }

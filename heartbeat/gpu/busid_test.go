@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,18 +44,18 @@ func TestUnpackBusID(t *testing.T) {
 		{"60", "0000:00:06.0"},
 		{"11b000", "0001:1b:00.0"},
 	} {
-		got, err := UnpackBusID(tt.in)
+		got, err := unpackBusID(tt.in)
 		if err != nil || got != tt.want {
-			t.Errorf("UnpackBusID(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+			t.Errorf("unpackBusID(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
 	}
-	if _, err := UnpackBusID("0x60"); err == nil {
-		t.Error("UnpackBusID accepted 0x60")
+	if _, err := unpackBusID("0x60"); err == nil {
+		t.Error("unpackBusID accepted 0x60")
 	}
 }
 
 // FuzzPackBusID checks PackBusID against NCCL's busIdToInt64 on every input it accepts,
-// and that packing is stable through UnpackBusID.
+// and that packing is stable through unpackBusID.
 func FuzzPackBusID(f *testing.F) {
 	for _, s := range []string{"00000000:1B:00.0", "0000:1b:00.0", "00000000:00:06.0", "", ":", "0:0.0", "ffffffffffffffff", "G"} {
 		f.Add(s)
@@ -70,13 +71,13 @@ func FuzzPackBusID(f *testing.F) {
 		if got != strings.ToLower(got) || (len(got) > 1 && got[0] == '0') {
 			t.Fatalf("PackBusID(%q) = %q: not lower-case hex without leading zeros", in, got)
 		}
-		unpacked, err := UnpackBusID(got)
+		unpacked, err := unpackBusID(got)
 		if err != nil {
-			t.Fatalf("UnpackBusID(%q): %v", got, err)
+			t.Fatalf("unpackBusID(%q): %v", got, err)
 		}
 		again, err := PackBusID(unpacked)
 		if err != nil || again != got {
-			t.Fatalf("PackBusID(UnpackBusID(%q)) = %q, %v", got, again, err)
+			t.Fatalf("PackBusID(unpackBusID(%q)) = %q, %v", got, again, err)
 		}
 	})
 }
@@ -103,4 +104,15 @@ func ncclBusIDToInt64(s string) int64 {
 		return 1<<63 - 1 // strtol saturates at LONG_MAX
 	}
 	return v
+}
+
+// unpackBusID is NCCL's int64ToBusId (src/misc/utils.cc): the packed form back to
+// "dddd:bb:dd.f" (lower case). The sidecar never unpacks; the fuzz test checks with it
+// that packing is stable.
+func unpackBusID(packed string) (string, error) {
+	v, err := strconv.ParseInt(packed, 16, 64)
+	if err != nil || v < 0 {
+		return "", fmt.Errorf("packed bus id %q: not a non-negative hex int64", packed)
+	}
+	return fmt.Sprintf("%04x:%02x:%02x.%01x", v>>20, (v&0xff000)>>12, (v&0xff0)>>4, v&0xf), nil
 }

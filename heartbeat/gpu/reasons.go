@@ -47,10 +47,3 @@ func Reasons(mask uint64) []string {
 	}
 	return out
 }
-
-// Throttled reports whether the mask holds a reason that slows a busy GPU down (power or
-// thermal capping, hardware slowdown), as opposed to idling or clock settings.
-func Throttled(mask uint64) bool {
-	return mask&(ReasonSwPowerCap|ReasonHwSlowdown|ReasonSwThermalSlowdown|
-		ReasonHwThermalSlowdown|ReasonHwPowerBrakeSlowdown) != 0
-}

@@ -1,7 +1,8 @@
-// Package publish keeps one node's snapshot in etcd: a single key under a lease that the
-// publisher keeps alive, rewritten when the snapshot changes and at most once per interval.
-// etcd outages never block the caller: the publisher retries with backoff, re-creates an
-// expired lease and republishes the full state.
+// Package publish keeps one node's snapshot in etcd: a single key under the lease of an
+// etcd concurrency.Session, rewritten when the snapshot changes and at most once per
+// interval. etcd outages never block the caller: the publisher retries with backoff, and
+// when its session ends (the lease expired during an outage) it opens a new one and
+// republishes the full state.
 package publish
 
 import (
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // Options configure a Publisher.
@@ -41,9 +43,7 @@ type Publisher struct {
 	m    metrics
 
 	mu      sync.Mutex
-	lease   clientv3.LeaseID
-	kaStop  context.CancelFunc
-	kaLost  chan struct{}
+	sess    *concurrency.Session // nil until the first write, and after its lease is lost
 	last    []byte
 	lastPut time.Time
 	healthy bool
@@ -138,6 +138,7 @@ func (p *Publisher) Run(ctx context.Context, src func() ([]byte, error)) error {
 			case <-tick.C:
 			case <-p.wake:
 			case <-p.lost():
+				// The lease is gone: the next write opens a new session with the full state.
 			}
 			// At most one write per Interval, whatever woke us.
 			p.mu.Lock()
@@ -181,40 +182,38 @@ func (p *Publisher) nextBackoff(b time.Duration) time.Duration {
 	return min(2*b, p.opts.MaxBackoff)
 }
 
-// lost is closed when the current lease's keep-alive stops.
+// lost is closed when the current session's lease is lost; nil without a session.
 func (p *Publisher) lost() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.kaLost == nil {
+	if p.sess == nil {
 		return nil
 	}
-	return p.kaLost
+	return p.sess.Done()
 }
 
 // publish writes body unless it equals the last write under a live lease.
 func (p *Publisher) publish(ctx context.Context, body []byte) error {
+	sess, err := p.session(ctx)
+	if err != nil {
+		p.fail()
+		return err
+	}
 	p.mu.Lock()
-	lease := p.lease
-	same := lease != 0 && bytes.Equal(body, p.last)
+	same := len(p.last) > 0 && bytes.Equal(body, p.last)
 	p.mu.Unlock()
 	if same {
 		p.m.writes.WithLabelValues("unchanged").Inc()
 		return nil
 	}
-	if lease == 0 {
-		var err error
-		if lease, err = p.grant(ctx); err != nil {
-			p.fail()
-			return err
-		}
-	}
 	start := p.opts.Now()
 	octx, cancel := context.WithTimeout(ctx, p.opts.OpTimeout)
-	_, err := p.cli.Put(octx, p.opts.Key, string(body), clientv3.WithLease(lease))
+	_, err = p.cli.Put(octx, p.opts.Key, string(body), clientv3.WithLease(sess.Lease()))
 	cancel()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			p.dropLease(lease)
+			// Expired before the keep-alive noticed: the next write opens a new session.
+			p.drop(sess)
 		}
 		p.fail()
 		return fmt.Errorf("put %s: %w", p.opts.Key, err)
@@ -241,57 +240,58 @@ func (p *Publisher) fail() {
 	p.mu.Unlock()
 }
 
-// grant creates a lease and keeps it alive in the background.
-func (p *Publisher) grant(ctx context.Context) (clientv3.LeaseID, error) {
-	octx, cancel := context.WithTimeout(ctx, p.opts.OpTimeout)
-	defer cancel()
-	g, err := p.cli.Grant(octx, int64((p.opts.TTL+time.Second-1)/time.Second))
-	if err != nil {
-		return 0, fmt.Errorf("grant lease: %w", err)
-	}
-	kctx, stop := context.WithCancel(context.Background())
-	ch, err := p.cli.KeepAlive(kctx, g.ID)
-	if err != nil {
-		stop()
-		return 0, fmt.Errorf("keep lease alive: %w", err)
-	}
-	lost := make(chan struct{})
-	go func() {
-		defer close(lost)
-		for range ch {
+// session returns the live session, or opens a new one when there is none or its lease
+// is lost; a new session's first write carries the full state.
+//
+// The lease is granted here and handed to concurrency.NewSession (WithLease), which then
+// makes no call to etcd, rather than letting NewSession grant it: NewSession grants with
+// the context that afterwards keeps the lease alive (WithContext, default the client's),
+// so its grant cannot be given a timeout without ending the keep-alive at that timeout;
+// and without one, while etcd is down, it returns only when that context ends (the client
+// waits for a connection), so Close could not give up after OpTimeout, and the failures
+// would be neither counted nor logged. Granted under OpTimeout, a failed grant is a failed
+// write, retried with backoff. From then on the session keeps the lease alive and Done
+// says when it is lost.
+func (p *Publisher) session(ctx context.Context) (*concurrency.Session, error) {
+	p.mu.Lock()
+	sess := p.sess
+	p.mu.Unlock()
+	if sess != nil {
+		select {
+		case <-sess.Done():
+			p.drop(sess)
+		default:
+			return sess, nil
 		}
-	}()
+	}
+	ttl := int((p.opts.TTL + time.Second - 1) / time.Second)
+	octx, cancel := context.WithTimeout(ctx, p.opts.OpTimeout)
+	g, err := p.cli.Grant(octx, int64(ttl))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("grant lease: %w", err)
+	}
+	sess, err = concurrency.NewSession(p.cli, concurrency.WithLease(g.ID), concurrency.WithTTL(ttl))
+	if err != nil {
+		return nil, fmt.Errorf("keep lease alive: %w", err)
+	}
 	p.m.leases.Inc()
 	p.mu.Lock()
-	if p.kaStop != nil {
-		p.kaStop()
-	}
-	p.lease, p.kaStop, p.kaLost = g.ID, stop, lost
-	p.last = p.last[:0] // a new lease always carries a full write
+	p.sess = sess
+	p.last = p.last[:0]
 	p.mu.Unlock()
-	go func() {
-		// When the keep-alive stream ends (lease expired during an outage), forget the lease
-		// so the next write grants a new one and republishes.
-		select {
-		case <-lost:
-			p.dropLease(g.ID)
-		case <-kctx.Done():
-		}
-	}()
-	return g.ID, nil
+	return sess, nil
 }
 
-func (p *Publisher) dropLease(id clientv3.LeaseID) {
+// drop forgets a session whose lease is lost, so that the next write opens a new one.
+func (p *Publisher) drop(sess *concurrency.Session) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.lease != id {
-		return
+	if p.sess == sess {
+		p.sess = nil
+		p.last = p.last[:0]
 	}
-	if p.kaStop != nil {
-		p.kaStop()
-	}
-	p.lease, p.kaStop = 0, nil
-	p.last = p.last[:0]
+	p.mu.Unlock()
+	sess.Orphan()
 }
 
 // Close writes a final body (a snapshot that says the sidecar is stopping, so the detector
@@ -306,17 +306,18 @@ func (p *Publisher) Close(final []byte) {
 		cancel()
 	}
 	p.mu.Lock()
-	lease, stop := p.lease, p.kaStop
-	p.lease, p.kaStop = 0, nil
+	sess := p.sess
+	p.sess = nil
 	p.mu.Unlock()
-	if stop != nil {
-		stop()
+	if sess == nil {
+		return
 	}
-	if lease != 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), p.opts.OpTimeout)
-		defer cancel()
-		if _, err := p.cli.Revoke(ctx, lease); err != nil {
-			p.opts.Logger.Debug("revoke lease at shutdown", "err", err)
-		}
+	// Not sess.Close: it waits up to the whole TTL for the revoke, and a stopping sidecar
+	// waits at most OpTimeout on an etcd that is down.
+	sess.Orphan()
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.OpTimeout)
+	defer cancel()
+	if _, err := p.cli.Revoke(ctx, sess.Lease()); err != nil {
+		p.opts.Logger.Debug("revoke lease at shutdown", "err", err)
 	}
 }

@@ -143,7 +143,7 @@ func TestClientJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := ParseJSON(j)
+	want, _ := ParseJSONKeep(j, nil)
 	want.T = snapshot.MicrosOf(fixedNow())
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v\nwant %+v", got, want)

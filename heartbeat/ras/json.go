@@ -61,9 +61,6 @@ type jsonMissing struct {
 	} `json:"status"`
 }
 
-// ParseJSON parses the reply to STATUS after SET FORMAT json, keeping every rank.
-func ParseJSON(b []byte) (*snapshot.RAS, error) { return ParseJSONKeep(b, nil) }
-
 // ParseJSONKeep parses a JSON STATUS reply, keeping per-rank counts only for ranks that
 // keep accepts (nil: all). Text before the first line that opens the document is skipped.
 // A value of the wrong type in a known field is skipped like an unknown field; a document

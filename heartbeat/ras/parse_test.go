@@ -54,7 +54,7 @@ func parseCapture(t testing.TB, path string) *snapshot.RAS {
 	var rep *snapshot.RAS
 	var err error
 	if strings.HasSuffix(path, ".json.txt") {
-		rep, err = ParseJSON(b)
+		rep, err = ParseJSONKeep(b, nil)
 	} else {
 		rep, err = ParseText(b)
 	}
@@ -363,7 +363,7 @@ const jsonSynthetic = `{
 }`
 
 func TestParseJSONSynthetic(t *testing.T) {
-	got, err := ParseJSON([]byte(jsonSynthetic))
+	got, err := ParseJSONKeep([]byte(jsonSynthetic), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +416,7 @@ func TestParseJSONErrors(t *testing.T) {
 		{"trailing garbage", string(full) + "}", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rep, err := ParseJSON([]byte(tc.in))
+			rep, err := ParseJSONKeep([]byte(tc.in), nil)
 			if tc.ok != (err == nil) {
 				t.Fatalf("err = %v, want ok %v", err, tc.ok)
 			}

@@ -17,22 +17,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ncclwatch/watchdog/alert"
-	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/detect/live"
-	"github.com/ncclwatch/watchdog/heartbeat"
-	"github.com/ncclwatch/watchdog/heartbeat/gpu"
-	"github.com/ncclwatch/watchdog/heartbeat/ibport"
 	"github.com/ncclwatch/watchdog/heartbeat/proc"
-	"github.com/ncclwatch/watchdog/heartbeat/publish"
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/internal/assemble"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
 	"github.com/ncclwatch/watchdog/internal/jobsim"
-	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // Scenario is one simulated job and what the detector must find in it.
@@ -86,9 +80,9 @@ type Options struct {
 	RanksPerNode int // default 8
 	// Out receives the story (incidents as they open and resolve, a summary); nil: discard.
 	Out io.Writer
-	// Targets are extra notifiers (Slack, PagerDuty) beside the console one.
-	Targets []alert.Target
-	Logger  *slog.Logger
+	// Notify names real notifiers that get the incidents too, beside the console story.
+	Notify Notifiers
+	Logger *slog.Logger
 	// Dir holds the simulated jobs (default: a temporary directory, removed at the end).
 	Dir string
 }
@@ -127,6 +121,10 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	alerts, build, err := opts.Notify.config()
+	if err != nil {
+		return nil, err
+	}
 	all := Scenarios(opts.Nodes, opts.RanksPerNode)
 	var scs []Scenario
 	for _, name := range opts.Scenarios {
@@ -157,14 +155,10 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	defer cli.Close()
 
 	story := &storyWriter{w: opts.Out, start: time.Now()}
-	rules := detect.DefaultConfig()
-	det, err := live.New(live.Options{Client: cli, Rules: rules, Interval: 500 * time.Millisecond, ResolveAfter: 2 * time.Second,
+	det, err := assemble.Detector(cli, assemble.DetectorConfig{Interval: 500 * time.Millisecond, ResolveAfter: 2 * time.Second,
 		LeaseTTL: 5 * time.Second, Logger: opts.Logger,
-		NewAlerts: func(reg prometheus.Registerer) (live.Alerts, error) {
-			targets := append([]alert.Target{{Notifier: story, Settings: consoleSettings()}}, opts.Targets...)
-			return alert.NewDispatcher(alert.Options{Store: alert.NewEtcdStore(cli, alert.EtcdStoreOptions{}), Registerer: reg,
-				Logger: opts.Logger}, targets...)
-		}})
+		Alerts: assemble.Alerts(alerts, cli, assemble.AlertOptions{Build: build, Logger: opts.Logger,
+			Targets: []alert.Target{{Notifier: story, Settings: consoleSettings()}}})})
 	if err != nil {
 		return nil, err
 	}
@@ -226,21 +220,16 @@ func runScenario(ctx context.Context, opts Options, sc Scenario, dir string, cli
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, n := range sim.Nodes() {
-		sampler, err := gpu.NewWithLibrary(n.GPUs, gpu.Options{Logger: opts.Logger, Window: 1500 * time.Millisecond})
+		side, release, err := assemble.Sidecar(sctx, cli, assemble.SidecarConfig{Job: job, Node: n.Name,
+			LogPatterns: []string{filepath.Join(n.LogDir, "*.log")}, SampleEvery: 500 * time.Millisecond,
+			Publish:    assemble.PublishConfig{LeaseTTL: 5 * time.Second, Interval: 500 * time.Millisecond},
+			GPULibrary: n.GPUs, GPUWindow: 1500 * time.Millisecond, Ports: true, IBRoot: n.IBRoot, NetRoot: filepath.Join(dir, "no-net"),
+			Liveness: &simLiveness{sim: sim}, Logger: opts.Logger})
 		if err != nil {
 			res.Note = err.Error()
 			return res
 		}
-		defer sampler.Close()
-		pub := publish.New(cli, publish.Options{Key: snapshot.NodeKey(job, n.Name), TTL: 5 * time.Second,
-			Interval: 500 * time.Millisecond, Logger: opts.Logger})
-		side, err := heartbeat.New(heartbeat.Options{Job: job, Node: n.Name, LogPatterns: []string{filepath.Join(n.LogDir, "*.log")},
-			GPU: sampler, Ports: ibport.New(ibport.Options{IBRoot: n.IBRoot, NetRoot: filepath.Join(dir, "no-net"), Logger: opts.Logger}),
-			Liveness: &simLiveness{sim: sim}, Publisher: pub, Logger: opts.Logger, SampleEvery: 500 * time.Millisecond})
-		if err != nil {
-			res.Note = err.Error()
-			return res
-		}
+		defer release()
 		wg.Add(1)
 		go func() { defer wg.Done(); side.Run(sctx) }()
 	}

@@ -150,12 +150,6 @@ func (o *rankOut) end(want logparse.Kind) {
 	o.dirty = true
 }
 
-func (o *rankOut) line(t int64, want logparse.Kind, msg string) {
-	o.head(t, false, 0, "")
-	o.buf = append(o.buf, msg...)
-	o.end(want)
-}
-
 func (o *rankOut) verifyLine(want logparse.Kind) {
 	text := o.buf[:len(o.buf)-1]
 	if text[0] == '\n' {

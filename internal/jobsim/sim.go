@@ -26,9 +26,10 @@
 // The logs are those of NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,ENV,COLL,NET
 // (+DESTROY, for 2.30.3+), NCCL_DEBUG_FILE=<dir>/<node>/nccl.%h.%p.log and, with
 // Config.Timestamps, NCCL_DEBUG_TIMESTAMP_LEVELS=ALL NCCL_DEBUG_TIMESTAMP_FORMAT="[%F %T.%6f] ",
-// as ../shared/reference/nccl-log-formats.md recommends. A fault that hangs the job lets
-// every rank finish enqueueing that step (enqueue is asynchronous; the step's end
-// synchronises), then nothing more is logged; faults scheduled after it never happen.
+// the timestamps docs/configuration.md asks of a job ("NCCL settings of the training
+// job"). A fault that hangs the job lets every rank finish enqueueing that step (enqueue
+// is asynchronous; the step's end synchronises), then nothing more is logged; faults
+// scheduled after it never happen.
 package jobsim
 
 import (

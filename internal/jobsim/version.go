@@ -10,8 +10,9 @@ import (
 // real captures under testdata/captures.
 const DefaultVersion = "2.28.9"
 
-// latestPatch is the newest checked release of each minor version
-// (../shared/reference/nccl-log-formats.md lists the tags read).
+// latestPatch is the newest release of each minor version whose log formats were checked
+// against NCCL's source at its release tag (v2.MINOR.PATCH-1); the dialect methods below
+// are what was found.
 var latestPatch = map[int]int{
 	18: 6, 19: 4, 20: 5, 21: 5, 22: 3, 23: 4, 24: 3, 25: 1, 26: 6, 27: 7, 28: 9, 29: 7, 30: 7,
 }

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ncclwatch/watchdog/internal/procstat"
 	"hash/fnv"
 	"log/slog"
 	"math"
@@ -27,10 +26,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ncclwatch/watchdog/heartbeat/publish"
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/internal/assemble"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
+	"github.com/ncclwatch/watchdog/internal/procstat"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -151,8 +151,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for n := 0; n < nodes; n++ {
-		pub := publish.New(clients[n%len(clients)], publish.Options{Key: snapshot.NodeKey("load", nodeName(n)),
-			TTL: 10 * time.Second, Interval: time.Second, Logger: o.Logger})
+		pub := assemble.Publisher(clients[n%len(clients)], "load", nodeName(n),
+			assemble.PublishConfig{LeaseTTL: 10 * time.Second, Interval: time.Second}, o.Logger, nil)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -144,7 +144,9 @@ var standardStats = []string{
 	"tx_bytes", "tx_dropped", "tx_errors", "tx_packets",
 }
 
-// WriteNetIf writes (or rewrites) one interface's files under root.
+// WriteNetIf writes (or rewrites) one interface's files under root. Only tests and the
+// sampler's benchmark (ibport's BenchmarkSample) call it: jobsim's nodes have no net
+// interfaces (the demo points NetRoot at an empty directory).
 func WriteNetIf(root string, n NetIf) error {
 	if n.Name == "" || filepath.Base(n.Name) != n.Name {
 		return fmt.Errorf("ibsim: bad interface name %q", n.Name)

@@ -1,0 +1,86 @@
+package assemble
+
+import (
+	"log/slog"
+	"net/http"
+	"reflect"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ncclwatch/watchdog/alert"
+	"github.com/ncclwatch/watchdog/detect"
+	"github.com/ncclwatch/watchdog/detect/live"
+)
+
+// DetectorConfig describes one detector replica; zero durations are live's defaults.
+type DetectorConfig struct {
+	// Rules are the rules' thresholds (detect.DefaultConfig() when zero).
+	Rules        detect.Config
+	Interval     time.Duration
+	ResolveAfter time.Duration
+	LeaseTTL     time.Duration
+	// Alerts makes the alert dispatcher of each leadership term (see Alerts); nil: no
+	// notifications.
+	Alerts func(prometheus.Registerer) (live.Alerts, error)
+
+	Logger     *slog.Logger // default slog.Default()
+	Registerer prometheus.Registerer
+}
+
+// Detector builds a detector replica on cli; Run starts it.
+func Detector(cli *clientv3.Client, cfg DetectorConfig) (*live.Detector, error) {
+	if reflect.ValueOf(cfg.Rules).IsZero() {
+		cfg.Rules = detect.DefaultConfig()
+	}
+	return live.New(live.Options{Client: cli, Rules: cfg.Rules, Interval: cfg.Interval, ResolveAfter: cfg.ResolveAfter,
+		LeaseTTL: cfg.LeaseTTL, NewAlerts: cfg.Alerts, Logger: cfg.Logger, Registerer: cfg.Registerer})
+}
+
+// DetectorHandler serves a detector's API (/api/...), /healthz, and /metrics: g's and the
+// current leadership term's.
+func DetectorHandler(d *live.Detector, g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/api/", d.Handler())
+	mux.Handle("/healthz", d.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{g, d.TermGatherer()}, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// AlertOptions complete an alert configuration.
+type AlertOptions struct {
+	// Build says where secrets and console output come from (default: this process's
+	// environment and files, and stdout).
+	Build alert.BuildOptions
+	// Targets are notifiers the caller built, beside the configuration's (the demo's
+	// console story). Routes do not name them: they get every incident when the
+	// configuration has no routes.
+	Targets []alert.Target
+	Logger  *slog.Logger // default slog.Default()
+}
+
+// Alerts returns what a detector calls at the start of each leadership term
+// (live.Options.NewAlerts): a dispatcher over cfg's notifiers and routes, with delivery
+// state in etcd so that a new leader does not notify again what the previous one did. A
+// nil cfg takes the notifiers that SLACK_* and PAGERDUTY_* environment variables ask for
+// (alert.FromEnv). Secrets are read at each term's start, from the variables, or the files
+// that *_FILE variables or the configuration name.
+func Alerts(cfg *alert.Config, cli *clientv3.Client, o AlertOptions) func(prometheus.Registerer) (live.Alerts, error) {
+	if cfg == nil {
+		cfg = alert.FromEnv()
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return func(reg prometheus.Registerer) (live.Alerts, error) {
+		d, err := alert.New(cfg, o.Build, alert.Options{Store: alert.NewEtcdStore(cli, alert.EtcdStoreOptions{}),
+			Registerer: reg, Logger: log.With("part", "alert")}, o.Targets...)
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+}
