@@ -181,7 +181,7 @@ func readRAS(in *input, res *fileResult) {
 	var rep *snapshot.RAS
 	if in.kind == contentRASJSON {
 		res.stat.Kind = "ras-json"
-		rep, err = ras.ParseJSON(b)
+		rep, err = ras.ParseJSONKeep(b, nil)
 	} else {
 		res.stat.Kind = "ras-text"
 		rep, err = ras.ParseText(b)
