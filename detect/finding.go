@@ -47,7 +47,7 @@ func (f *Finding) Incident(job string, now time.Time) incident.Incident {
 func sortFindings(fs []Finding) {
 	order := map[incident.Kind]int{incident.KindCrash: 0, incident.KindMismatch: 1, incident.KindHang: 2,
 		incident.KindP2PMismatch: 3, incident.KindStuckInFlight: 4, incident.KindLink: 5, incident.KindGPU: 6,
-		incident.KindLostNode: 7, incident.KindStraggler: 8, incident.KindMonitoring: 9}
+		incident.KindLostNode: 7, incident.KindStraggler: 8, incident.KindMonitoring: 9, incident.KindConfig: 10}
 	sort.SliceStable(fs, func(a, b int) bool {
 		if ra, rb := fs[a].Severity.Rank(), fs[b].Severity.Rank(); ra != rb {
 			return ra < rb

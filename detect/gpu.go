@@ -33,7 +33,7 @@ func GPU(j *Job, cfg Config) []Finding {
 			}
 			f := Finding{Kind: incident.KindGPU, Severity: incident.SeverityCritical,
 				Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{p.Key()}, Key: "gpu:" + p.Key()}
-			f.Summary = fmt.Sprintf("%s: NCCL hit a CUDA failure '%s'", p.Name(), e.Peer)
+			f.Summary = fmt.Sprintf("%s: NCCL hit a CUDA failure '%s'", p.Name(), e.Detail)
 			f.addEvidence("%s", e.Msg)
 			out = append(out, f)
 			break

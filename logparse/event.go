@@ -27,6 +27,12 @@ var eventKinds = [NumKinds]snapshot.EventKind{
 	KindLauncherExit:     snapshot.EventLauncherExit,
 	KindCollMismatch:     snapshot.EventCollMismatch,
 	KindNetSizeMismatch:  snapshot.EventNetSizeMismatch,
+	KindSocketConnect:    snapshot.EventSocketConnect,
+	KindNoInterface:      snapshot.EventNoInterface,
+	KindShmError:         snapshot.EventShmError,
+	KindDuplicateGPU:     snapshot.EventDuplicateGPU,
+	KindVersionMismatch:  snapshot.EventVersionMismatch,
+	KindIBSetup:          snapshot.EventIBSetup,
 }
 
 // EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when
@@ -39,6 +45,9 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 	}
 	e = snapshot.Event{Kind: eventKinds[l.Kind], T: snapshot.Micros(ts), Dev: string(l.Dev2), Port: l.Port,
 		Code: l.Code, Fatal: l.Fatal, Msg: snapshot.CutMsg(string(l.Msg))}
+	if len(l.Detail) > 0 && len(l.Detail) < len(l.Msg) {
+		e.Detail = snapshot.CutMsg(string(l.Detail))
+	}
 	switch l.Kind {
 	case KindDestroy:
 		if l.Phase != PhaseAbortStart && l.Phase != PhaseAbort {
@@ -55,6 +64,14 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 		e.Code = int(l.Torch.Completed)
 	case KindIBAsync:
 		e.Detail = string(l.Text)
+	case KindDuplicateGPU, KindVersionMismatch, KindProxyError:
+		// Their readers set both slots, -1 where the line names no rank.
+		for _, r := range l.Ranks {
+			if r >= 0 {
+				e.Ranks = append(e.Ranks, r)
+			}
+		}
+		e.Peer = string(l.Text)
 	default:
 		e.Peer = string(l.Text)
 	}

@@ -33,7 +33,7 @@ func TestFieldFormats(t *testing.T) {
 		{"host:pid without tid", "gpu7:4242 [1] NCCL INFO Using network IB", `kind=using_network host=gpu7 pid=4242 tid=0 dev=1 text="IB"`},
 		{"a sentence mentioning NCCL is not an NCCL line", "we wrote this long sentence to explain why the run failed with NCCL WARN in it", "kind=unknown"},
 		{"warning label is not a host", "WARNING:torch.distributed.run:", "kind=unknown"},
-		{"python error label stripped", "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3", "kind=torch_nccl_error"},
+		{"python error label stripped", "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3", `kind=torch_nccl_error result=2 version="2.10.3"`},
 
 		// Init lines before commId (2.4-2.17) and RCCL.
 		{"init 2.10 no commId", "ai:7:9 [2] NCCL INFO comm 0x7fc0c8002f70 rank 2 nranks 4 cudaDev 2 busId 89000 - Init COMPLETE",

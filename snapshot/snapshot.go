@@ -182,6 +182,12 @@ type Event struct {
 	Code      int    `json:"code,omitempty"` // status, error number or sequence number
 	Fatal     bool   `json:"fatal,omitempty"`
 	Msg       string `json:"msg,omitempty"` // the message, cut by CutMsg
+	// Ranks are the ranks an event names besides its process (EventDuplicateGPU,
+	// EventVersionMismatch: the two ranks NCCL compared).
+	Ranks []int `json:"ranks,omitempty"`
+	// Stage is where the process was when it logged the event: before its first per-op
+	// line (initialization) or after; unknown for lines quoted by PyTorch.
+	Stage Stage `json:"stage,omitempty"`
 }
 
 // Encode marshals a node snapshot, shedding detail until it fits MaxNodeBytes.
