@@ -36,6 +36,7 @@ func Crash(j *Job, cfg Config) []Finding {
 		}
 	}
 	byHostLocal := map[string]*Proc{}
+	missing := map[string]*Proc{}
 	byPID := map[int][]*Proc{}
 	for _, p := range j.Procs {
 		if p.LocalRank >= 0 {
@@ -54,7 +55,17 @@ func Crash(j *Job, cfg Config) []Finding {
 			switch e.Kind {
 			case snapshot.EventConnClosedLocal:
 				lr := e.LocalRank
-				if dead := byHostLocal[p.Host+"/"+strconv.Itoa(lr)]; dead != nil && dead != p {
+				dead := byHostLocal[p.Host+"/"+strconv.Itoa(lr)]
+				if dead == nil {
+					// The survivors name a local rank whose own log is not here: it died
+					// all the same; it is known by its host and local rank.
+					k := p.Host + "/" + strconv.Itoa(lr)
+					if dead = missing[k]; dead == nil {
+						dead = missingLocal(j, p.Host, lr)
+						missing[k] = dead
+					}
+				}
+				if dead != p {
 					note(dead, int64(e.T), "%s logged \"Connection closed by localRank %d\": the proxy connection to this process broke", p.Name(), lr)
 				}
 			case snapshot.EventLauncherExit:
@@ -100,6 +111,29 @@ func Crash(j *Job, cfg Config) []Finding {
 		out = append(out, f)
 	}
 	return out
+}
+
+// missingLocal stands for a process whose log is missing, known from its host and local
+// rank; its global rank follows from the host's other ranks when they are numbered
+// contiguously (rank = first rank of the host + local rank), else it stays unknown.
+func missingLocal(j *Job, host string, local int) *Proc {
+	base, ok := -1, true
+	for _, p := range j.Procs {
+		if p.Host != host || p.Rank < 0 || p.LocalRank < 0 {
+			continue
+		}
+		if b := p.Rank - p.LocalRank; base < 0 {
+			base = b
+		} else if b != base {
+			ok = false
+		}
+	}
+	rank := -1
+	if ok && base >= 0 {
+		rank = base + local
+	}
+	return &Proc{Process: snapshot.Process{Host: host, PID: -1 - local, Rank: rank, LocalRank: local, CudaDev: -1,
+		File: "(no log)"}, Node: host}
 }
 
 // cleanExit: a process that destroyed all its communicators finished normally.

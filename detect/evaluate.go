@@ -1,5 +1,7 @@
 package detect
 
+import "github.com/ncclwatch/watchdog/incident"
+
 // Result is one evaluation of a job.
 type Result struct {
 	Findings []Finding
@@ -17,6 +19,18 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		stalls:  append(Hang(j, cfg), P2PMismatch(j, cfg)...),
 		stuck:   stuck,
 		links:   Link(j, cfg),
+		errors:  append(Setup(j, cfg), CUDA(j, cfg)...),
+		ras:     RAS(j, cfg),
+		nccl:    NCCLErrors(j, cfg),
+	}
+	// A connection that could not be opened is the setup's fault; one that broke is a
+	// dead peer's.
+	for _, f := range Connections(j, cfg) {
+		if f.Kind == incident.KindCrash {
+			fs.crashes = append(fs.crashes, f)
+		} else {
+			fs.errors = append(fs.errors, f)
+		}
 	}
 	for _, rule := range [][]Finding{GPU(j, cfg), Straggler(j, cfg, timing), LostNodes(j, cfg), Monitoring(j), Diagnostics(j)} {
 		fs.rest = append(fs.rest, rule...)

@@ -24,7 +24,7 @@ func (p *Proc) Key() string { return p.Host + ":" + strconv.Itoa(p.PID) }
 
 // Culprit renders the process as an incident culprit.
 func (p *Proc) Culprit() incident.Culprit {
-	c := incident.Culprit{Rank: p.Rank, Host: p.Host, PID: p.PID}
+	c := incident.Culprit{Rank: p.Rank, Host: p.Host, PID: max(p.PID, 0)}
 	switch {
 	case p.CudaDev >= 0 && p.BusID != "":
 		c.GPU = fmt.Sprintf("%d (bus %s)", p.CudaDev, p.BusID)
@@ -36,6 +36,13 @@ func (p *Proc) Culprit() incident.Culprit {
 
 // Name is "rank N (host pid P)" for sentences.
 func (p *Proc) Name() string {
+	if p.PID < 0 {
+		// Known from its peers only (missingLocal).
+		if p.Rank >= 0 {
+			return fmt.Sprintf("rank %d (%s local rank %d, no log)", p.Rank, p.Host, p.LocalRank)
+		}
+		return fmt.Sprintf("local rank %d of %s (no log)", p.LocalRank, p.Host)
+	}
 	switch {
 	case p.Rank >= 0:
 		return fmt.Sprintf("rank %d (%s pid %d)", p.Rank, p.Host, p.PID)

@@ -45,6 +45,9 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 	}
 	e = snapshot.Event{Kind: eventKinds[l.Kind], T: snapshot.Micros(ts), Dev: string(l.Dev2), Port: l.Port,
 		Code: l.Code, Fatal: l.Fatal, Msg: snapshot.CutMsg(string(l.Msg))}
+	if l.Level == LevelWarn && len(l.File) > 0 && len(l.File) <= 64 {
+		e.Src = string(l.File)
+	}
 	if len(l.Detail) > 0 && len(l.Detail) < len(l.Msg) {
 		e.Detail = snapshot.CutMsg(string(l.Detail))
 	}
@@ -60,8 +63,11 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 		e.LocalRank, e.PID = l.LocalRk, l.Torch.PID
 	case KindTorchTimeout:
 		e.Code = int(l.Torch.SeqNum)
+		e.Comm = string(l.Torch.PG)
 	case KindTorchWorkStatus:
 		e.Code = int(l.Torch.Completed)
+		e.Enqueued = max(l.Torch.Enqueued, 0)
+		e.Comm = string(l.Torch.PG)
 	case KindIBAsync:
 		e.Detail = string(l.Text)
 	case KindDuplicateGPU, KindVersionMismatch, KindProxyError:

@@ -258,6 +258,7 @@ type Torch struct {
 	Enqueued  int64
 	Completed int64
 	PGDesc    []byte // default_pg, ...
+	PG        []byte // the process group's id: "0" of "[PG ID 0 PG GUID ...]", "1" of "[PG 1 Rank 0]"
 	PID       int    // launcher exit: the failed child's pid
 }
 

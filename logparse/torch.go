@@ -23,6 +23,9 @@ func parseTorch(b []byte, l *Line) {
 	case contains(b, "Watchdog caught collective operation timeout: WorkNCCL("):
 		l.Kind = KindTorchTimeout
 		t.Rank = bracketRank(b)
+		if contains(b, "[PG ") {
+			pgPrefix(b, t)
+		}
 		s := scanner{b: b}
 		s.skipTo("WorkNCCL(")
 		inner := s.rest()
@@ -154,6 +157,13 @@ func pgPrefix(b []byte, t *Torch) {
 		return
 	}
 	pg := b[s.i : s.i+end]
+	id := pg
+	if hasPrefix(id, "ID ") {
+		id = id[len("ID "):]
+	}
+	if sp := bytes.IndexByte(id, ' '); sp > 0 {
+		t.PG = id[:sp]
+	}
 	if o := bytes.IndexByte(pg, '('); o >= 0 {
 		if c := bytes.IndexByte(pg[o:], ')'); c > 0 {
 			t.PGDesc = pg[o+1 : o+c]
