@@ -69,11 +69,20 @@ func Crash(j *Job, cfg Config) []Finding {
 					note(dead, int64(e.T), "%s logged \"Connection closed by localRank %d\": the proxy connection to this process broke", p.Name(), lr)
 				}
 			case snapshot.EventLauncherExit:
+				if e.Code == 0 {
+					continue
+				}
 				pid := e.PID
-				for _, dead := range byPID[pid] {
-					if e.Code != 0 {
-						note(dead, int64(e.T), "the launcher reported local_rank %d (pid %d) failed with exit code %d", e.LocalRank, pid, e.Code)
+				deadOnes := byPID[pid]
+				if len(deadOnes) == 0 {
+					// Its NCCL log is missing: the local rank its peers named dead, or on a
+					// job of one host, that host's local rank.
+					if dead := launchedLocal(j, missing, e.LocalRank); dead != nil {
+						deadOnes = []*Proc{dead}
 					}
+				}
+				for _, dead := range deadOnes {
+					note(dead, int64(e.T), "the launcher reported local_rank %d (pid %d) failed with exit code %d%s", e.LocalRank, pid, e.Code, exitWords(e.Code))
 				}
 			}
 		}
@@ -113,16 +122,77 @@ func Crash(j *Job, cfg Config) []Finding {
 	return out
 }
 
+// launchedLocal finds the process a launcher's failure line means by its local rank when
+// no log has its pid: one already known dead from its peers, else the local rank of the
+// job's only host.
+func launchedLocal(j *Job, missing map[string]*Proc, local int) *Proc {
+	var found *Proc
+	for _, p := range missing {
+		if p.LocalRank == local {
+			if found != nil {
+				return nil
+			}
+			found = p
+		}
+	}
+	if found != nil {
+		return found
+	}
+	hosts := map[string]bool{}
+	for _, p := range j.Procs {
+		if p.Host != "" && p.Host != "?" {
+			hosts[p.Host] = true
+		}
+	}
+	if len(hosts) != 1 {
+		return nil
+	}
+	for h := range hosts {
+		for _, p := range j.Procs {
+			if p.Host == h && p.LocalRank == local {
+				return p
+			}
+		}
+		found = missingLocal(j, h, local)
+		missing[h+"/"+strconv.Itoa(local)] = found
+	}
+	return found
+}
+
+// exitWords says what a launcher's exit code means: a negative code is the signal that
+// killed the process.
+func exitWords(code int) string {
+	switch code {
+	case -9:
+		return " (SIGKILL: the out-of-memory killer, the scheduler or a user killed it)"
+	case -6:
+		return " (SIGABRT: it aborted itself, e.g. PyTorch's watchdog after an NCCL error or timeout)"
+	case -11:
+		return " (SIGSEGV: it crashed)"
+	case -7:
+		return " (SIGBUS: often /dev/shm exhausted)"
+	case -15:
+		return " (SIGTERM: stopped from outside, often by the launcher after another rank failed)"
+	}
+	return ""
+}
+
 // missingLocal stands for a process whose log is missing, known from its host and local
 // rank; its global rank follows from the host's other ranks when they are numbered
-// contiguously (rank = first rank of the host + local rank), else it stays unknown.
+// contiguously (rank = first rank of the host + local rank, the local rank read from the
+// comm info line or else the CUDA device), else it stays unknown.
 func missingLocal(j *Job, host string, local int) *Proc {
 	base, ok := -1, true
 	for _, p := range j.Procs {
-		if p.Host != host || p.Rank < 0 || p.LocalRank < 0 {
+		local := p.LocalRank
+		if local < 0 {
+			// Launchers give local rank N the GPU N: its device stands in.
+			local = p.CudaDev
+		}
+		if p.Host != host || p.Rank < 0 || local < 0 {
 			continue
 		}
-		if b := p.Rank - p.LocalRank; base < 0 {
+		if b := p.Rank - local; base < 0 {
 			base = b
 		} else if b != base {
 			ok = false

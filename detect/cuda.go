@@ -43,21 +43,29 @@ func cudaCause(text, file string) string {
 	return "a CUDA call inside NCCL failed on this GPU; the CUDA error says which resource"
 }
 
-// CUDA reports CUDA failures NCCL logged ("Cuda failure '...'"), one finding per process,
-// with the usual cause of that error. A failure that follows another on the same process
-// (an out-of-memory then invalid handles) is quoted, not reported again.
+// CUDA reports CUDA failures NCCL logged ("Cuda failure '...'"), with the usual cause of
+// that error: one finding per host and error, naming the ranks that hit it (every GPU of a
+// node failing alike points at the node). A failure that follows another on the same
+// process (an out-of-memory, then invalid handles) is quoted, not reported again.
 func CUDA(j *Job, cfg Config) []Finding {
-	var out []Finding
 	quote := max(cfg.CUDAEvidence, 1)
+	type failure struct {
+		f     Finding
+		first *Proc
+		text  string
+		ev    snapshot.Event
+	}
+	found := map[string]*failure{}
+	var order []string
 	for _, p := range j.Procs {
-		var f *Finding
+		var mine *failure
 		for _, e := range p.Events {
 			if e.Kind != snapshot.EventCudaError || !recentEvent(j, cfg.EventConfig, int64(e.T)) {
 				continue
 			}
-			if f != nil {
-				if len(f.Evidence) < quote {
-					f.addEvidence("then: %s", e.Msg)
+			if mine != nil {
+				if len(mine.f.Evidence) < quote {
+					mine.f.addEvidence("then %s: %s", p.Name(), e.Msg)
 				}
 				continue
 			}
@@ -65,18 +73,38 @@ func CUDA(j *Job, cfg Config) []Finding {
 			if text == "" {
 				text = e.Msg
 			}
-			f = &Finding{Kind: incident.KindGPU, Severity: incident.SeverityCritical,
-				Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{p.Key()}, Key: "gpu:" + p.Key()}
-			f.Summary = fmt.Sprintf("%s: CUDA failed inside NCCL with '%s' (%s): %s", p.Name(), text, stageWords(e.Stage),
-				cudaCause(text, e.Src))
-			f.addEvidence("%s", e.Msg)
-			if e.T != 0 {
+			key := "gpu:" + p.Host + ":" + text
+			fl := found[key]
+			if fl == nil {
+				fl = &failure{f: Finding{Kind: incident.KindGPU, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{}, Key: key},
+					first: p, text: text, ev: e}
+				found[key] = fl
+				order = append(order, key)
+			}
+			f := &fl.f
+			if len(f.Culprits) < 8 {
+				f.Culprits = append(f.Culprits, p.Culprit())
+			}
+			f.culpritKeys = append(f.culpritKeys, p.Key())
+			if len(f.Evidence) < quote {
+				f.addEvidence("%s: %s", p.Name(), e.Msg)
+			}
+			if e.T != 0 && (f.FaultAt.IsZero() || e.T.Time().Before(f.FaultAt)) {
 				f.FaultAt = e.T.Time()
 			}
+			mine = fl
 		}
-		if f != nil {
-			out = append(out, *f)
+	}
+	var out []Finding
+	for _, k := range order {
+		fl := found[k]
+		who := fl.first.Name()
+		if n := len(fl.f.culpritKeys); n > 1 {
+			who = fmt.Sprintf("%d ranks on %s", n, fl.first.Host)
 		}
+		fl.f.Summary = fmt.Sprintf("%s: CUDA failed inside NCCL with '%s' (%s): %s", who, fl.text, stageWords(fl.ev.Stage),
+			cudaCause(fl.text, fl.ev.Src))
+		out = append(out, fl.f)
 	}
 	return out
 }
@@ -88,6 +116,8 @@ func stageWords(s snapshot.Stage) string {
 		return "during initialization"
 	case snapshot.StageReady:
 		return "after initialization"
+	case snapshot.StageFirst:
+		return "at its first operations"
 	case snapshot.StageRun:
 		return "mid-run"
 	}

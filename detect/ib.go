@@ -27,7 +27,7 @@ type ibCause struct {
 func ibCauseOf(status int, stage snapshot.Stage) ibCause {
 	switch status {
 	case snapshot.IBRetryExc:
-		if stage == snapshot.StageInit || stage == snapshot.StageReady {
+		if stage == snapshot.StageInit || stage == snapshot.StageReady || stage == snapshot.StageFirst {
 			// Before any op: the queue pairs connected over sockets, but no RDMA packet
 			// ever got through.
 			return ibCause{what: "transport retries exhausted before any operation completed",
@@ -120,8 +120,8 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 		if f == nil {
 			f = &Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{culprit},
 				culpritKeys: keys, Key: key}
-			f.Summary = fmt.Sprintf("IB %s (%s) on %s HCA %s talking to %s: %s",
-				c.what, snapshot.IBStatusName(e.Code), p.Name(), orUnknown(hcaPort(p, e.Dev)), book.describe(e.Peer), c.why)
+			f.Summary = fmt.Sprintf("IB %s (%s) on %s %s talking to %s: %s",
+				c.what, snapshot.IBStatusName(e.Code), p.Name(), hcaWords(p, e.Dev), book.describe(e.Peer), c.why)
 			if key == "link:peer:"+peerHost && !c.remote {
 				f.Summary = fmt.Sprintf("IB %s (%s): %d hosts (%s) report it with %s, the one they share: look at its link and node first; %s",
 					c.what, snapshot.IBStatusName(e.Code), len(reporters[peerHost]), strings.Join(sortedKeys(reporters[peerHost]), ", "),
@@ -169,6 +169,23 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 		f.culpritKeys = appendUnique(f.culpritKeys, r.p.Key())
 	}
 	return []Finding{f}
+}
+
+// hcaWords names the HCA of an error for a sentence: "HCA mlx5_3:1", or the process's
+// devices when the line names none (NCCL before 2.22 does not).
+func hcaWords(p *Proc, dev string) string {
+	if port := hcaPort(p, dev); port != "" {
+		return "HCA " + port
+	}
+	var names []string
+	for _, d := range p.NetDevs {
+		name, _, _ := strings.Cut(d, "/")
+		names = append(names, name)
+	}
+	if len(names) == 0 {
+		return "(its HCA is not named)"
+	}
+	return "one of its HCAs (" + strings.Join(names, ", ") + "; this NCCL does not say which)"
 }
 
 // hcaPort is "mlx5_3:1" for an HCA the process uses, from its NET/IB device list; the

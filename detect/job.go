@@ -25,6 +25,10 @@ func (p *Proc) Key() string { return p.Host + ":" + strconv.Itoa(p.PID) }
 // Culprit renders the process as an incident culprit.
 func (p *Proc) Culprit() incident.Culprit {
 	c := incident.Culprit{Rank: p.Rank, Host: p.Host, PID: max(p.PID, 0)}
+	if c.Host == "?" {
+		// Known by its rank alone (PyTorch's lines).
+		c.Host = ""
+	}
 	switch {
 	case p.CudaDev >= 0 && p.BusID != "":
 		c.GPU = fmt.Sprintf("%d (bus %s)", p.CudaDev, p.BusID)
@@ -44,8 +48,12 @@ func (p *Proc) Name() string {
 		return fmt.Sprintf("local rank %d of %s (no log)", p.LocalRank, p.Host)
 	}
 	switch {
+	case p.Rank >= 0 && p.PID == 0:
+		return fmt.Sprintf("rank %d", p.Rank)
 	case p.Rank >= 0:
 		return fmt.Sprintf("rank %d (%s pid %d)", p.Rank, p.Host, p.PID)
+	case p.PID == 0 && p.LocalRank < 0:
+		return "a rank (PyTorch's output does not say which)"
 	case p.LocalRank >= 0:
 		return fmt.Sprintf("local rank %d (%s pid %d)", p.LocalRank, p.Host, p.PID)
 	}

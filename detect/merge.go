@@ -40,6 +40,7 @@ var mergeSteps = []mergeStep{
 	mismatchExplainsStalls,        // a mismatch explains the hang and p2p stalls on its communicator
 	deathAndStallOfOneRank,        // a death and a stall of one rank are one cause; the order says which
 	hangAbsorbsP2P,                // a hang absorbs the p2p mismatch of the same rank
+	versionsExplainSizes,          // ranks of different NCCL versions disagree on message sizes: one cause
 	errorsExplainFailures,         // an error NCCL printed explains the deaths, stalls and init hangs that follow it
 	laterDeathsFoldIntoFirstCause, // deaths after the job's first root cause are its consequences
 	stuckFollowsItsCause,          // a stuck collective follows a culprit or a link fault on its nodes, else all are one cause
@@ -163,6 +164,30 @@ func errorsExplainFailures(_ *Job, _ Config, fs *findings) {
 	for _, f := range fs.rest {
 		if f.Kind == incident.KindHang && strings.HasPrefix(f.Key, "init:") {
 			first.addEvidence("then: %s", f.Summary)
+			continue
+		}
+		rest = append(rest, f)
+	}
+	fs.rest = rest
+}
+
+// versionsExplainSizes: two ends that disagree on a message size is what ranks running
+// different NCCL versions do, so the size mismatch is the version finding's evidence.
+func versionsExplainSizes(_ *Job, _ Config, fs *findings) {
+	var versions *Finding
+	for i := range fs.errors {
+		if strings.HasPrefix(fs.errors[i].Key, "config:version") {
+			versions = &fs.errors[i]
+			break
+		}
+	}
+	if versions == nil {
+		return
+	}
+	var rest []Finding
+	for _, f := range fs.rest {
+		if strings.HasPrefix(f.Key, "net-size:") {
+			absorb(versions, &f)
 			continue
 		}
 		rest = append(rest, f)

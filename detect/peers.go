@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,6 +41,19 @@ func peerIP(peer string) string {
 		peer = peer[:i]
 	}
 	return peer
+}
+
+// peerName is how to name a peer none of the job's logs came from: its address, or its
+// host name cut at the first '.' as NCCL prints host names.
+func peerName(peer string) string {
+	ip := peerIP(peer)
+	if net.ParseIP(ip) != nil {
+		return ip
+	}
+	if i := strings.IndexByte(ip, '.'); i > 0 {
+		return ip[:i]
+	}
+	return ip
 }
 
 // host is the job's host behind an address or name, "" when none of its processes logged it.

@@ -46,12 +46,12 @@ func RAS(j *Job, cfg Config) []Finding {
 	sort.Strings(names)
 	// A communicator's newest state is the report where it launched the most: an earlier
 	// report's skew (a healthy moment before the hang) says nothing about the end.
-	newest := map[string]int64{}
+	newest := map[string]int64{} // hash and function -> most launched
 	for _, n := range names {
 		for _, c := range j.Nodes[n].RAS.Comms {
-			for _, counts := range rasCounts(&c) {
+			for fn, counts := range rasCounts(&c) {
 				for _, v := range counts {
-					newest[c.Hash] = max(newest[c.Hash], v)
+					newest[c.Hash+"/"+fn] = max(newest[c.Hash+"/"+fn], v)
 				}
 			}
 		}
@@ -72,7 +72,13 @@ func RAS(j *Job, cfg Config) []Finding {
 			for r, e := range c.Errors {
 				errs[fmt.Sprintf("%s/%d", c.Hash, r)] = e
 			}
-			for _, r := range c.Dead {
+			deadRanks := c.Dead
+			if len(deadRanks) == 0 && rep.Dead > 0 {
+				// A text report counts dead processes for the job and lists a
+				// communicator's unreachable ranks without saying which are the dead ones.
+				deadRanks = c.Unresp
+			}
+			for _, r := range deadRanks {
 				k := commRank{c.Hash, c.Size, r}
 				if !dead[k] {
 					dead[k] = true
@@ -84,7 +90,7 @@ func RAS(j *Job, cfg Config) []Finding {
 				for _, v := range counts {
 					lead = max(lead, v)
 				}
-				if lead < newest[c.Hash] {
+				if lead < newest[c.Hash+"/"+fn] {
 					continue
 				}
 				for r, v := range counts {

@@ -53,8 +53,12 @@ func Setup(j *Job, cfg Config) []Finding {
 					f := &Finding{Kind: incident.KindConfig, Severity: incident.SeverityCritical}
 					ranks := rankWords(e.Ranks)
 					f.Culprits = rankCulprits(j, p, e.Ranks)
-					f.Summary = fmt.Sprintf("%s share one GPU (bus %s) on %s: every rank needs its own GPU; set the device from the local rank before NCCL starts (torch.cuda.set_device(local_rank)) and check CUDA_VISIBLE_DEVICES and the launcher's GPUs per process",
-						ranks, orUnknown(e.Detail), p.Host)
+					on := ""
+					if p.Host != "" && p.Host != "?" {
+						on = " on " + p.Host
+					}
+					f.Summary = fmt.Sprintf("%s share one GPU (bus %s)%s: every rank needs its own GPU; set the device from the local rank before NCCL starts (torch.cuda.set_device(local_rank)) and check CUDA_VISIBLE_DEVICES and the launcher's GPUs per process",
+						ranks, orUnknown(e.Detail), on)
 					return f
 				})
 			case snapshot.EventVersionMismatch:
@@ -130,10 +134,23 @@ func versionLines(j *Job) []Finding {
 	for v := range byVersion {
 		versions = append(versions, v)
 	}
-	// The most common version is the job's; the others are the odd ones out.
+	// The most common version is the job's, the others are the odd ones out; between as
+	// many, the lowest rank's (where the job was launched from).
+	lowest := func(v string) int {
+		lo := int(^uint(0) >> 1)
+		for _, p := range byVersion[v] {
+			if p.Rank >= 0 {
+				lo = min(lo, p.Rank)
+			}
+		}
+		return lo
+	}
 	sort.Slice(versions, func(a, b int) bool {
 		if len(byVersion[versions[a]]) != len(byVersion[versions[b]]) {
 			return len(byVersion[versions[a]]) > len(byVersion[versions[b]])
+		}
+		if la, lb := lowest(versions[a]), lowest(versions[b]); la != lb {
+			return la < lb
 		}
 		return versions[a] < versions[b]
 	})

@@ -64,12 +64,12 @@ func Connections(j *Job, cfg Config) []Finding {
 				if !hasHost(culprits, h) {
 					culprits = append(culprits, incident.Culprit{Rank: -1, Host: h})
 				}
-			} else if c.e.Peer != "" && !loopback(c.e.Peer) && len(culprits) < maxPeers && !hasHost(culprits, peerIP(c.e.Peer)) {
-				culprits = append(culprits, incident.Culprit{Rank: -1, Host: peerIP(c.e.Peer)})
+			} else if c.e.Peer != "" && !loopback(c.e.Peer) && len(culprits) < maxPeers && !hasHost(culprits, peerName(c.e.Peer)) {
+				culprits = append(culprits, incident.Culprit{Rank: -1, Host: peerName(c.e.Peer)})
 			}
 		}
 		when := "while the ranks were starting (bootstrap, communicator init)"
-		if first.e.Stage == snapshot.StageRun {
+		if first.e.Stage == snapshot.StageRun || first.e.Stage == snapshot.StageFirst {
 			when = "when it connected to a peer for the first time mid-run (a lazy send/receive connection)"
 		}
 		why := "the peer is not reachable on the interface NCCL chose: a firewall, a missing route, or the wrong interface (set NCCL_SOCKET_IFNAME to the interface the hosts share; NCCL_DEBUG_SUBSYS=INIT,NET shows the one picked)"
@@ -111,7 +111,7 @@ func Connections(j *Job, cfg Config) []Finding {
 		host := book.host(b.e.Peer)
 		name := host
 		if name == "" {
-			name = peerIP(b.e.Peer)
+			name = peerName(b.e.Peer)
 		}
 		if name == "" {
 			continue
@@ -127,9 +127,10 @@ func Connections(j *Job, cfg Config) []Finding {
 			f = &Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{culprit},
 				culpritKeys: keys, Key: "peer:" + name}
 			when := "mid-run: the process there died (crash, OOM kill, or an abort after its own error; its log says which)"
-			if b.e.Stage == snapshot.StageInit {
+			switch b.e.Stage {
+			case snapshot.StageInit:
 				when = "while the ranks were initializing: the process there failed during init (its log holds the first error)"
-			} else if b.e.Stage == snapshot.StageReady {
+			case snapshot.StageReady, snapshot.StageUnknown:
 				when = "after the ranks had initialized: the process there went away (crash, OOM kill, or an abort after its own error)"
 			}
 			who := describeHost(book, host, name)

@@ -199,7 +199,11 @@ func parseIBSetup(l *Line) {
 	switch {
 	case s.lit("Call to "):
 		l.Detail = s.word()
-		l.Fatal = true
+		// Queue pairs, registrations and completion queues are what a connection needs;
+		// a device NCCL only probes (open, query) may fail while others carry the job.
+		for _, v := range []string{"ibv_modify_qp", "ibv_reg", "ibv_create_qp", "ibv_create_cq", "ibv_alloc_pd", "ibv_post"} {
+			l.Fatal = l.Fatal || hasPrefix(l.Detail, v)
+		}
 		if d := (scanner{b: m}); d.skipTo("on dev ") {
 			w := d.word()
 			w = bytes.TrimRight(w, ",")

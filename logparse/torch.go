@@ -123,7 +123,16 @@ func ParseQuoted(b []byte, l *Line) {
 	l.reset()
 	l.LauncherRank = rank
 	l.Torch.Rank = -1
-	b = stripLauncher(trimRight(b), l)
+	b = trimRight(b)
+	// Launcher tags ("10: ", "[rank3]:") may come again before the quote; a word and a
+	// colon is NCCL's own ("socketStartConnect: ..."), not a pdsh host label.
+	for n := 0; n < 4 && len(b) > 0 && (b[0] == '[' || b[0] == ' ' || isDigit(b[0])); n++ {
+		rest, ok := stripOne(b, l)
+		if !ok {
+			break
+		}
+		b = bytes.TrimLeft(rest, " ")
+	}
 	l.Quoted = true
 	l.Msg = b
 	if len(b) == 0 {

@@ -570,8 +570,11 @@ func (t *Tracker) newest() *snapshot.Event {
 // stage says where the process is: it has issued ops (run), a communicator of it is being
 // set up or none ever was (init), or its communicators are ready and no op was logged.
 func (t *Tracker) stage() snapshot.Stage {
-	if t.ops > 0 {
+	if t.ops > snapshot.FirstOps {
 		return snapshot.StageRun
+	}
+	if t.ops > 0 {
+		return snapshot.StageFirst
 	}
 	if !t.readyEver {
 		return snapshot.StageInit

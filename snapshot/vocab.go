@@ -116,9 +116,16 @@ const (
 	// StageReady: its communicators were initialized and it had logged no per-op line:
 	// between init and the first op, or a log without COLL lines (then it may be mid-run).
 	StageReady Stage = "ready"
+	// StageFirst: the process had logged only its first few per-op lines (FirstOps): its
+	// connections were being used for the first time.
+	StageFirst Stage = "first"
 	// StageRun: the process had issued collectives: it failed mid-run.
 	StageRun Stage = "run"
 )
+
+// FirstOps is how many per-op lines a process logs while it is still in StageFirst: a
+// training step's first collectives, enough to touch every connection of a ring or tree.
+const FirstOps = 16
 
 // ProcState is whether a rank's process is alive, as the sidecar sees it through /proc.
 type ProcState string
