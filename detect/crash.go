@@ -17,10 +17,14 @@ func Crash(j *Job, cfg Config) []Finding {
 		proc     *Proc
 		evidence []string
 		when     int64
+		// strong is set when something says the process failed (an exit code, an exit
+		// with communicators in use); its peers' closed connections alone are also what a
+		// job that ends looks like.
+		strong bool
 	}
 	deaths := map[string]*death{}
 	var order []string
-	note := func(p *Proc, when int64, format string, args ...any) {
+	note := func(p *Proc, when int64, strong bool, format string, args ...any) {
 		k := p.Key()
 		d := deaths[k]
 		if d == nil {
@@ -28,6 +32,7 @@ func Crash(j *Job, cfg Config) []Finding {
 			deaths[k] = d
 			order = append(order, k)
 		}
+		d.strong = d.strong || strong
 		if when != 0 && (d.when == 0 || when < d.when) {
 			d.when = when
 		}
@@ -46,7 +51,7 @@ func Crash(j *Job, cfg Config) []Finding {
 	}
 	for _, p := range j.Procs {
 		if p.State == snapshot.ProcExited && !cleanExit(p) {
-			note(p, int64(p.ExitedAt), "the process exited at %s with communicators still in use", fmtTime(p.ExitedAt.Time()))
+			note(p, int64(p.ExitedAt), true, "the process exited at %s with communicators still in use", fmtTime(p.ExitedAt.Time()))
 		}
 		for _, e := range p.Events {
 			if !recentEvent(j, cfg.EventConfig, int64(e.T)) {
@@ -66,7 +71,7 @@ func Crash(j *Job, cfg Config) []Finding {
 					}
 				}
 				if dead != p {
-					note(dead, int64(e.T), "%s logged \"Connection closed by localRank %d\": the proxy connection to this process broke", p.Name(), lr)
+					note(dead, int64(e.T), !j.Offline, "%s logged \"Connection closed by localRank %d\": the proxy connection to this process broke", p.Name(), lr)
 				}
 			case snapshot.EventLauncherExit:
 				if e.Code == 0 {
@@ -82,15 +87,20 @@ func Crash(j *Job, cfg Config) []Finding {
 					}
 				}
 				for _, dead := range deadOnes {
-					note(dead, int64(e.T), "the launcher reported local_rank %d (pid %d) failed with exit code %d%s", e.LocalRank, pid, e.Code, exitWords(e.Code))
+					note(dead, int64(e.T), true, "the launcher reported local_rank %d (pid %d) failed with exit code %d%s", e.LocalRank, pid, e.Code, exitWords(e.Code))
 				}
 			}
 		}
 	}
 	var out []Finding
+	failed := failureSeen(j)
 	for _, k := range order {
 		d := deaths[k]
 		if timedOutItself(d.proc) {
+			continue
+		}
+		if !d.strong && !failed && mostBehind(j, d.proc) == nil {
+			// Offline, the survivors of a job that ended print the same closures.
 			continue
 		}
 		p := d.proc

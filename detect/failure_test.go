@@ -175,13 +175,18 @@ func TestTeardownIsEvidence(t *testing.T) {
 		return snapshot.Event{Kind: snapshot.EventConnClosedLocal, LocalRank: lr, Stage: snapshot.StageRun}
 	}
 	t.Run("dead local rank without its log", func(t *testing.T) {
-		j := offlineJob(map[int][]snapshot.Event{2: {closed(1)}})
+		j := offlineJob(map[int][]snapshot.Event{2: {closed(1), {Kind: snapshot.EventLauncherExit, Code: -9, LocalRank: 1, PID: 5555}}})
 		j.Procs = j.Procs[:3] // rank 3's log is missing
 		j = NewJob("j", j.Now, j.Procs, nil)
 		j.Offline = true
 		f := wantOne(t, evaluate(j), incident.KindCrash, "rank 3 (gpu-b local rank 1, no log)")
-		if f.Culprits[0].Rank != 3 || f.Culprits[0].Host != "gpu-b" {
-			t.Errorf("culprit %+v", f.Culprits)
+		if f.Culprits[0].Rank != 3 || f.Culprits[0].Host != "gpu-b" || !strings.Contains(strings.Join(f.Evidence, " "), "SIGKILL") {
+			t.Errorf("culprit %+v evidence %q", f.Culprits, f.Evidence)
+		}
+	})
+	t.Run("closures alone are how a job ends", func(t *testing.T) {
+		if fs := evaluate(offlineJob(map[int][]snapshot.Event{0: {closed(1)}, 2: {closed(1)}})); len(fs) != 0 {
+			t.Fatalf("%+v", fs)
 		}
 	})
 	t.Run("after an IB error the closures are its evidence", func(t *testing.T) {

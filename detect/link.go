@@ -102,6 +102,11 @@ func ibEvents(j *Job, cfg Config) []Finding {
 			if e.Kind != snapshot.EventIBAsync || !recentEvent(j, cfg.EventConfig, int64(e.T)) {
 				continue
 			}
+			if !e.Fatal && !strings.Contains(e.Detail, "err") {
+				// "port active", "GID table change", "LID change", "SM change": the
+				// fabric's housekeeping, not a fault.
+				continue
+			}
 			dev := e.Dev
 			if e.Port > 0 {
 				dev = e.Dev + ":" + strconv.Itoa(e.Port)

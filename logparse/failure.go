@@ -237,7 +237,8 @@ func parseCudaFailure(l *Line) {
 	m := l.Msg
 	l.Kind = KindCudaError
 	l.Fatal = true
-	s := scanner{b: m, i: len("Cuda failure")}
+	s := scanner{b: m}
+	s.skipTo("failure") // "Cuda failure", "CUDA failure", RCCL's "HIP failure"
 	s.space()
 	if n, ok := s.int(); ok {
 		l.Code = n

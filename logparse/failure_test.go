@@ -71,6 +71,17 @@ func TestFailureLines(t *testing.T) {
 		{"cuda numbered 2.30", w + "Cuda failure 700 'an illegal memory access was encountered'",
 			`kind=cuda_error host=gpu-a pid=5120 tid=5190 dev=1 file=misc/socket.cc:480 code=700 error="an illegal memory access was encountered"`},
 
+		{"rccl hip failure", w + "HIP failure 'hipErrorNoBinaryForGpu: no kernel image is available'",
+			`kind=cuda_error host=gpu-a pid=5120 tid=5190 dev=1 file=misc/socket.cc:480 code=0 error="hipErrorNoBinaryForGpu: no kernel image is available"`},
+
+		// nccl-tests' own failure lines end many posted logs.
+		{"nccl-tests failure quoting a WARN", "gpu-a: Test NCCL failure common.cu:958 'unhandled system error / socketStartConnect: Connect to 10.1.2.3<5> failed : Connection refused'",
+			`kind=socket_connect quoted peer="10.1.2.3<5>" reason="Connection refused" fatal=true`},
+		{"nccl-tests failure alone", " .. gpu-a pid 77: Test NCCL failure common.cu:1291 'internal error - please report this issue to the NCCL developers / '",
+			`kind=torch_nccl_error result=3 version=""`},
+		{"nccl-tests cuda failure", "gpu-a: Test CUDA failure common.cu:941 'system not yet initialized'",
+			`kind=cuda_error quoted code=0 error="system not yet initialized"`},
+
 		// InfiniBand.
 		{"ib completion before 2.7", w + "NET/IB : Got completion with error 4, opcode 0, len 32694, vendor err 81",
 			`kind=ib_completion host=gpu-a pid=5120 tid=5190 dev=1 file=misc/socket.cc:480 peer= status=4 hca=`},

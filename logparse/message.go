@@ -504,7 +504,7 @@ func parseWarn(l *Line) {
 		hasPrefix(m, "hostStreamPlanCallback") || (hasPrefix(m, "Comm 0x") && contains(m, "abort state")) ||
 		hasPrefix(m, "proxy") || hasPrefix(m, "Proxy"):
 		parseProxyFailure(l)
-	case hasPrefix(m, "Cuda failure") || hasPrefix(m, "CUDA failure"):
+	case hasPrefix(m, "Cuda failure") || hasPrefix(m, "CUDA failure") || hasPrefix(m, "HIP failure"):
 		parseCudaFailure(l)
 	case hasPrefix(m, "Duplicate GPU detected") || hasPrefix(m, "Multiple Ranks are using the same GPU"):
 		parseTwoRanks(l, KindDuplicateGPU)
@@ -595,6 +595,8 @@ func parseConnClosedRemote(l *Line) {
 	s.skipTo("Connection closed by remote peer ")
 	l.Kind = KindConnClosedRemote
 	l.Text = s.word()
+	// NCCL warns of it when the connection was needed; at INFO it is an expected close.
+	l.Fatal = l.Level == LevelWarn
 }
 
 // parseBreadcrumb reads "file.cc:123 -> 6", "file.cc:123 (func) -> 6 [Progress Thread]".

@@ -53,6 +53,10 @@ func parseTorch(b []byte, l *Line) {
 		}
 		t.Enqueued = keyValue(b, "ast enqueued NCCL work: ")
 		t.Completed = keyValue(b, "ast completed NCCL work: ")
+	case contains(b, "Test NCCL failure ") || contains(b, "Test CUDA failure "):
+		// " .. host pid 77: Test NCCL failure ...": from the words on.
+		i := max(index(b, "Test NCCL failure "), index(b, "Test CUDA failure "))
+		parseTestFailure(b[i:], l)
 	case hasPrefix(b, "Last error:"):
 		// PyTorch quotes NCCL's last WARN after its error, on this line or the next.
 		ParseQuoted(trimSpace(b[len("Last error:"):]), l)
@@ -113,6 +117,38 @@ func ncclResultOf(b []byte) int {
 		return snapshot.NCCLRemoteError
 	}
 	return 0
+}
+
+// parseTestFailure reads nccl-tests' failure lines, which many posted logs end with:
+// "Test NCCL failure common.cu:958 'unhandled system error / <NCCL's last WARN>'" and
+// "Test CUDA failure common.cu:941 'system not yet initialized'". NCCL's last WARN, when
+// the line quotes one, says more than the result; else the result is the event.
+func parseTestFailure(b []byte, l *Line) {
+	q := bytes.IndexByte(b, '\'')
+	if q < 0 {
+		l.Kind = KindTorchNCCLError
+		return
+	}
+	inner := bytes.TrimSuffix(trimSpace(b[q+1:]), []byte("'"))
+	if hasPrefix(b, "Test CUDA failure ") {
+		l.Kind = KindCudaError
+		l.Quoted = true
+		l.Fatal = true
+		l.Detail = inner
+		return
+	}
+	result, last, _ := bytes.Cut(inner, []byte(" / "))
+	if last = trimSpace(last); len(last) > 0 {
+		var quoted Line
+		quoted.LauncherRank = l.LauncherRank
+		ParseQuoted(last, &quoted)
+		if quoted.Kind != KindWarn && quoted.Kind != KindUnknown {
+			*l = quoted
+			return
+		}
+	}
+	l.Kind = KindTorchNCCLError
+	l.Code = ncclResultOf(result)
 }
 
 // ParseQuoted reads one of NCCL's WARN messages as PyTorch quotes it after "Last error:",

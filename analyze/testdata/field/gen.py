@@ -536,6 +536,16 @@ Warnings
     files["ncclras.json"] = json.dumps(ras, indent=2).split("\n")
     write("healthy_ras_transient_skew", files, {"exit": 0})
 
+    # 34. Healthy: no Destroy lines (PyTorch exits without destroying), the survivors' proxy
+    # threads see their local peers go, and the fabric renumbers a GID.
+    ps = two_nodes(version="2.21.5+cuda12.4")
+    def b34(p):
+        L = p.init() + p.colls(0, 80)
+        L += p.warn("transport/net_ib.cc:120", "NET/IB : mlx5_0:1 Got async error event: GID table change", tid=p.pid + 70)
+        L.append(p.info("[Service thread] Connection closed by localRank %d" % (1 - p.dev), p.pid + 88))
+        return L
+    write("healthy_teardown_closures", per_proc(ps, b34), {"exit": 0})
+
 
 if __name__ == "__main__":
     main()
