@@ -64,9 +64,11 @@ func Analyze(ctx context.Context, paths []string, opts Options) (*Report, error)
 		opts.Location = time.Local
 	}
 	if opts.RingSize == 0 {
+		// The rules need the recent ops of every rank at once; the marks (every 16, 256
+		// and 4096 positions) place an older divergence, so a large job keeps fewer.
 		opts.RingSize = 4096
 		if len(files) > 64 {
-			opts.RingSize = 1024
+			opts.RingSize = 256
 		}
 	}
 	results := readAll(ctx, files, &opts)

@@ -129,11 +129,16 @@ func NewJob(name string, now time.Time, procs []*Proc, nodes map[string]*snapsho
 // eachGroup runs fn on every group, in parallel across GOMAXPROCS workers: groups are
 // independent, and a 100k-rank job has thousands. fn must only write to its own index.
 func (j *Job) eachGroup(fn func(i int, g *Group)) {
-	n := len(j.Groups)
-	workers := min(runtime.GOMAXPROCS(0), n/64+1)
+	parallel(len(j.Groups), 64, func(i int) { fn(i, j.Groups[i]) })
+}
+
+// parallel runs fn(0..n-1) on up to GOMAXPROCS workers, one per grain items at least, so
+// that small inputs stay on the caller's goroutine. fn must only write to its own index.
+func parallel(n, grain int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/max(grain, 1)+1)
 	if workers <= 1 {
-		for i, g := range j.Groups {
-			fn(i, g)
+		for i := 0; i < n; i++ {
+			fn(i)
 		}
 		return
 	}
@@ -144,7 +149,7 @@ func (j *Job) eachGroup(fn func(i int, g *Group)) {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				fn(i, j.Groups[i])
+				fn(i)
 			}
 		}()
 	}
