@@ -99,6 +99,18 @@ func initHangs(j *Job) []Finding {
 		for _, s := range stuck {
 			f.addEvidence("%s logged Init START and no Init COMPLETE", s)
 		}
+		for _, m := range g.Members {
+			if m.Comm.State != snapshot.CommInit {
+				continue
+			}
+			// Connects it kept retrying say whom it waited for.
+			for _, e := range m.Proc.Events {
+				if e.Kind == snapshot.EventSocketConnect && !e.Fatal && e.Peer != "" {
+					f.addEvidence("%s kept retrying to connect to %s (%s)", m.Proc.Name(), e.Peer, orUnknown(e.Detail))
+					break
+				}
+			}
+		}
 		out = append(out, f)
 	}
 	return out

@@ -120,7 +120,7 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 		if f == nil {
 			f = &Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{culprit},
 				culpritKeys: keys, Key: key}
-			f.Summary = fmt.Sprintf("IB %s (%s) on %s %s talking to %s: %s",
+			f.Summary = fmt.Sprintf("IB %s (%s) on %s%s talking to %s: %s",
 				c.what, snapshot.IBStatusName(e.Code), p.Name(), hcaWords(p, e.Dev), book.describe(e.Peer), c.why)
 			if key == "link:peer:"+peerHost && !c.remote {
 				f.Summary = fmt.Sprintf("IB %s (%s): %d hosts (%s) report it with %s, the one they share: look at its link and node first; %s",
@@ -138,7 +138,7 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 		}
 		f.Victims++
 		f.culpritKeys = appendUnique(f.culpritKeys, p.Key())
-		f.addEvidence("%s on %s: %s", p.Name(), orUnknown(hcaPort(p, e.Dev)), e.Msg)
+		f.addEvidence("%s%s: %s", p.Name(), hcaWords(p, e.Dev), e.Msg)
 	}
 	var out []Finding
 	for _, k := range order {
@@ -171,11 +171,11 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 	return []Finding{f}
 }
 
-// hcaWords names the HCA of an error for a sentence: "HCA mlx5_3:1", or the process's
-// devices when the line names none (NCCL before 2.22 does not).
+// hcaWords names the HCA of an error for a sentence: " HCA mlx5_3:1", or the process's
+// devices when the line names none (NCCL before 2.22 does not); "" when nothing is known.
 func hcaWords(p *Proc, dev string) string {
 	if port := hcaPort(p, dev); port != "" {
-		return "HCA " + port
+		return " HCA " + port
 	}
 	var names []string
 	for _, d := range p.NetDevs {
@@ -183,9 +183,9 @@ func hcaWords(p *Proc, dev string) string {
 		names = append(names, name)
 	}
 	if len(names) == 0 {
-		return "(its HCA is not named)"
+		return ""
 	}
-	return "one of its HCAs (" + strings.Join(names, ", ") + "; this NCCL does not say which)"
+	return " on one of its HCAs (" + strings.Join(names, ", ") + "; this NCCL does not say which)"
 }
 
 // hcaPort is "mlx5_3:1" for an HCA the process uses, from its NET/IB device list; the

@@ -48,6 +48,8 @@ func TestFieldFormats(t *testing.T) {
 		{"bare version 2.10 stdout", "NCCL version 2.10.3+cuda11.3", `kind=version text="2.10.3+cuda11.3"`},
 		{"version under a launcher tag", "[1,0]<stdout>:NCCL version 2.7.8+cuda11.0", `kind=version lrank=0 text="2.7.8+cuda11.0"`},
 		{"rccl version", "NCCL version 2.18.3+hip6.1 develop:7e1cbb4", `kind=version text="2.18.3+hip6.1"`},
+		{"rccl's own version line", "RCCL version 2.18.3+hip6.1 develop:7e1cbb4", `kind=version text="2.18.3+hip6.1"`},
+		{"rccl version at INFO", "mi:7:9 [0] NCCL INFO RCCL version 2.20.5+hip6.2", `kind=version host=mi pid=7 tid=9 dev=0 text="2.20.5+hip6.2"`},
 
 		// NCCL's own diagnostics.
 		{"2.4 mismatch check", "ai:7:9 [3] enqueue.cc:200 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 3. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs",

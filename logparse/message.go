@@ -85,6 +85,11 @@ func parseMessage(l *Line) {
 			return
 		}
 	case 'R':
+		if hasPrefix(m, "RCCL version ") {
+			l.Kind = KindVersion
+			l.Text = versionText(m)
+			return
+		}
 		if hasPrefix(m, "RAS declaring peer ") {
 			l.Kind = KindRASPeerDead
 			s := scanner{b: m, i: len("RAS declaring peer ")}

@@ -51,8 +51,9 @@ func parseGeneral(line []byte, l *Line) {
 			return
 		}
 	}
-	// Unprefixed NCCL output: the bare version line (2.18-2.21 stdout, 2.22+ at WARN level).
-	if hasPrefix(line, "NCCL version ") {
+	// Unprefixed NCCL output: the bare version line (2.18-2.21 stdout, 2.22+ at WARN level;
+	// RCCL says "RCCL version").
+	if hasPrefix(line, "NCCL version ") || hasPrefix(line, "RCCL version ") {
 		l.Kind = KindVersion
 		l.Msg = line
 		l.Text = versionText(line)
@@ -633,7 +634,7 @@ func parseTimestampCached(b []byte, end int, l *Line) {
 
 func versionText(b []byte) []byte {
 	s := scanner{b: b}
-	if !s.skipTo("NCCL version ") {
+	if !s.skipTo("CCL version ") {
 		return nil
 	}
 	return s.word()
