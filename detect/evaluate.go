@@ -14,9 +14,9 @@ type Result struct {
 // functions of the job, so they run at once; the merge steps run in their order.
 func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	var (
-		stuck, crashes, mism, hangs, p2p, links, setup, cuda, ras, nccl, conns []Finding
-		gpu, stragglers, lost, monitoring, diagnostics                         []Finding
-		paused                                                                 []string
+		stuck, crashes, mism, hangs, p2p, links, setup, cuda, ras, nccl, conns, silent []Finding
+		gpu, stragglers, lost, monitoring, diagnostics                                 []Finding
+		paused                                                                         []string
 	)
 	rules := []func(){
 		func() { stuck, paused = StuckInFlight(j, cfg) },
@@ -29,6 +29,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		func() { cuda = CUDA(j, cfg) },
 		func() { ras = RAS(j, cfg) },
 		func() { nccl = NCCLErrors(j, cfg) },
+		func() { silent = SilentInitFailure(j, cfg) },
 		func() { conns = Connections(j, cfg) },
 		func() { gpu = GPU(j, cfg) },
 		func() { stragglers = Straggler(j, cfg, timing) },
@@ -43,7 +44,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		stalls:  append(hangs, p2p...),
 		stuck:   stuck,
 		links:   links,
-		errors:  append(setup, cuda...),
+		errors:  append(append(setup, cuda...), silent...),
 		ras:     ras,
 		nccl:    nccl,
 	}

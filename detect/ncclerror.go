@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
@@ -85,4 +86,67 @@ func NCCLErrors(j *Job, cfg Config) []Finding {
 		f.FaultAt = firstEv.T.Time()
 	}
 	return []Finding{f}
+}
+
+// SilentInitFailure reads NCCL's error breadcrumbs ("misc/socket.cc:564 -> 2") when NCCL
+// warned of nothing: an error that propagated while a process set up its communicators,
+// and none of them finished, says where init failed (some socket failures print no WARN).
+// It is a cause: the init hang it leaves is its consequence.
+func SilentInitFailure(j *Job, _ Config) []Finding {
+	for _, p := range j.Procs {
+		if len(p.Comms) > 0 && !allInInit(p) || warned(p) {
+			continue
+		}
+		for _, e := range p.Events {
+			if e.Kind != snapshot.EventBreadcrumb || e.Code == 0 || e.Stage != snapshot.StageInit {
+				continue
+			}
+			f := Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{p.Culprit()},
+				culpritKeys: []string{p.Key()}, Key: "nccl-error:" + p.Key()}
+			f.Summary = fmt.Sprintf("%s failed to initialize NCCL without a warning: %s, first in %s%s",
+				p.Name(), ncclResultWords(e.Code), orUnknown(e.Src), breadcrumbArea(e.Src))
+			f.addEvidence("%s: %s", p.Name(), e.Msg)
+			return []Finding{f}
+		}
+	}
+	return nil
+}
+
+// warned reports a process that logged a WARN-class error: then its breadcrumbs are that
+// error's path, and the rule that reads the WARN reports it.
+func warned(p *Proc) bool {
+	for _, e := range p.Events {
+		if e.Fatal {
+			return true
+		}
+	}
+	return false
+}
+
+func allInInit(p *Proc) bool {
+	for _, c := range p.Comms {
+		if c.State != snapshot.CommInit {
+			return false
+		}
+	}
+	return true
+}
+
+// breadcrumbArea says which part of NCCL a source file is.
+func breadcrumbArea(src string) string {
+	switch {
+	case strings.Contains(src, "socket") || strings.Contains(src, "bootstrap"):
+		return " (its sockets: a peer it could not reach, NCCL_SOCKET_IFNAME, a firewall)"
+	case strings.Contains(src, "shm"):
+		return " (shared memory: /dev/shm)"
+	case strings.Contains(src, "net_ib") || strings.Contains(src, "ibvwrap"):
+		return " (InfiniBand set-up)"
+	case strings.Contains(src, "nvls"):
+		return " (NVLink SHARP: the fabric manager, or NCCL_NVLS_ENABLE=0)"
+	case strings.Contains(src, "p2p"):
+		return " (GPU peer-to-peer: NCCL_P2P_DISABLE=1 tells whether the platform supports it)"
+	case strings.Contains(src, "cuda") || strings.Contains(src, "alloc"):
+		return " (CUDA)"
+	}
+	return ""
 }

@@ -45,7 +45,7 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 	}
 	e = snapshot.Event{Kind: eventKinds[l.Kind], T: snapshot.Micros(ts), Dev: string(l.Dev2), Port: l.Port,
 		Code: l.Code, Fatal: l.Fatal, Msg: snapshot.CutMsg(string(l.Msg))}
-	if l.Level == LevelWarn && len(l.File) > 0 && len(l.File) <= 64 {
+	if (l.Level == LevelWarn || l.Kind == KindBreadcrumb) && len(l.File) > 0 && len(l.File) <= 64 {
 		e.Src = string(l.File)
 	}
 	if len(l.Detail) > 0 && len(l.Detail) < len(l.Msg) {

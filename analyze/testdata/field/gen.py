@@ -546,6 +546,17 @@ Warnings
         return L
     write("healthy_teardown_closures", per_proc(ps, b34), {"exit": 0})
 
+    # 35. Init fails in the socket code without a WARN: only the error breadcrumbs say so.
+    ps = two_nodes(version="2.18.1+cuda12.1")
+    def b35(p):
+        L = p.init(complete=False)[:6]
+        if p.rank == 0:
+            L += p.crumbs("misc/socket.cc:564", "misc/socket.cc:615", "bootstrap.cc:270", "init.cc:1303", code=2, tid=p.pid + 5)
+            L += p.crumbs("group.cc:64", code=2, tid=p.pid + 5, tag=" [Async thread]")
+            L += p.crumbs("group.cc:422", "group.cc:106", code=2, tid=p.pid)
+        return L
+    write("silent_socket_init_failure", per_proc(ps, b35), {"exit": 1, "kind": "crash", "host": "gpu-node07", "say": ["sockets"]})
+
 
 if __name__ == "__main__":
     main()
