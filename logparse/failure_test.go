@@ -104,6 +104,8 @@ func TestFailureLines(t *testing.T) {
 		{"last error under srun", "10: Last error: 10: Duplicate GPU detected : rank 10 and rank 8 both on CUDA device 1b000",
 			`kind=duplicate_gpu lrank=10 quoted ranks=10,8 detail="1b000"`},
 		{"last error alone", "[rank2]: Last error:", "kind=unknown lrank=2 quoted"},
+		{"a worker's exception", "(VllmWorkerProcess pid=4321) ERROR 05-01 10:11:12 multiproc_worker_utils.py:120] Exception in worker VllmWorkerProcess while processing method init_device: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), Traceback (most recent call last):",
+			`kind=torch_nccl_error result=2 version=""`},
 		{"nccl result detail", "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
 			`kind=torch_nccl_error result=2 version=""`},
 		{"watchdog exception 2.4", "[rank0]:[E1206 18:44:12.715588844 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 0] Exception (either an error or timeout) detected by watchdog at work: 7753, last enqueued NCCL work: 7755, last completed NCCL work: 7752.",

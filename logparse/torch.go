@@ -76,8 +76,8 @@ func parseTorch(b []byte, l *Line) {
 		s := scanner{b: b}
 		s.skipTo("ncclComm_ 0x")
 		l.Comm, _ = s.hex()
-	case hasPrefix(b, "NCCL error") || contains(b, "NCCL error in: ") || contains(b, "DistBackendError: NCCL error") ||
-		contains(b, "NCCL Error "):
+	case hasPrefix(b, "NCCL error") || contains(b, "NCCL error in: ") || contains(b, "NCCL error: ") ||
+		contains(b, "DistBackendError: NCCL error") || contains(b, "NCCL Error "):
 		// "NCCL error in: <file>:<line>, unhandled system error (run with ...), NCCL
 		// version 2.18.6": the result NCCL returned, and its version.
 		l.Kind = KindTorchNCCLError
