@@ -58,7 +58,6 @@ func RAS(j *Job, cfg Config) []Finding {
 	}
 	behind := map[string]*rasBehind{}
 	var order []string
-	commsBehind := map[int]map[string]bool{} // rank -> communicators it is behind on
 	type commRank struct {
 		hash       string
 		size, rank int
@@ -85,7 +84,9 @@ func RAS(j *Job, cfg Config) []Finding {
 					deadOrder = append(deadOrder, k)
 				}
 			}
-			for fn, counts := range rasCounts(&c) {
+			byFunc := rasCounts(&c)
+			for _, fn := range sortedFuncs(byFunc) {
+				counts := byFunc[fn]
 				lead := int64(-1)
 				for _, v := range counts {
 					lead = max(lead, v)
@@ -93,7 +94,8 @@ func RAS(j *Job, cfg Config) []Finding {
 				if lead < newest[c.Hash+"/"+fn] {
 					continue
 				}
-				for r, v := range counts {
+				for _, r := range sortedRanks(counts) {
+					v := counts[r]
 					if r < 0 || v >= lead {
 						continue
 					}
@@ -106,10 +108,6 @@ func RAS(j *Job, cfg Config) []Finding {
 					}
 					b.lead = max(b.lead, lead)
 					b.reports[n] = true
-					if commsBehind[r] == nil {
-						commsBehind[r] = map[string]bool{}
-					}
-					commsBehind[r][c.Hash] = true
 				}
 			}
 		}
@@ -120,22 +118,33 @@ func RAS(j *Job, cfg Config) []Finding {
 			timedOut = timedOut || e.Kind == snapshot.EventTorchTimeout
 		}
 	}
+	// Communicators each process (or unmapped rank) is behind on: behind on several is no
+	// transient skew.
+	commsBehind := map[string]map[string]bool{}
+	for _, k := range order {
+		b := behind[k]
+		_, key, _, _ := rasRank(j, b.hash, b.size, b.rank)
+		if commsBehind[key] == nil {
+			commsBehind[key] = map[string]bool{}
+		}
+		commsBehind[key][b.hash] = true
+	}
 	minGap := max(cfg.RASMinGap, 1)
 	var out []Finding
 	byKey := map[string]int{}
 	for _, k := range order {
 		b := behind[k]
-		judged := b.lead-b.count >= minGap || len(commsBehind[b.rank]) >= 2 || timedOut
+		culprit, key, name, proc := rasRank(j, b.hash, b.size, b.rank)
+		judged := b.lead-b.count >= minGap || len(commsBehind[key]) >= 2 || timedOut
 		if !judged {
 			continue
 		}
-		culprit, key, name := rasRank(j, b.hash, b.size, b.rank)
 		i, ok := byKey[key]
 		if !ok {
 			f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Comm: b.hash,
 				Seq: b.count + 1, Culprits: []incident.Culprit{culprit}, Key: key}
-			if culprit.PID > 0 {
-				f.culpritKeys = []string{culprit.Host + ":" + fmt.Sprint(culprit.PID)}
+			if proc != nil {
+				f.culpritKeys = []string{proc.Key()}
 			}
 			f.Summary = fmt.Sprintf("NCCL RAS reports %s behind: it launched %d %s operations on communicator %s where others launched %d; the others wait on it",
 				name, b.count, b.fn, shortComm(b.hash), b.lead)
@@ -149,11 +158,11 @@ func RAS(j *Job, cfg Config) []Finding {
 	}
 	for _, k := range deadOrder {
 		hash := k.hash
-		culprit, key, name := rasRank(j, hash, k.size, k.rank)
+		culprit, key, name, proc := rasRank(j, hash, k.size, k.rank)
 		f := Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical, Comm: hash,
 			Culprits: []incident.Culprit{culprit}, Key: key}
-		if culprit.PID > 0 {
-			f.culpritKeys = []string{culprit.Host + ":" + fmt.Sprint(culprit.PID)}
+		if proc != nil {
+			f.culpritKeys = []string{proc.Key()}
 		}
 		f.Summary = fmt.Sprintf("NCCL RAS considers %s dead: its process is unreachable over the RAS network", name)
 		if e := errs[fmt.Sprintf("%s/%d", hash, k.rank)]; e != "" {
@@ -193,11 +202,29 @@ func rasCounts(c *snapshot.RASComm) map[string]map[int]int64 {
 	return out
 }
 
+func sortedFuncs(m map[string]map[int]int64) []string {
+	out := make([]string, 0, len(m))
+	for fn := range m {
+		out = append(out, fn)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedRanks(m map[int]int64) []int {
+	out := make([]int, 0, len(m))
+	for r := range m {
+		out = append(out, r)
+	}
+	sort.Ints(out)
+	return out
+}
+
 // rasRank names a communicator's rank: its process when the job's logs have the
 // communicator; else, for a split child (RAS names it by a hash the logs never print),
 // the process every logged communicator of that size agrees on; else the rank of the
 // communicator.
-func rasRank(j *Job, hash string, size, rank int) (incident.Culprit, string, string) {
+func rasRank(j *Job, hash string, size, rank int) (incident.Culprit, string, string, *Proc) {
 	var agreed *Proc
 	ambiguous := false
 	for _, g := range j.Groups {
@@ -210,7 +237,7 @@ func rasRank(j *Job, hash string, size, rank int) (incident.Culprit, string, str
 				continue
 			}
 			if exact {
-				return m.Proc.Culprit(), "rank:" + m.Proc.Key(), m.Proc.Name()
+				return m.Proc.Culprit(), "rank:" + m.Proc.Key(), m.Proc.Name(), m.Proc
 			}
 			if agreed != nil && agreed != m.Proc {
 				ambiguous = true
@@ -219,9 +246,9 @@ func rasRank(j *Job, hash string, size, rank int) (incident.Culprit, string, str
 		}
 	}
 	if agreed != nil && !ambiguous {
-		return agreed.Culprit(), "rank:" + agreed.Key(), agreed.Name()
+		return agreed.Culprit(), "rank:" + agreed.Key(), agreed.Name(), agreed
 	}
-	return incident.Culprit{Rank: -1}, fmt.Sprintf("ras:%s/%d", hash, rank), fmt.Sprintf("rank %d of communicator %s", rank, shortComm(hash))
+	return incident.Culprit{Rank: -1}, fmt.Sprintf("ras:%s/%d", hash, rank), fmt.Sprintf("rank %d of communicator %s", rank, shortComm(hash)), nil
 }
 
 // sameHash compares communicator hashes as RAS (zero-padded text, "0x" JSON) and the Init

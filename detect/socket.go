@@ -10,7 +10,7 @@ import (
 
 // ConnConfig sets how socket failures are read.
 type ConnConfig struct {
-	// ConnMaxPeers bounds the peers one finding lists before it says "and N more".
+	// ConnMaxPeers bounds the unreachable peers one finding names as culprits.
 	ConnMaxPeers int `yaml:"-"`
 }
 
@@ -84,6 +84,9 @@ func Connections(j *Job, cfg Config) []Finding {
 			first.p.Name(), book.describe(first.e.Peer), orUnknown(first.e.Detail), when, why)
 		if len(reporters) > 1 {
 			f.Summary += fmt.Sprintf("; %d processes failed alike", len(reporters))
+		}
+		if len(peers) > 1 {
+			f.Summary += fmt.Sprintf(", with %d peers in all", len(peers))
 		}
 		for _, c := range connects {
 			f.addEvidence("%s: %s", c.p.Name(), c.e.Msg)
