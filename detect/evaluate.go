@@ -14,9 +14,9 @@ type Result struct {
 // functions of the job, so they run at once; the merge steps run in their order.
 func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	var (
-		stuck, crashes, mism, hangs, p2p, links, setup, cuda, ras, nccl, conns, silent []Finding
-		gpu, stragglers, lost, monitoring, diagnostics                                 []Finding
-		paused                                                                         []string
+		stuck, crashes, mism, hangs, p2p, links, setup, cuda, ras, nccl, conns, silent, store []Finding
+		gpu, stragglers, lost, monitoring, diagnostics                                        []Finding
+		paused                                                                                []string
 	)
 	rules := []func(){
 		func() { stuck, paused = StuckInFlight(j, cfg) },
@@ -30,6 +30,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		func() { ras = RAS(j, cfg) },
 		func() { nccl = NCCLErrors(j, cfg) },
 		func() { silent = SilentInitFailure(j, cfg) },
+		func() { store = StoreFailures(j, cfg) },
 		func() { conns = Connections(j, cfg) },
 		func() { gpu = GPU(j, cfg) },
 		func() { stragglers = Straggler(j, cfg, timing) },
@@ -49,11 +50,14 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		nccl:    nccl,
 	}
 	// A connection that could not be opened is the setup's fault; one that broke is a
-	// dead peer's.
-	for _, f := range conns {
-		if f.Kind == incident.KindCrash {
+	// dead peer's; a unique id never published is a rank that stopped.
+	for _, f := range append(conns, store...) {
+		switch f.Kind {
+		case incident.KindCrash:
 			fs.crashes = append(fs.crashes, f)
-		} else {
+		case incident.KindHang:
+			fs.stalls = append(fs.stalls, f)
+		default:
 			fs.errors = append(fs.errors, f)
 		}
 	}

@@ -31,7 +31,7 @@ func failureSeen(j *Job) bool {
 			case snapshot.EventIBCompletion, snapshot.EventCudaError, snapshot.EventShmError, snapshot.EventDuplicateGPU,
 				snapshot.EventVersionMismatch, snapshot.EventNoInterface, snapshot.EventCollMismatch,
 				snapshot.EventNetSizeMismatch, snapshot.EventRASPeerDead, snapshot.EventCommAbort, snapshot.EventTorchTimeout,
-				snapshot.EventTorchNCCLError, snapshot.EventTorchTerminate, snapshot.EventProxyError:
+				snapshot.EventTorchNCCLError, snapshot.EventTorchTerminate, snapshot.EventProxyError, snapshot.EventTorchStore:
 				return true
 			case snapshot.EventLauncherExit:
 				if e.Code != 0 {

@@ -287,3 +287,23 @@ func TestP2PUnmatchedInAFinishedJob(t *testing.T) {
 		t.Fatalf("%+v", f)
 	}
 }
+
+func TestStoreFailures(t *testing.T) {
+	store := func(waiter, root int, reason string) *Proc {
+		return &Proc{Process: snapshot.Process{Host: "?", Rank: waiter, LocalRank: -1, CudaDev: -1,
+			Events: []snapshot.Event{{Kind: snapshot.EventTorchStore, Ranks: []int{root}, Detail: reason}}}}
+	}
+	for _, c := range []struct {
+		reason string
+		kind   incident.Kind
+	}{{"Connection reset by peer", incident.KindCrash}, {"Socket Timeout", incident.KindHang}} {
+		a, b := store(3, 0, c.reason), store(5, 0, c.reason)
+		a.Host, b.Host = "h3", "h5"
+		j := NewJob("j", t0, []*Proc{a, b}, nil)
+		j.Offline = true
+		f := wantOne(t, evaluate(j), c.kind, "rank 0", "unique id")
+		if f.Culprits[0].Rank != 0 || f.Victims != 2 {
+			t.Errorf("%s: culprits %+v victims %d", c.reason, f.Culprits, f.Victims)
+		}
+	}
+}

@@ -185,3 +185,57 @@ func pgWords(pg string) string {
 	}
 	return " (process group " + pg + ")"
 }
+
+// StoreFailures reads PyTorch's "[N] is setting up NCCL communicator and retrieving
+// ncclUniqueId from [R] via c10d key-value store ..., but store->get(...) got error": the
+// ranks that waited name rank R, which should have published NCCL's unique id. A broken
+// connection means R went away (it crashed, or the store's host is unreachable); a timeout
+// means R never got to that communicator (stuck or busy elsewhere, or dead).
+func StoreFailures(j *Job, cfg Config) []Finding {
+	quote := max(cfg.TorchQuoted, 1)
+	byRank := map[int]*Proc{}
+	for _, p := range j.Procs {
+		if p.Rank >= 0 {
+			byRank[p.Rank] = p
+		}
+	}
+	found := map[int]*Finding{}
+	var order []int
+	for _, p := range j.Procs {
+		for _, e := range p.Events {
+			if e.Kind != snapshot.EventTorchStore || len(e.Ranks) == 0 {
+				continue
+			}
+			r := e.Ranks[0]
+			f := found[r]
+			if f == nil {
+				culprit := incident.Culprit{Rank: r}
+				var keys []string
+				if q := byRank[r]; q != nil {
+					culprit, keys = q.Culprit(), []string{q.Key()}
+				}
+				f = &Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{culprit},
+					culpritKeys: keys, Key: fmt.Sprintf("store:%d", r)}
+				reason := strings.ToLower(e.Detail)
+				if strings.Contains(reason, "reset") || strings.Contains(reason, "refused") || strings.Contains(reason, "closed") ||
+					strings.Contains(reason, "broken pipe") {
+					f.Kind = incident.KindCrash
+					f.Summary = fmt.Sprintf("rank %d went away before it gave the others NCCL's unique id (%s): it crashed (its log has the error), or the c10d store it serves (MASTER_ADDR:MASTER_PORT) became unreachable", r, e.Detail)
+				} else {
+					f.Summary = fmt.Sprintf("rank %d never published NCCL's unique id for a communicator the others set up (%s): it did not reach that point (stuck or busy before it, or dead), or the c10d store (MASTER_ADDR:MASTER_PORT) is unreachable from the waiting ranks", r, orUnknown(e.Detail))
+				}
+				found[r] = f
+				order = append(order, r)
+			}
+			f.Victims++
+			if len(f.Evidence) < quote {
+				f.addEvidence("%s: %s", p.Name(), e.Msg)
+			}
+		}
+	}
+	var out []Finding
+	for _, r := range order {
+		out = append(out, *found[r])
+	}
+	return out
+}

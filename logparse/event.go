@@ -33,6 +33,7 @@ var eventKinds = [NumKinds]snapshot.EventKind{
 	KindDuplicateGPU:     snapshot.EventDuplicateGPU,
 	KindVersionMismatch:  snapshot.EventVersionMismatch,
 	KindIBSetup:          snapshot.EventIBSetup,
+	KindTorchStore:       snapshot.EventTorchStore,
 }
 
 // EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when
@@ -70,7 +71,7 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 		e.Comm = string(l.Torch.PG)
 	case KindIBAsync:
 		e.Detail = string(l.Text)
-	case KindDuplicateGPU, KindVersionMismatch, KindProxyError:
+	case KindDuplicateGPU, KindVersionMismatch, KindProxyError, KindTorchStore:
 		// Their readers set both slots, -1 where the line names no rank.
 		for _, r := range l.Ranks {
 			if r >= 0 {
@@ -88,7 +89,7 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 func (k Kind) FromTorch() bool {
 	switch k {
 	case KindTorchTimeout, KindTorchWorkStatus, KindTorchTerminate, KindTorchNCCLError, KindTorchCommCreated,
-		KindLauncherExit:
+		KindLauncherExit, KindTorchStore:
 		return true
 	}
 	return false

@@ -56,6 +56,7 @@ const (
 	KindDuplicateGPU    // Duplicate GPU detected : rank A and rank B both on CUDA device X
 	KindVersionMismatch // Mismatched NCCL version detected : rank A version X rank B version Y
 	KindIBSetup         // an ibv_* call failed outside the data path, a device could not be opened
+	KindTorchStore      // PyTorch could not get NCCL's unique id from a rank through its store
 	NumKinds
 )
 
@@ -91,6 +92,7 @@ var kindNames = [NumKinds]string{
 	KindDuplicateGPU:     string(snapshot.EventDuplicateGPU),
 	KindVersionMismatch:  string(snapshot.EventVersionMismatch),
 	KindIBSetup:          string(snapshot.EventIBSetup),
+	KindTorchStore:       string(snapshot.EventTorchStore),
 }
 
 func (k Kind) String() string {

@@ -68,6 +68,8 @@ func got(l *Line) string {
 		fmt.Fprintf(&b, " rank=%d op=%q code=%d", l.Ranks[0], l.Detail, l.Code)
 	case KindCudaError:
 		fmt.Fprintf(&b, " code=%d error=%q", l.Code, l.Detail)
+	case KindTorchStore:
+		fmt.Fprintf(&b, " rank=%d reason=%q", l.Ranks[0], l.Detail)
 	case KindTorchNCCLError:
 		fmt.Fprintf(&b, " result=%d version=%q", l.Code, l.Text)
 	case KindIBAsync:

@@ -53,6 +53,8 @@ func parseTorch(b []byte, l *Line) {
 		}
 		t.Enqueued = keyValue(b, "ast enqueued NCCL work: ")
 		t.Completed = keyValue(b, "ast completed NCCL work: ")
+	case contains(b, "is setting up NCCL communicator and ret") && contains(b, "got error"):
+		parseStoreFailure(b, l)
 	case contains(b, "Test NCCL failure ") || contains(b, "Test CUDA failure "):
 		// " .. host pid 77: Test NCCL failure ...": from the words on.
 		i := max(index(b, "Test NCCL failure "), index(b, "Test CUDA failure "))
@@ -117,6 +119,33 @@ func ncclResultOf(b []byte) int {
 		return snapshot.NCCLRemoteError
 	}
 	return 0
+}
+
+// parseStoreFailure reads PyTorch's "[3] is setting up NCCL communicator and retrieving
+// ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error:
+// Connection reset by peer": rank 3 waited for the unique id rank 0 should have published.
+func parseStoreFailure(b []byte, l *Line) {
+	l.Kind = KindTorchStore
+	l.Ranks = [2]int{-1, -1}
+	// The waiting rank's "[3]" is often read as a launcher tag already.
+	if s := (scanner{b: b}); s.lit("[") {
+		if r, ok := s.int(); ok {
+			l.Torch.Rank = r
+		}
+	}
+	s := scanner{b: b}
+	if s.skipTo("ncclUniqueId from [") {
+		if r, ok := s.int(); ok {
+			l.Ranks[0] = r
+		}
+	}
+	if s.skipTo("got error: ") {
+		r := s.rest()
+		if e := bytes.Index(r, bytesOf(". This")); e > 0 {
+			r = r[:e]
+		}
+		l.Detail = trimSpace(r)
+	}
 }
 
 // parseTestFailure reads nccl-tests' failure lines, which many posted logs end with:

@@ -79,6 +79,10 @@ const (
 	// EventLauncherExit: torchrun's "failed (exitcode: C) local_rank: N (pid: P)"; Code is
 	// C, LocalRank N, PID P.
 	EventLauncherExit EventKind = "launcher_exit"
+	// EventTorchStore: "[N] is setting up NCCL communicator and retrieving ncclUniqueId from
+	// [R] via c10d key-value store ..., but store->get(...) got error: <reason>": PyTorch's
+	// rank N never got NCCL's unique id from rank R; Ranks is [R], Detail the reason.
+	EventTorchStore EventKind = "torch_store"
 )
 
 // Completion statuses (ibv_wc_status, EventIBCompletion's Code) the rules tell apart;

@@ -557,6 +557,17 @@ Warnings
         return L
     write("silent_socket_init_failure", per_proc(ps, b35), {"exit": 1, "kind": "crash", "host": "gpu-node07", "say": ["sockets"]})
 
+    # 36. DeepSpeed over pdsh: the ranks of the second node never got NCCL's unique id from
+    # rank 0, whose store connection was reset.
+    lines = ["gpu003: [2024-02-11 22:38:30,101] [INFO] [launch.py:145:main] WORLD INFO DICT: {'gpu003': [0, 1, 2, 3, 4, 5, 6, 7], 'gpu004': [0, 1, 2, 3, 4, 5, 6, 7]}"]
+    for r in (8, 11, 14):
+        lines += ["gpu004: Traceback (most recent call last):",
+                  'gpu004:   File "/opt/venv/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", line 3696, in barrier',
+                  "gpu004:     work = default_pg.barrier(opts=opts)",
+                  "gpu004: RuntimeError: [%d] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer. This may indicate a possible application crash on rank 0 or a network set up issue." % r]
+    lines.append("gpu004: [2024-02-11 22:38:45,300] [INFO] [launch.py:347:main] Process 88121 exits successfully.")
+    write("store_reset_rank0", {"deepspeed.log": lines}, {"exit": 1, "kind": "crash", "rank": 0, "say": ["unique id"]})
+
 
 if __name__ == "__main__":
     main()
