@@ -94,6 +94,9 @@ func TestFailureLines(t *testing.T) {
 		{"ib open device", w + "NET/IB : Unable to open device mlx5_bond_1",
 			`kind=ib_setup host=gpu-a pid=5120 tid=5190 dev=1 file=misc/socket.cc:480 verb="open" dev=mlx5_bond_1 port=0 reason="" fatal=false`},
 
+		{"proxy lost a local peer", w + "[Service thread] Could not receive type from localRank 3, res=3, closed=1",
+			`kind=conn_closed_local host=gpu-a pid=5120 tid=5190 dev=1 file=misc/socket.cc:480 local=3`},
+
 		// Proxy.
 		{"proxy call", w + "Proxy Call to rank 9 failed (Connect)",
 			`kind=proxy_error host=gpu-a pid=5120 tid=5190 dev=1 file=misc/socket.cc:480 rank=9 op="Connect" code=0`},

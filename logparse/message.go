@@ -491,9 +491,13 @@ func parseWarn(l *Line) {
 		parseIBAsync(l)
 	case hasPrefix(m, "Call to ibv_") || hasPrefix(m, "Call to ibv"):
 		parseIBSetup(l)
-	case contains(m, "Connection closed by localRank "):
+	case contains(m, "Connection closed by localRank ") || contains(m, "Could not receive type from localRank "):
+		// "[Service thread] Could not receive type from localRank 3, res=3, closed=1": the
+		// proxy lost a local peer mid-message, which it also only does when that peer died.
 		s := scanner{b: m}
-		s.skipTo("Connection closed by localRank ")
+		if !s.skipTo("Connection closed by localRank ") {
+			s.skipTo("from localRank ")
+		}
 		if r, ok := s.int(); ok {
 			l.Kind = KindConnClosedLocal
 			l.LocalRk = r
@@ -518,7 +522,8 @@ func parseWarn(l *Line) {
 	case hasPrefix(m, "Call to ") || contains(m, "communicator encountered a fatal error") ||
 		hasPrefix(m, "ncclCommSetAsyncError") || hasPrefix(m, "commReclaim") || hasPrefix(m, "Error : ring"):
 		l.Kind = KindSystemError
-		l.Fatal = contains(m, "fatal")
+		// A ring that does not close is a topology NCCL cannot run on, not a passing error.
+		l.Fatal = contains(m, "fatal") || hasPrefix(m, "Error : ring")
 		l.Detail = reasonAfter(m)
 	}
 }
