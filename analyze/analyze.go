@@ -64,9 +64,11 @@ func Analyze(ctx context.Context, paths []string, opts Options) (*Report, error)
 		opts.Location = time.Local
 	}
 	if opts.RingSize == 0 {
+		// The rules need the recent ops of every rank at once; the marks (every 16, 256
+		// and 4096 positions) place an older divergence, so a large job keeps fewer.
 		opts.RingSize = 4096
 		if len(files) > 64 {
-			opts.RingSize = 1024
+			opts.RingSize = 256
 		}
 	}
 	results := readAll(ctx, files, &opts)
@@ -358,13 +360,15 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result) {
 		byPID[p.PID] = p
 		newest = max(newest, int64(p.LastLine))
 	}
+	var anon *detect.Proc
 	for _, te := range jb.torch {
 		var p *detect.Proc
-		if te.ev.Kind == snapshot.EventLauncherExit {
+		switch {
+		case te.ev.Kind == snapshot.EventLauncherExit:
 			if p = byPID[te.ev.PID]; p != nil && p.LocalRank < 0 {
 				p.LocalRank = te.ev.LocalRank
 			}
-		} else if te.rank >= 0 {
+		case te.rank >= 0:
 			p = byRank[te.rank]
 			if p == nil {
 				// PyTorch names a rank whose NCCL lines were not captured: keep its
@@ -374,7 +378,17 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result) {
 				jb.procs = append(jb.procs, p)
 			}
 		}
-		if p != nil && len(p.Events) < 64 {
+		if p == nil {
+			// A launcher's line for a pid no log has, PyTorch's error without a rank (a
+			// traceback pasted alone): the job's evidence all the same, on a process
+			// known by nothing else.
+			if anon == nil {
+				anon = &detect.Proc{Process: snapshot.Process{Host: "?", Rank: -1, LocalRank: -1, CudaDev: -1}, Node: "?"}
+				jb.procs = append(jb.procs, anon)
+			}
+			p = anon
+		}
+		if len(p.Events) < 64 {
 			p.Events = append(p.Events, te.ev)
 		}
 	}

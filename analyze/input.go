@@ -222,7 +222,8 @@ func openInput(path string, stdin io.Reader) (*input, error) {
 
 // sniff decides from a file's start whether it is text, a RAS report or binary data.
 func sniff(head []byte) (content, string) {
-	if why := binaryKind(head); why != "" {
+	// The first 4 KiB tell text from binary; the RAS markers may come later in the head.
+	if why := binaryKind(head[:min(len(head), 4<<10)]); why != "" {
 		return contentBinary, why
 	}
 	t := bytes.TrimLeft(head, " \t\r\n")

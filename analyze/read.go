@@ -114,6 +114,9 @@ type fileReader struct {
 	pending []fragment
 	comms   map[uint64]*proc // communicator pointers by owner, to catch misattributed lines
 	scratch []byte
+	// quoteFor is the rank whose PyTorch error said "Last error:" at the end of its line:
+	// the next line is NCCL's last WARN, quoted (-2: none pending).
+	quoteFor int
 }
 
 type fragment struct {
@@ -143,7 +146,7 @@ func readFile(ctx context.Context, path string, opts *Options) *fileResult {
 		readRAS(in, res)
 		return res
 	}
-	fr := &fileReader{opts: opts, res: res, byPID: map[int][]*proc{}, comms: map[uint64]*proc{}}
+	fr := &fileReader{opts: opts, res: res, byPID: map[int][]*proc{}, comms: map[uint64]*proc{}, quoteFor: -2}
 	if m := nameRE.FindStringSubmatch(filepath.Base(path)); m != nil {
 		pid, _ := strconv.Atoi(m[2])
 		p := fr.proc(procKey{host: m[1], pid: pid})
@@ -230,7 +233,10 @@ func (fr *fileReader) read(ctx context.Context, r *bufio.Reader) error {
 func (fr *fileReader) proc(k procKey) *proc {
 	p := fr.res.procs[k]
 	if p == nil {
-		t := logparse.NewTracker(logparse.TrackerOptions{RingSize: fr.opts.RingSize, Location: fr.opts.Location})
+		// A post-mortem needs each process's first errors, which the teardown that follows
+		// would push out of a ring of the newest.
+		t := logparse.NewTracker(logparse.TrackerOptions{RingSize: fr.opts.RingSize, Location: fr.opts.Location,
+			MaxEvents: 64, KeepFirst: 24})
 		t.Host, t.PID = k.host, k.pid
 		p = &proc{key: k, t: t, files: []string{fr.res.stat.Path}}
 		fr.res.procs[k] = p
@@ -248,8 +254,26 @@ func (fr *fileReader) apply(raw []byte) {
 	st := &fr.res.stat
 	st.Lines++
 	l := &fr.line
+	if fr.quoteFor > -2 {
+		rank := fr.quoteFor
+		fr.quoteFor = -2
+		if q := bytes.TrimSpace(raw); len(q) > 0 {
+			l.LauncherRank = rank
+			logparse.ParseQuoted(q, l)
+			st.Torch++
+			fr.torchLine(l)
+			return
+		}
+	}
 	logparse.Parse(raw, l)
 	switch {
+	case l.Quoted:
+		st.Torch++
+		if len(l.Msg) == 0 {
+			fr.quoteFor = l.LauncherRank
+			return
+		}
+		fr.torchLine(l)
 	case l.Host != nil:
 		if at, ok := fr.mergedAt(l); ok {
 			fr.splitMerged(raw, l, at)
@@ -479,9 +503,11 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 	if !ok {
 		return
 	}
-	rank := l.Torch.Rank
-	if l.LauncherRank >= 0 && rank < 0 {
-		rank = l.LauncherRank
+	// The launcher's "[rankN]:" is the global rank; PyTorch's own "[Rank N]" is the rank
+	// in the line's process group, the global one only for the default group.
+	rank := l.LauncherRank
+	if rank < 0 {
+		rank = l.Torch.Rank
 	}
 	if len(fr.res.torch) < 10000 {
 		fr.res.torch = append(fr.res.torch, torchEvent{rank: rank, ev: ev})

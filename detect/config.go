@@ -11,6 +11,13 @@ type Config struct {
 	LinkConfig      `yaml:",inline"`
 	EventConfig     `yaml:",inline"`
 	LostConfig      `yaml:",inline"`
+	IBConfig        `yaml:",inline"`
+	ConnConfig      `yaml:",inline"`
+	CUDAConfig      `yaml:",inline"`
+	SetupConfig     `yaml:",inline"`
+	RASConfig       `yaml:",inline"`
+	TorchConfig     `yaml:",inline"`
+	ErrorConfig     `yaml:",inline"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -22,5 +29,12 @@ func DefaultConfig() Config {
 		LinkConfig:  LinkConfig{XmitWaitPerSecond: 1e6},
 		EventConfig: EventConfig{EventMaxAge: 10 * time.Minute},
 		LostConfig:  LostConfig{MassLossNodes: 3, MassLossFraction: 0.25, MassLossWindow: 15 * time.Second},
+		IBConfig:    IBConfig{IBPeerReporters: 2},
+		ConnConfig:  ConnConfig{ConnMaxPeers: 8},
+		CUDAConfig:  CUDAConfig{CUDAEvidence: 6},
+		SetupConfig: SetupConfig{SetupEvidence: 8},
+		RASConfig:   RASConfig{RASMinGap: 2},
+		TorchConfig: TorchConfig{TorchQuoted: 8},
+		ErrorConfig: ErrorConfig{ErrorQuoted: 4},
 	}
 }

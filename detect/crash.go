@@ -17,10 +17,14 @@ func Crash(j *Job, cfg Config) []Finding {
 		proc     *Proc
 		evidence []string
 		when     int64
+		// strong is set when something says the process failed (an exit code, an exit
+		// with communicators in use); its peers' closed connections alone are also what a
+		// job that ends looks like.
+		strong bool
 	}
 	deaths := map[string]*death{}
 	var order []string
-	note := func(p *Proc, when int64, format string, args ...any) {
+	note := func(p *Proc, when int64, strong bool, format string, args ...any) {
 		k := p.Key()
 		d := deaths[k]
 		if d == nil {
@@ -28,6 +32,7 @@ func Crash(j *Job, cfg Config) []Finding {
 			deaths[k] = d
 			order = append(order, k)
 		}
+		d.strong = d.strong || strong
 		if when != 0 && (d.when == 0 || when < d.when) {
 			d.when = when
 		}
@@ -36,6 +41,7 @@ func Crash(j *Job, cfg Config) []Finding {
 		}
 	}
 	byHostLocal := map[string]*Proc{}
+	missing := map[string]*Proc{}
 	byPID := map[int][]*Proc{}
 	for _, p := range j.Procs {
 		if p.LocalRank >= 0 {
@@ -45,7 +51,7 @@ func Crash(j *Job, cfg Config) []Finding {
 	}
 	for _, p := range j.Procs {
 		if p.State == snapshot.ProcExited && !cleanExit(p) {
-			note(p, int64(p.ExitedAt), "the process exited at %s with communicators still in use", fmtTime(p.ExitedAt.Time()))
+			note(p, int64(p.ExitedAt), true, "the process exited at %s with communicators still in use", fmtTime(p.ExitedAt.Time()))
 		}
 		for _, e := range p.Events {
 			if !recentEvent(j, cfg.EventConfig, int64(e.T)) {
@@ -54,23 +60,47 @@ func Crash(j *Job, cfg Config) []Finding {
 			switch e.Kind {
 			case snapshot.EventConnClosedLocal:
 				lr := e.LocalRank
-				if dead := byHostLocal[p.Host+"/"+strconv.Itoa(lr)]; dead != nil && dead != p {
-					note(dead, int64(e.T), "%s logged \"Connection closed by localRank %d\": the proxy connection to this process broke", p.Name(), lr)
+				dead := byHostLocal[p.Host+"/"+strconv.Itoa(lr)]
+				if dead == nil {
+					// The survivors name a local rank whose own log is not here: it died
+					// all the same; it is known by its host and local rank.
+					k := p.Host + "/" + strconv.Itoa(lr)
+					if dead = missing[k]; dead == nil {
+						dead = missingLocal(j, p.Host, lr)
+						missing[k] = dead
+					}
+				}
+				if dead != p {
+					note(dead, int64(e.T), !j.Offline, "%s logged \"Connection closed by localRank %d\": the proxy connection to this process broke", p.Name(), lr)
 				}
 			case snapshot.EventLauncherExit:
+				if e.Code == 0 {
+					continue
+				}
 				pid := e.PID
-				for _, dead := range byPID[pid] {
-					if e.Code != 0 {
-						note(dead, int64(e.T), "the launcher reported local_rank %d (pid %d) failed with exit code %d", e.LocalRank, pid, e.Code)
+				deadOnes := byPID[pid]
+				if len(deadOnes) == 0 {
+					// Its NCCL log is missing: the local rank its peers named dead, or on a
+					// job of one host, that host's local rank.
+					if dead := launchedLocal(j, missing, e.LocalRank); dead != nil {
+						deadOnes = []*Proc{dead}
 					}
+				}
+				for _, dead := range deadOnes {
+					note(dead, int64(e.T), true, "the launcher reported local_rank %d (pid %d) failed with exit code %d%s", e.LocalRank, pid, e.Code, exitWords(e.Code))
 				}
 			}
 		}
 	}
 	var out []Finding
+	failed := failureSeen(j)
 	for _, k := range order {
 		d := deaths[k]
 		if timedOutItself(d.proc) {
+			continue
+		}
+		if !d.strong && !failed && mostBehind(j, d.proc) == nil {
+			// Offline, the survivors of a job that ended print the same closures.
 			continue
 		}
 		p := d.proc
@@ -100,6 +130,90 @@ func Crash(j *Job, cfg Config) []Finding {
 		out = append(out, f)
 	}
 	return out
+}
+
+// launchedLocal finds the process a launcher's failure line means by its local rank when
+// no log has its pid: one already known dead from its peers, else the local rank of the
+// job's only host.
+func launchedLocal(j *Job, missing map[string]*Proc, local int) *Proc {
+	var found *Proc
+	for _, p := range missing {
+		if p.LocalRank == local {
+			if found != nil {
+				return nil
+			}
+			found = p
+		}
+	}
+	if found != nil {
+		return found
+	}
+	hosts := map[string]bool{}
+	for _, p := range j.Procs {
+		if p.Host != "" && p.Host != "?" {
+			hosts[p.Host] = true
+		}
+	}
+	if len(hosts) != 1 {
+		return nil
+	}
+	for h := range hosts {
+		for _, p := range j.Procs {
+			if p.Host == h && p.LocalRank == local {
+				return p
+			}
+		}
+		found = missingLocal(j, h, local)
+		missing[h+"/"+strconv.Itoa(local)] = found
+	}
+	return found
+}
+
+// exitWords says what a launcher's exit code means: a negative code is the signal that
+// killed the process.
+func exitWords(code int) string {
+	switch code {
+	case -9:
+		return " (SIGKILL: the out-of-memory killer, the scheduler or a user killed it)"
+	case -6:
+		return " (SIGABRT: it aborted itself, e.g. PyTorch's watchdog after an NCCL error or timeout)"
+	case -11:
+		return " (SIGSEGV: it crashed)"
+	case -7:
+		return " (SIGBUS: often /dev/shm exhausted)"
+	case -15:
+		return " (SIGTERM: stopped from outside, often by the launcher after another rank failed)"
+	}
+	return ""
+}
+
+// missingLocal stands for a process whose log is missing, known from its host and local
+// rank; its global rank follows from the host's other ranks when they are numbered
+// contiguously (rank = first rank of the host + local rank, the local rank read from the
+// comm info line or else the CUDA device), else it stays unknown.
+func missingLocal(j *Job, host string, local int) *Proc {
+	base, ok := -1, true
+	for _, p := range j.Procs {
+		local := p.LocalRank
+		if local < 0 {
+			// Launchers give local rank N the GPU N: its device stands in.
+			local = p.CudaDev
+		}
+		if p.Host != host || p.Rank < 0 || local < 0 {
+			continue
+		}
+		if b := p.Rank - local; base < 0 {
+			base = b
+		} else if b != base {
+			ok = false
+		}
+	}
+	rank := -1
+	if ok && base >= 0 {
+		rank = base + local
+	}
+	return &Proc{Process: snapshot.Process{Host: host, PID: -1 - local, Rank: rank, LocalRank: local, CudaDev: -1,
+		File: "(no log)"}, Node: host}
 }
 
 // cleanExit: a process that destroyed all its communicators finished normally.

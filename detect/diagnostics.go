@@ -2,7 +2,6 @@ package detect
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/ncclwatch/watchdog/incident"
@@ -65,31 +64,6 @@ func Diagnostics(j *Job) []Finding {
 	return out
 }
 
-// torchTimeouts is the finding of PyTorch watchdog timeouts alone: the timed-out ranks were
-// only waiting, so it names no culprit, only that the job hangs and what to log to see why.
-func torchTimeouts(j *Job) []Finding {
-	var timeouts []string
-	for _, p := range j.Procs {
-		for _, e := range p.Events {
-			if e.Kind == snapshot.EventTorchTimeout {
-				timeouts = append(timeouts, fmt.Sprintf("%s timed out at its SeqNum %d: %s", p.Name(), e.Code, e.Msg))
-			}
-		}
-	}
-	if len(timeouts) == 0 {
-		return nil
-	}
-	sort.Strings(timeouts)
-	f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{},
-		Victims: len(timeouts), Key: "torch-timeout"}
-	f.Summary = fmt.Sprintf("PyTorch's watchdog timed out %d rank(s) waiting in a collective; those ranks were only waiting, and the NCCL lines here do not show which rank stopped (%s)",
-		len(timeouts), "run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL and keep every rank's log")
-	for _, t := range timeouts {
-		f.addEvidence("%s", t)
-	}
-	return []Finding{f}
-}
-
 // initHangs finds communicators whose Init START has no COMPLETE: initialization hung, on
 // the ranks that started it, waiting for the ranks that never arrived.
 func initHangs(j *Job) []Finding {
@@ -124,6 +98,18 @@ func initHangs(j *Job) []Finding {
 		}
 		for _, s := range stuck {
 			f.addEvidence("%s logged Init START and no Init COMPLETE", s)
+		}
+		for _, m := range g.Members {
+			if m.Comm.State != snapshot.CommInit {
+				continue
+			}
+			// Connects it kept retrying say whom it waited for.
+			for _, e := range m.Proc.Events {
+				if e.Kind == snapshot.EventSocketConnect && !e.Fatal && e.Peer != "" {
+					f.addEvidence("%s kept retrying to connect to %s (%s)", m.Proc.Name(), e.Peer, orUnknown(e.Detail))
+					break
+				}
+			}
 		}
 		out = append(out, f)
 	}

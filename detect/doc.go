@@ -3,6 +3,12 @@
 // fault or a lost node, and say when the watchdog itself is blind; and the lifecycle that
 // turns their findings into incidents, one per root cause.
 //
+// Beside comparing the ranks, rules read what NCCL prints when it fails and give the cause
+// NCCL's maintainers give: IB completion errors by status (ib.go), socket connects and
+// breaks (socket.go), CUDA failures (cuda.go), a setup NCCL cannot work with (setup.go),
+// NCCL RAS reports (ras.go), PyTorch's watchdog lines alone (torch.go) and NCCL errors no
+// other rule explains (ncclerror.go).
+//
 // Rules are pure functions of a Job on the Job's clock (Job.Now), so tests fake time by
 // setting it. A Job is the ranks of one job as snapshots, live from etcd (detect/live) or
 // rebuilt offline from log files (analyze), plus what the live detector saw besides them:

@@ -1,5 +1,7 @@
 package detect
 
+import "github.com/ncclwatch/watchdog/incident"
+
 // Result is one evaluation of a job.
 type Result struct {
 	Findings []Finding
@@ -8,17 +10,58 @@ type Result struct {
 }
 
 // Evaluate runs every rule, then the merge steps (merge.go), so that each root cause is one
-// finding, with its consequences as evidence, and is paged once.
+// finding, with its consequences as evidence, and is paged once. The rules are pure
+// functions of the job, so they run at once; the merge steps run in their order.
 func Evaluate(j *Job, cfg Config, timing Timing) Result {
-	stuck, paused := StuckInFlight(j, cfg)
-	fs := findings{
-		crashes: Crash(j, cfg),
-		mism:    Mismatch(j),
-		stalls:  append(Hang(j, cfg), P2PMismatch(j, cfg)...),
-		stuck:   stuck,
-		links:   Link(j, cfg),
+	var (
+		stuck, crashes, mism, hangs, p2p, links, setup, cuda, ras, nccl, conns, silent, store []Finding
+		gpu, stragglers, lost, monitoring, diagnostics                                        []Finding
+		paused                                                                                []string
+	)
+	rules := []func(){
+		func() { stuck, paused = StuckInFlight(j, cfg) },
+		func() { crashes = Crash(j, cfg) },
+		func() { mism = Mismatch(j) },
+		func() { hangs = Hang(j, cfg) },
+		func() { p2p = P2PMismatch(j, cfg) },
+		func() { links = Link(j, cfg) },
+		func() { setup = Setup(j, cfg) },
+		func() { cuda = CUDA(j, cfg) },
+		func() { ras = RAS(j, cfg) },
+		func() { nccl = NCCLErrors(j, cfg) },
+		func() { silent = SilentInitFailure(j, cfg) },
+		func() { store = StoreFailures(j, cfg) },
+		func() { conns = Connections(j, cfg) },
+		func() { gpu = GPU(j, cfg) },
+		func() { stragglers = Straggler(j, cfg, timing) },
+		func() { lost = LostNodes(j, cfg) },
+		func() { monitoring = Monitoring(j) },
+		func() { diagnostics = Diagnostics(j) },
 	}
-	for _, rule := range [][]Finding{GPU(j, cfg), Straggler(j, cfg, timing), LostNodes(j, cfg), Monitoring(j), Diagnostics(j)} {
+	parallel(len(rules), 1, func(i int) { rules[i]() })
+	fs := findings{
+		crashes: crashes,
+		mism:    mism,
+		stalls:  append(hangs, p2p...),
+		stuck:   stuck,
+		links:   links,
+		errors:  append(append(setup, cuda...), silent...),
+		ras:     ras,
+		nccl:    nccl,
+	}
+	// A connection that could not be opened is the setup's fault; one that broke is a
+	// dead peer's; a unique id never published is a rank that stopped.
+	for _, f := range append(conns, store...) {
+		switch f.Kind {
+		case incident.KindCrash:
+			fs.crashes = append(fs.crashes, f)
+		case incident.KindHang:
+			fs.stalls = append(fs.stalls, f)
+		default:
+			fs.errors = append(fs.errors, f)
+		}
+	}
+	for _, rule := range [][]Finding{gpu, stragglers, lost, monitoring, diagnostics} {
 		fs.rest = append(fs.rest, rule...)
 	}
 	for _, step := range mergeSteps {

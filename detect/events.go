@@ -19,3 +19,38 @@ func recentEvent(j *Job, cfg EventConfig, t int64) bool {
 	}
 	return j.Now.Sub(snapshot.Micros(t).Time()) <= cfg.EventMaxAge
 }
+
+// failureSeen reports whether anything in the job says it failed: an error NCCL or PyTorch
+// printed, a launcher's non-zero exit, an aborted communicator, an init that did not
+// complete, ranks whose collective counts differ. Without any, closed connections are what
+// a job that ended looks like.
+func failureSeen(j *Job) bool {
+	for _, p := range j.Procs {
+		for _, e := range p.Events {
+			switch e.Kind {
+			case snapshot.EventIBCompletion, snapshot.EventCudaError, snapshot.EventShmError, snapshot.EventDuplicateGPU,
+				snapshot.EventVersionMismatch, snapshot.EventNoInterface, snapshot.EventCollMismatch,
+				snapshot.EventNetSizeMismatch, snapshot.EventRASPeerDead, snapshot.EventCommAbort, snapshot.EventTorchTimeout,
+				snapshot.EventTorchNCCLError, snapshot.EventTorchTerminate, snapshot.EventProxyError, snapshot.EventTorchStore:
+				return true
+			case snapshot.EventLauncherExit:
+				if e.Code != 0 {
+					return true
+				}
+			case snapshot.EventSocketConnect, snapshot.EventSocketError, snapshot.EventConnClosedRemote,
+				snapshot.EventIBSetup, snapshot.EventSystemError, snapshot.EventIBAsync:
+				if e.Fatal {
+					return true
+				}
+			}
+		}
+	}
+	for _, g := range j.Groups {
+		for _, m := range g.Members {
+			if m.Comm.State == snapshot.CommInit || m.Comm.Count != g.Members[0].Comm.Count {
+				return true
+			}
+		}
+	}
+	return false
+}

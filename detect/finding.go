@@ -45,9 +45,10 @@ func (f *Finding) Incident(job string, now time.Time) incident.Incident {
 
 // sortFindings orders findings most severe first, then by kind and key.
 func sortFindings(fs []Finding) {
-	order := map[incident.Kind]int{incident.KindCrash: 0, incident.KindMismatch: 1, incident.KindHang: 2,
-		incident.KindP2PMismatch: 3, incident.KindStuckInFlight: 4, incident.KindLink: 5, incident.KindGPU: 6,
-		incident.KindLostNode: 7, incident.KindStraggler: 8, incident.KindMonitoring: 9}
+	// A setup NCCL cannot work with is found first: everything else follows from it.
+	order := map[incident.Kind]int{incident.KindConfig: 0, incident.KindCrash: 1, incident.KindMismatch: 2, incident.KindHang: 3,
+		incident.KindP2PMismatch: 4, incident.KindStuckInFlight: 5, incident.KindLink: 6, incident.KindGPU: 7,
+		incident.KindLostNode: 8, incident.KindStraggler: 9, incident.KindMonitoring: 10}
 	sort.SliceStable(fs, func(a, b int) bool {
 		if ra, rb := fs[a].Severity.Rank(), fs[b].Severity.Rank(); ra != rb {
 			return ra < rb

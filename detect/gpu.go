@@ -10,7 +10,7 @@ import (
 )
 
 // GPU finds GPU faults: recent XID errors (with their meaning), uncorrectable ECC errors,
-// NVLink and PCIe errors, and, offline, CUDA failures NCCL logged.
+// NVLink and PCIe errors. CUDA failures NCCL logged are the CUDA rule's (cuda.go).
 func GPU(j *Job, cfg Config) []Finding {
 	var out []Finding
 	var nodes []string
@@ -24,19 +24,6 @@ func GPU(j *Job, cfg Config) []Finding {
 			if f, ok := gpuFinding(j, cfg, name, g); ok {
 				out = append(out, f)
 			}
-		}
-	}
-	for _, p := range j.Procs {
-		for _, e := range p.Events {
-			if e.Kind != snapshot.EventCudaError || !recentEvent(j, cfg.EventConfig, int64(e.T)) {
-				continue
-			}
-			f := Finding{Kind: incident.KindGPU, Severity: incident.SeverityCritical,
-				Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{p.Key()}, Key: "gpu:" + p.Key()}
-			f.Summary = fmt.Sprintf("%s: NCCL hit a CUDA failure '%s'", p.Name(), e.Peer)
-			f.addEvidence("%s", e.Msg)
-			out = append(out, f)
-			break
 		}
 	}
 	return out

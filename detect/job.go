@@ -24,7 +24,11 @@ func (p *Proc) Key() string { return p.Host + ":" + strconv.Itoa(p.PID) }
 
 // Culprit renders the process as an incident culprit.
 func (p *Proc) Culprit() incident.Culprit {
-	c := incident.Culprit{Rank: p.Rank, Host: p.Host, PID: p.PID}
+	c := incident.Culprit{Rank: p.Rank, Host: p.Host, PID: max(p.PID, 0)}
+	if c.Host == "?" {
+		// Known by its rank alone (PyTorch's lines).
+		c.Host = ""
+	}
 	switch {
 	case p.CudaDev >= 0 && p.BusID != "":
 		c.GPU = fmt.Sprintf("%d (bus %s)", p.CudaDev, p.BusID)
@@ -36,9 +40,20 @@ func (p *Proc) Culprit() incident.Culprit {
 
 // Name is "rank N (host pid P)" for sentences.
 func (p *Proc) Name() string {
+	if p.PID < 0 {
+		// Known from its peers only (missingLocal).
+		if p.Rank >= 0 {
+			return fmt.Sprintf("rank %d (%s local rank %d, no log)", p.Rank, p.Host, p.LocalRank)
+		}
+		return fmt.Sprintf("local rank %d of %s (no log)", p.LocalRank, p.Host)
+	}
 	switch {
+	case p.Rank >= 0 && p.PID == 0:
+		return fmt.Sprintf("rank %d", p.Rank)
 	case p.Rank >= 0:
 		return fmt.Sprintf("rank %d (%s pid %d)", p.Rank, p.Host, p.PID)
+	case p.PID == 0 && p.LocalRank < 0:
+		return "a rank (PyTorch's output does not say which)"
 	case p.LocalRank >= 0:
 		return fmt.Sprintf("local rank %d (%s pid %d)", p.LocalRank, p.Host, p.PID)
 	}
@@ -114,11 +129,16 @@ func NewJob(name string, now time.Time, procs []*Proc, nodes map[string]*snapsho
 // eachGroup runs fn on every group, in parallel across GOMAXPROCS workers: groups are
 // independent, and a 100k-rank job has thousands. fn must only write to its own index.
 func (j *Job) eachGroup(fn func(i int, g *Group)) {
-	n := len(j.Groups)
-	workers := min(runtime.GOMAXPROCS(0), n/64+1)
+	parallel(len(j.Groups), 64, func(i int) { fn(i, j.Groups[i]) })
+}
+
+// parallel runs fn(0..n-1) on up to GOMAXPROCS workers, one per grain items at least, so
+// that small inputs stay on the caller's goroutine. fn must only write to its own index.
+func parallel(n, grain int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/max(grain, 1)+1)
 	if workers <= 1 {
-		for i, g := range j.Groups {
-			fn(i, g)
+		for i := 0; i < n; i++ {
+			fn(i)
 		}
 		return
 	}
@@ -129,7 +149,7 @@ func (j *Job) eachGroup(fn func(i int, g *Group)) {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				fn(i, j.Groups[i])
+				fn(i)
 			}
 		}()
 	}

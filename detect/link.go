@@ -31,6 +31,7 @@ func Link(j *Job, cfg Config) []Finding {
 	var out []Finding
 	out = append(out, networkFallback(j)...)
 	out = append(out, ibEvents(j, cfg)...)
+	out = append(out, IBCompletion(j, cfg)...)
 	out = append(out, portFindings(j, cfg)...)
 	return out
 }
@@ -90,21 +91,24 @@ func networkFallback(j *Job) []Finding {
 	return out
 }
 
-// ibEvents turns NCCL's IB completion errors and async port events into findings, one per
-// (host, HCA). When several hosts report errors with one peer, the peer is the suspect.
+// ibEvents turns NCCL's IB async port events into findings, one per (host, HCA port).
+// Completion errors are the IBCompletion rule's (ib.go).
 func ibEvents(j *Job, cfg Config) []Finding {
 	type key struct{ host, dev string }
 	found := map[key]*Finding{}
 	var order []key
-	peerReporters := map[string]map[string]bool{} // peer ip -> reporting hosts
-	addrHost := addressBook(j)
 	for _, p := range j.Procs {
 		for _, e := range p.Events {
-			if (e.Kind != snapshot.EventIBCompletion && e.Kind != snapshot.EventIBAsync) || !recentEvent(j, cfg.EventConfig, int64(e.T)) {
+			if e.Kind != snapshot.EventIBAsync || !recentEvent(j, cfg.EventConfig, int64(e.T)) {
+				continue
+			}
+			if !e.Fatal && !strings.Contains(e.Detail, "err") {
+				// "port active", "GID table change", "LID change", "SM change": the
+				// fabric's housekeeping, not a fault.
 				continue
 			}
 			dev := e.Dev
-			if e.Kind == snapshot.EventIBAsync && e.Port > 0 {
+			if e.Port > 0 {
 				dev = e.Dev + ":" + strconv.Itoa(e.Port)
 			}
 			k := key{p.Host, dev}
@@ -115,54 +119,17 @@ func ibEvents(j *Job, cfg Config) []Finding {
 				found[k] = f
 				order = append(order, k)
 			}
-			switch e.Kind {
-			case snapshot.EventIBCompletion:
-				status := snapshot.IBStatusName(e.Code)
-				f.addEvidence("%s: NET/IB completion error %s(%d) with peer %s on HCA %s", p.Name(), status, e.Code, e.Peer, orUnknown(e.Dev))
-				ip := peerIP(e.Peer)
-				if peerReporters[ip] == nil {
-					peerReporters[ip] = map[string]bool{}
-				}
-				peerReporters[ip][p.Host] = true
-				if f.Summary == "" {
-					f.Summary = fmt.Sprintf("IB completion error %s on %s HCA %s talking to %s: the link or the peer is failing",
-						status, p.Host, orUnknown(e.Dev), describePeer(e.Peer, addrHost))
-				}
-			case snapshot.EventIBAsync:
-				f.addEvidence("%s: NCCL got IB async event %q on %s port %d", p.Name(), e.Detail, e.Dev, e.Port)
-				if f.Summary == "" {
-					f.Summary = fmt.Sprintf("IB port event %q on %s %s port %d", e.Detail, p.Host, e.Dev, e.Port)
-					if !strings.Contains(e.Detail, "error") && !strings.Contains(e.Msg, "fatal") {
-						f.Severity = incident.SeverityWarning
-					}
+			f.addEvidence("%s: NCCL got IB async event %q on %s port %d", p.Name(), e.Detail, e.Dev, e.Port)
+			if f.Summary == "" {
+				f.Summary = fmt.Sprintf("IB port event %q on %s %s port %d", e.Detail, p.Host, e.Dev, e.Port)
+				if !strings.Contains(e.Detail, "error") && !strings.Contains(e.Msg, "fatal") {
+					f.Severity = incident.SeverityWarning
 				}
 			}
 			f.culpritKeys = appendUnique(f.culpritKeys, p.Key())
 		}
 	}
 	var out []Finding
-	var ips []string
-	for ip, hosts := range peerReporters {
-		if len(hosts) >= 2 {
-			ips = append(ips, ip)
-		}
-	}
-	sort.Strings(ips)
-	for _, ip := range ips {
-		host := addrHost[ip]
-		if host == "" {
-			host = ip
-		}
-		var hs []string
-		for h := range peerReporters[ip] {
-			hs = append(hs, h)
-		}
-		sort.Strings(hs)
-		f := Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical,
-			Culprits: []incident.Culprit{{Rank: -1, Host: host}}, Key: "link:peer:" + ip}
-		f.Summary = fmt.Sprintf("%d hosts (%s) report IB completion errors with %s: the fault is on its side", len(hs), strings.Join(hs, ", "), host)
-		out = append(out, f)
-	}
 	for _, k := range order {
 		out = append(out, *found[k])
 	}
@@ -183,32 +150,6 @@ func orUnknown(s string) string {
 		return "(unknown)"
 	}
 	return s
-}
-
-// peerIP strips the "<port>" of "10.0.0.8<50123>".
-func peerIP(peer string) string {
-	if i := strings.IndexByte(peer, '<'); i >= 0 {
-		return peer[:i]
-	}
-	return peer
-}
-
-// addressBook maps bootstrap IPs to hosts.
-func addressBook(j *Job) map[string]string {
-	book := map[string]string{}
-	for _, p := range j.Procs {
-		for _, a := range p.Addrs {
-			book[peerIP(a)] = p.Host
-		}
-	}
-	return book
-}
-
-func describePeer(peer string, book map[string]string) string {
-	if h := book[peerIP(peer)]; h != "" {
-		return fmt.Sprintf("%s (%s)", h, peer)
-	}
-	return peer
 }
 
 // portFindings judges the sampled ports of every node (live).

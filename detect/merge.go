@@ -1,6 +1,8 @@
 package detect
 
 import (
+	"strings"
+
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -12,13 +14,18 @@ type findings struct {
 	stalls  []Finding // hangs, then point-to-point mismatches: ranks that stopped
 	stuck   []Finding
 	links   []Finding
-	rest    []Finding // GPU, straggler, lost node, monitoring: nothing merges into or out of them
+	// errors are the causes NCCL printed itself: the job's setup (GPUs, versions, /dev/shm,
+	// interfaces, connections that could not be opened) and CUDA failures.
+	errors []Finding
+	ras    []Finding // NCCL RAS's view, until it is checked against the logs
+	nccl   []Finding // NCCL errors no rule explains: reported only when nothing else is
+	rest   []Finding // GPU, straggler, lost node, monitoring, NCCL's own checks
 }
 
 // all lists what the steps kept, in the order that settles sortFindings' ties.
 func (fs *findings) all() []Finding {
 	var out []Finding
-	for _, group := range [][]Finding{fs.crashes, fs.mism, fs.stalls, fs.stuck, fs.links, fs.rest} {
+	for _, group := range [][]Finding{fs.crashes, fs.mism, fs.stalls, fs.stuck, fs.links, fs.errors, fs.ras, fs.rest} {
 		out = append(out, group...)
 	}
 	return out
@@ -29,21 +36,194 @@ type mergeStep func(j *Job, cfg Config, fs *findings)
 
 // mergeSteps run top to bottom; each sees only what the steps above it kept.
 var mergeSteps = []mergeStep{
+	rasMeetsTheLogs,               // RAS's skew is checked against the ranks' own logs, then judged with them
 	mismatchExplainsStalls,        // a mismatch explains the hang and p2p stalls on its communicator
 	deathAndStallOfOneRank,        // a death and a stall of one rank are one cause; the order says which
 	hangAbsorbsP2P,                // a hang absorbs the p2p mismatch of the same rank
+	versionsExplainSizes,          // ranks of different NCCL versions disagree on message sizes: one cause
+	errorsExplainFailures,         // an error NCCL printed explains the deaths, stalls and init hangs that follow it
 	laterDeathsFoldIntoFirstCause, // deaths after the job's first root cause are its consequences
 	stuckFollowsItsCause,          // a stuck collective follows a culprit or a link fault on its nodes, else all are one cause
+	ncclErrorsWithoutCause,        // an NCCL error no rule explains is reported, never a clean bill
 	torchTimeoutsWithoutCause,     // PyTorch's timeouts alone say the job hangs, when no rule named why
 	torchTimeoutsAreEvidence,      // PyTorch's timeout lines are evidence, not culprits
+}
+
+// hasCause reports a critical finding: a root cause the job's failure is explained by.
+func hasCause(fs *findings) bool {
+	for _, f := range fs.all() {
+		if f.Severity == incident.SeverityCritical {
+			return true
+		}
+	}
+	return false
+}
+
+// rasMeetsTheLogs: RAS counts launched operations while the ranks run, so a skew it
+// reports is judged against the ranks' own logs where they have the communicator. A
+// rank the logs already name is one cause (RAS is evidence); a communicator whose logged
+// counts are level was only caught between two launches; the rest are judged as hangs
+// and deaths of their own.
+func rasMeetsTheLogs(j *Job, _ Config, fs *findings) {
+	for _, r := range fs.ras {
+		if f := sameCulprit(r, fs.stalls, fs.crashes); f != nil {
+			absorb(f, &r)
+			continue
+		}
+		if r.Kind == incident.KindHang && levelInLogs(j, r.Comm) {
+			continue
+		}
+		if r.Kind == incident.KindCrash {
+			fs.crashes = append(fs.crashes, r)
+		} else {
+			fs.stalls = append(fs.stalls, r)
+		}
+	}
+	fs.ras = nil
+}
+
+// levelInLogs reports a communicator whose members' logs show the same collective count.
+func levelInLogs(j *Job, hash string) bool {
+	for _, g := range j.Groups {
+		if !sameHash(g.ID, hash) || len(g.Members) < 2 {
+			continue
+		}
+		for _, m := range g.Members[1:] {
+			if m.Comm.Count != g.Members[0].Comm.Count {
+				return false
+			}
+		}
+		return g.Members[0].Comm.Count > 0
+	}
+	return false
+}
+
+// sameCulprit finds a finding that names one of f's culprit processes.
+func sameCulprit(f Finding, groups ...[]Finding) *Finding {
+	for _, g := range groups {
+		for i := range g {
+			for _, a := range g[i].culpritKeys {
+				for _, b := range f.culpritKeys {
+					if a == b {
+						return &g[i]
+					}
+				}
+			}
+			if g[i].Key == f.Key {
+				return &g[i]
+			}
+		}
+	}
+	return nil
+}
+
+// errorsExplainFailures: when NCCL printed an error (a link that failed, a CUDA failure,
+// a setup it could not work with, a connection it could not open), the processes that then
+// died, stopped issuing collectives or never finished init are that error's consequences:
+// teardown after the error, aborts, "Connection closed" on the survivors. They fold into
+// the error that names their process, else into the job's first error, unless they came
+// before it.
+func errorsExplainFailures(_ *Job, _ Config, fs *findings) {
+	var causes []*Finding
+	for i := range fs.errors {
+		causes = append(causes, &fs.errors[i])
+	}
+	for i := range fs.links {
+		if fs.links[i].Severity == incident.SeverityCritical {
+			causes = append(causes, &fs.links[i])
+		}
+	}
+	if len(causes) == 0 {
+		return
+	}
+	first := causes[0]
+	for _, c := range causes[1:] {
+		if !c.FaultAt.IsZero() && (first.FaultAt.IsZero() || c.FaultAt.Before(first.FaultAt)) {
+			first = c
+		}
+	}
+	explain := func(group []Finding) []Finding {
+		var kept []Finding
+		for _, f := range group {
+			if own := ownCause(f, causes); own != nil {
+				absorb(own, &f)
+				continue
+			}
+			if f.FaultAt.IsZero() || first.FaultAt.IsZero() || !f.FaultAt.Before(first.FaultAt) {
+				first.addEvidence("then: %s", f.Summary)
+				continue
+			}
+			kept = append(kept, f)
+		}
+		return kept
+	}
+	fs.crashes = explain(fs.crashes)
+	fs.stalls = explain(fs.stalls)
+	fs.stuck = explain(fs.stuck)
+	var rest []Finding
+	for _, f := range fs.rest {
+		if f.Kind == incident.KindHang && strings.HasPrefix(f.Key, "init:") {
+			first.addEvidence("then: %s", f.Summary)
+			continue
+		}
+		rest = append(rest, f)
+	}
+	fs.rest = rest
+}
+
+// versionsExplainSizes: two ends that disagree on a message size is what ranks running
+// different NCCL versions do, so the size mismatch is the version finding's evidence.
+func versionsExplainSizes(_ *Job, _ Config, fs *findings) {
+	var versions *Finding
+	for i := range fs.errors {
+		if strings.HasPrefix(fs.errors[i].Key, "config:version") {
+			versions = &fs.errors[i]
+			break
+		}
+	}
+	if versions == nil {
+		return
+	}
+	var rest []Finding
+	for _, f := range fs.rest {
+		if strings.HasPrefix(f.Key, "net-size:") {
+			absorb(versions, &f)
+			continue
+		}
+		rest = append(rest, f)
+	}
+	fs.rest = rest
+}
+
+// ownCause is the cause among causes that names one of f's culprit processes.
+func ownCause(f Finding, causes []*Finding) *Finding {
+	for _, c := range causes {
+		for _, a := range c.culpritKeys {
+			for _, b := range f.culpritKeys {
+				if a == b {
+					return c
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// ncclErrorsWithoutCause: an NCCL error PyTorch surfaced, or a fatal WARN no rule reads,
+// is the finding when nothing else is: a failed job is never "no problem found".
+func ncclErrorsWithoutCause(_ *Job, _ Config, fs *findings) {
+	if !hasCause(fs) {
+		fs.errors = append(fs.errors, fs.nccl...)
+	}
+	fs.nccl = nil
 }
 
 // torchTimeoutsWithoutCause: PyTorch times out the ranks that waited, so its timeouts are
 // a finding of their own only when no rule found a cause (logs without COLL lines, ranks
 // missing): the job hangs, and the report says what to log to see why.
-func torchTimeoutsWithoutCause(j *Job, _ Config, fs *findings) {
-	if len(fs.all()) == 0 {
-		fs.rest = append(fs.rest, torchTimeouts(j)...)
+func torchTimeoutsWithoutCause(j *Job, cfg Config, fs *findings) {
+	if !hasCause(fs) {
+		fs.rest = append(fs.rest, torchTimeouts(j, cfg)...)
 	}
 }
 
@@ -162,7 +342,7 @@ func laterDeathsFoldIntoFirstCause(_ *Job, _ Config, fs *findings) {
 // reported once, under the one stuck first (then the largest).
 func stuckFollowsItsCause(_ *Job, _ Config, fs *findings) {
 	var causes []*Finding
-	for _, group := range [][]Finding{fs.crashes, fs.mism, fs.stalls} {
+	for _, group := range [][]Finding{fs.crashes, fs.mism, fs.stalls, fs.errors} {
 		for i := range group {
 			causes = append(causes, &group[i])
 		}
@@ -200,7 +380,7 @@ func stuckFollowsItsCause(_ *Job, _ Config, fs *findings) {
 // waiting, which is why those ranks are not the culprits; its lines are quoted in the
 // findings about stopped ranks, saying whose they are.
 func torchTimeoutsAreEvidence(j *Job, _ Config, fs *findings) {
-	for _, group := range [][]Finding{fs.crashes, fs.mism, fs.stalls} {
+	for _, group := range [][]Finding{fs.crashes, fs.mism, fs.stalls, fs.errors} {
 		for i := range group {
 			torchEvidence(j, &group[i])
 		}

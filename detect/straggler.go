@@ -151,48 +151,67 @@ func memberOf(g *Group, p *Proc) Member {
 }
 
 // lagSeries returns, per member, lags at the positions every member has a time for, and
-// the first arrival time per such position. Members' ops and marks are sorted by position,
-// so this is a merge of sorted lists, linear in their length.
+// the first arrival time per such position. Members' ops and marks are sorted by position:
+// the common positions are an intersection of sorted lists, then each member's lags are
+// read off its own list, members in parallel (a large job's one world communicator has
+// hundreds).
 func lagSeries(g *Group) ([][]lagSample, map[int64]int64) {
-	lines := make([][]lagSample, len(g.Members)) // per member: (seq, arrival time)
-	for i, m := range g.Members {
-		lines[i] = timeline(m.Comm)
+	n := len(g.Members)
+	lines := make([][]lagSample, n) // per member: (seq, arrival time)
+	parallel(n, 16, func(i int) { lines[i] = timeline(g.Members[i].Comm) })
+	// Positions every member has a time for.
+	var common []int64
+	if n > 0 {
+		for _, x := range lines[0] {
+			common = append(common, x.seq)
+		}
 	}
-	series := make([][]lagSample, len(g.Members))
-	first := map[int64]int64{}
-	pos := make([]int, len(lines))
-	for {
-		// The next position every member has: the largest head, then catch up to it.
-		var target int64 = -1
-		for i, l := range lines {
-			if pos[i] >= len(l) {
-				return series, first
+	for _, l := range lines[1:] {
+		kept, k := common[:0], 0
+		for _, seq := range common {
+			for k < len(l) && l[k].seq < seq {
+				k++
 			}
-			target = max(target, l[pos[i]].seq)
-		}
-		all := true
-		for i, l := range lines {
-			for pos[i] < len(l) && l[pos[i]].seq < target {
-				pos[i]++
+			if k < len(l) && l[k].seq == seq {
+				kept = append(kept, seq)
 			}
-			if pos[i] >= len(l) {
-				return series, first
+		}
+		common = kept
+	}
+	// Each member's arrival times at the common positions, then the first per position.
+	times := make([][]int64, n)
+	parallel(n, 16, func(i int) {
+		t := make([]int64, len(common))
+		l, k := lines[i], 0
+		for c, seq := range common {
+			for l[k].seq < seq {
+				k++
 			}
-			all = all && l[pos[i]].seq == target
+			t[c] = l[k].lag
 		}
-		if !all {
-			continue
-		}
+		times[i] = t
+	})
+	firstAt := make([]int64, len(common))
+	for c := range common {
 		lo := int64(1 << 62)
-		for i := range lines {
-			lo = min(lo, lines[i][pos[i]].lag)
+		for i := range times {
+			lo = min(lo, times[i][c])
 		}
-		first[target] = lo
-		for i := range lines {
-			series[i] = append(series[i], lagSample{seq: target, lag: lines[i][pos[i]].lag - lo})
-			pos[i]++
-		}
+		firstAt[c] = lo
 	}
+	series := make([][]lagSample, n)
+	parallel(n, 16, func(i int) {
+		s := make([]lagSample, len(common))
+		for c, seq := range common {
+			s[c] = lagSample{seq: seq, lag: times[i][c] - firstAt[c]}
+		}
+		series[i] = s
+	})
+	first := make(map[int64]int64, len(common))
+	for c, seq := range common {
+		first[seq] = firstAt[c]
+	}
+	return series, first
 }
 
 // timeline merges a member's timed ops and marks into (position, time) sorted by position;

@@ -19,6 +19,9 @@ const (
 	KindLostNode      Kind = "lost_node"
 	KindStuckInFlight Kind = "stuck_in_flight"
 	KindMonitoring    Kind = "monitoring"
+	// KindConfig: the job's setup keeps NCCL from working (two ranks on one GPU, different
+	// NCCL versions, a /dev/shm too small, no usable network interface).
+	KindConfig Kind = "config"
 )
 
 // Severity orders incidents for routing and display.

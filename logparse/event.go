@@ -27,6 +27,13 @@ var eventKinds = [NumKinds]snapshot.EventKind{
 	KindLauncherExit:     snapshot.EventLauncherExit,
 	KindCollMismatch:     snapshot.EventCollMismatch,
 	KindNetSizeMismatch:  snapshot.EventNetSizeMismatch,
+	KindSocketConnect:    snapshot.EventSocketConnect,
+	KindNoInterface:      snapshot.EventNoInterface,
+	KindShmError:         snapshot.EventShmError,
+	KindDuplicateGPU:     snapshot.EventDuplicateGPU,
+	KindVersionMismatch:  snapshot.EventVersionMismatch,
+	KindIBSetup:          snapshot.EventIBSetup,
+	KindTorchStore:       snapshot.EventTorchStore,
 }
 
 // EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when
@@ -39,6 +46,12 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 	}
 	e = snapshot.Event{Kind: eventKinds[l.Kind], T: snapshot.Micros(ts), Dev: string(l.Dev2), Port: l.Port,
 		Code: l.Code, Fatal: l.Fatal, Msg: snapshot.CutMsg(string(l.Msg))}
+	if (l.Level == LevelWarn || l.Kind == KindBreadcrumb) && len(l.File) > 0 && len(l.File) <= 64 {
+		e.Src = string(l.File)
+	}
+	if len(l.Detail) > 0 && len(l.Detail) < len(l.Msg) {
+		e.Detail = snapshot.CutMsg(string(l.Detail))
+	}
 	switch l.Kind {
 	case KindDestroy:
 		if l.Phase != PhaseAbortStart && l.Phase != PhaseAbort {
@@ -51,10 +64,21 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 		e.LocalRank, e.PID = l.LocalRk, l.Torch.PID
 	case KindTorchTimeout:
 		e.Code = int(l.Torch.SeqNum)
+		e.Comm = string(l.Torch.PG)
 	case KindTorchWorkStatus:
 		e.Code = int(l.Torch.Completed)
+		e.Enqueued = max(l.Torch.Enqueued, 0)
+		e.Comm = string(l.Torch.PG)
 	case KindIBAsync:
 		e.Detail = string(l.Text)
+	case KindDuplicateGPU, KindVersionMismatch, KindProxyError, KindTorchStore:
+		// Their readers set both slots, -1 where the line names no rank.
+		for _, r := range l.Ranks {
+			if r >= 0 {
+				e.Ranks = append(e.Ranks, r)
+			}
+		}
+		e.Peer = string(l.Text)
 	default:
 		e.Peer = string(l.Text)
 	}
@@ -65,7 +89,7 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 func (k Kind) FromTorch() bool {
 	switch k {
 	case KindTorchTimeout, KindTorchWorkStatus, KindTorchTerminate, KindTorchNCCLError, KindTorchCommCreated,
-		KindLauncherExit:
+		KindLauncherExit, KindTorchStore:
 		return true
 	}
 	return false

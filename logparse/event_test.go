@@ -1,6 +1,7 @@
 package logparse
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -22,13 +23,13 @@ func TestEventOf(t *testing.T) {
 		{"local rank closed", "vm:1210:1225 [0] NCCL INFO [Service thread] Connection closed by localRank 1", true,
 			snapshot.Event{Kind: snapshot.EventConnClosedLocal, LocalRank: 1}},
 		{"IB completion", w + "NET/IB: Got completion from peer 10.0.12.8<50123> with status=12 opcode=0 len=0 vendor err 129 (Send) hca mlx5_3", true,
-			snapshot.Event{Kind: snapshot.EventIBCompletion, Peer: "10.0.12.8<50123>", Dev: "mlx5_3", Code: 12, Fatal: true}},
+			snapshot.Event{Kind: snapshot.EventIBCompletion, Peer: "10.0.12.8<50123>", Dev: "mlx5_3", Detail: "Send", Code: 12, Fatal: true, Src: "transport/net_ib.cc"}},
 		{"IB async", w + "NET/IB : mlx5_1:1 Got async event : port error", true,
-			snapshot.Event{Kind: snapshot.EventIBAsync, Dev: "mlx5_1", Port: 1, Detail: "port error"}},
+			snapshot.Event{Kind: snapshot.EventIBAsync, Dev: "mlx5_1", Port: 1, Detail: "port error", Src: "transport/net_ib.cc"}},
 		{"torch timeout", "[rank0]:[E1121 22:51:18.197257951 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=92, OpType=ALLREDUCE, NumelIn=6000000, NumelOut=6000000, Timeout(ms)=25000) ran for 25053 milliseconds before timing out.", true,
 			snapshot.Event{Kind: snapshot.EventTorchTimeout, Code: 92}},
 		{"torch work status", "[rank0]:[E1121 22:51:18.197461605 ProcessGroupNCCL.cpp:2303] [PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 92 PG status: last enqueued work: 97, last completed work: 91", true,
-			snapshot.Event{Kind: snapshot.EventTorchWorkStatus, Code: 91}},
+			snapshot.Event{Kind: snapshot.EventTorchWorkStatus, Code: 91, Enqueued: 97, Comm: "0"}},
 		{"launcher exit", "E1121 22:52:05.021000 1170 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 3) local_rank: 1 (pid: 1211) of binary: /opt/torch/.venv/bin/python", true,
 			snapshot.Event{Kind: snapshot.EventLauncherExit, Code: 3, LocalRank: 1, PID: 1211}},
 	} {
@@ -46,7 +47,7 @@ func TestEventOf(t *testing.T) {
 				t.Errorf("time %d, message %q: want 42 and the line's message", got.T, got.Msg)
 			}
 			got.T, got.Msg = 0, ""
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("EventOf =\n %+v\nwant\n %+v", got, tt.want)
 			}
 		})

@@ -33,7 +33,7 @@ func TestFieldFormats(t *testing.T) {
 		{"host:pid without tid", "gpu7:4242 [1] NCCL INFO Using network IB", `kind=using_network host=gpu7 pid=4242 tid=0 dev=1 text="IB"`},
 		{"a sentence mentioning NCCL is not an NCCL line", "we wrote this long sentence to explain why the run failed with NCCL WARN in it", "kind=unknown"},
 		{"warning label is not a host", "WARNING:torch.distributed.run:", "kind=unknown"},
-		{"python error label stripped", "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3", "kind=torch_nccl_error"},
+		{"python error label stripped", "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3", `kind=torch_nccl_error result=2 version="2.10.3"`},
 
 		// Init lines before commId (2.4-2.17) and RCCL.
 		{"init 2.10 no commId", "ai:7:9 [2] NCCL INFO comm 0x7fc0c8002f70 rank 2 nranks 4 cudaDev 2 busId 89000 - Init COMPLETE",
@@ -48,6 +48,8 @@ func TestFieldFormats(t *testing.T) {
 		{"bare version 2.10 stdout", "NCCL version 2.10.3+cuda11.3", `kind=version text="2.10.3+cuda11.3"`},
 		{"version under a launcher tag", "[1,0]<stdout>:NCCL version 2.7.8+cuda11.0", `kind=version lrank=0 text="2.7.8+cuda11.0"`},
 		{"rccl version", "NCCL version 2.18.3+hip6.1 develop:7e1cbb4", `kind=version text="2.18.3+hip6.1"`},
+		{"rccl's own version line", "RCCL version 2.18.3+hip6.1 develop:7e1cbb4", `kind=version text="2.18.3+hip6.1"`},
+		{"rccl version at INFO", "mi:7:9 [0] NCCL INFO RCCL version 2.20.5+hip6.2", `kind=version host=mi pid=7 tid=9 dev=0 text="2.20.5+hip6.2"`},
 
 		// NCCL's own diagnostics.
 		{"2.4 mismatch check", "ai:7:9 [3] enqueue.cc:200 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 3. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs",

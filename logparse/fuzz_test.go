@@ -46,7 +46,7 @@ func FuzzParse(f *testing.F) {
 		if l.Kind == KindColl && l.Coll.Op != ParseOpName(l.Coll.OpName) {
 			t.Fatalf("op %v does not match its name %q", l.Coll.Op, l.Coll.OpName)
 		}
-		for _, b := range [][]byte{l.Host, l.Msg, l.Text, l.File, l.Dev2, l.Coll.OpName, l.Init.API, l.Channel.Transport, l.Channel.Net, l.Torch.OpType, l.Torch.PGDesc} {
+		for _, b := range [][]byte{l.Host, l.Msg, l.Text, l.File, l.Dev2, l.Detail, l.Coll.OpName, l.Init.API, l.Channel.Transport, l.Channel.Net, l.Torch.OpType, l.Torch.PGDesc, l.Torch.PG} {
 			if len(b) > len(line) {
 				t.Fatalf("field longer than the line")
 			}

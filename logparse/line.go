@@ -50,6 +50,13 @@ const (
 	// Kinds added after the first release stay at the end: checkpoints store counters by kind.
 	KindCollMismatch    // NCCL's device-side check: "Mismatched collective detected ... around rank N"
 	KindNetSizeMismatch // NET/IB "collective mismatch error, local size X remote size Y"
+	KindSocketConnect   // a connection NCCL could not open (or retries, at INFO)
+	KindNoInterface     // no usable socket interface (NCCL_SOCKET_IFNAME)
+	KindShmError        // /dev/shm segment could not be created, grown or attached
+	KindDuplicateGPU    // Duplicate GPU detected : rank A and rank B both on CUDA device X
+	KindVersionMismatch // Mismatched NCCL version detected : rank A version X rank B version Y
+	KindIBSetup         // an ibv_* call failed outside the data path, a device could not be opened
+	KindTorchStore      // PyTorch could not get NCCL's unique id from a rank through its store
 	NumKinds
 )
 
@@ -79,6 +86,13 @@ var kindNames = [NumKinds]string{
 	KindLauncherExit:     string(snapshot.EventLauncherExit),
 	KindCollMismatch:     string(snapshot.EventCollMismatch),
 	KindNetSizeMismatch:  string(snapshot.EventNetSizeMismatch),
+	KindSocketConnect:    string(snapshot.EventSocketConnect),
+	KindNoInterface:      string(snapshot.EventNoInterface),
+	KindShmError:         string(snapshot.EventShmError),
+	KindDuplicateGPU:     string(snapshot.EventDuplicateGPU),
+	KindVersionMismatch:  string(snapshot.EventVersionMismatch),
+	KindIBSetup:          string(snapshot.EventIBSetup),
+	KindTorchStore:       string(snapshot.EventTorchStore),
 }
 
 func (k Kind) String() string {
@@ -120,6 +134,9 @@ type Header struct {
 
 	// LauncherRank is the rank from a launcher prefix ([rank3]:, [default3]:, "3: "), or -1.
 	LauncherRank int
+	// Quoted is set for NCCL's last WARN as PyTorch quotes it ("Last error: ..."): the
+	// message is NCCL's, the line is PyTorch's, and no NCCL prefix says whose it is.
+	Quoted bool
 
 	// Prefix fields (NCCL lines).
 	HasTime bool
@@ -146,10 +163,16 @@ type Body struct {
 	Channel Channel
 	Text    []byte // free text: network name, device list, peer, event string, version
 	Dev2    []byte // HCA or interface (IB completion hca, async event dev)
-	Port    int
-	Code    int // status / result / exit code
-	Fatal   bool
-	Torch   Torch
+	// Detail is what went wrong in NCCL's words: a system error's reason ("Connection
+	// refused"), a CUDA error's text, the verb that failed, an IB request type.
+	Detail []byte
+	// Ranks are the ranks a line names besides its own (duplicate GPU, version mismatch,
+	// proxy calls), -1 when absent.
+	Ranks [2]int
+	Port  int
+	Code  int // status / result / exit code
+	Fatal bool
+	Torch Torch
 }
 
 type prefixCache struct {
@@ -237,6 +260,7 @@ type Torch struct {
 	Enqueued  int64
 	Completed int64
 	PGDesc    []byte // default_pg, ...
+	PG        []byte // the process group's id: "0" of "[PG ID 0 PG GUID ...]", "1" of "[PG 1 Rank 0]"
 	PID       int    // launcher exit: the failed child's pid
 }
 

@@ -74,7 +74,7 @@ func parseMessage(l *Line) {
 			l.Text = deviceList(m)
 			return
 		}
-		if hasPrefix(m, "NET/IB") && contains(m, "Got completion from peer") {
+		if hasPrefix(m, "NET/IB") && contains(m, "Got completion") {
 			parseIBCompletion(l)
 			return
 		}
@@ -85,6 +85,11 @@ func parseMessage(l *Line) {
 			return
 		}
 	case 'R':
+		if hasPrefix(m, "RCCL version ") {
+			l.Kind = KindVersion
+			l.Text = versionText(m)
+			return
+		}
 		if hasPrefix(m, "RAS declaring peer ") {
 			l.Kind = KindRASPeerDead
 			s := scanner{b: m, i: len("RAS declaring peer ")}
@@ -118,6 +123,12 @@ func parseMessage(l *Line) {
 	}
 	if contains(m, "Connection closed by remote peer ") {
 		parseConnClosedRemote(l)
+		return
+	}
+	if contains(m, "onnect") && contains(m, "retrying") {
+		// "Call to connect returned Connection refused, retrying": a peer not listening
+		// yet. Harmless alone; the one that ends in a WARN is the failure.
+		parseConnectFailure(l, false)
 		return
 	}
 	parseBreadcrumb(l)
@@ -472,70 +483,90 @@ func parseWarn(l *Line) {
 		if s.skipTo(" peer ") {
 			l.Text = s.word()
 		}
-	case hasPrefix(m, "NET/IB") && contains(m, "Got completion from peer"):
+	case hasPrefix(m, "NET/IB") && contains(m, "Got completion"):
 		parseIBCompletion(l)
+	case hasPrefix(m, "NET/IB") && (contains(m, "Unable to open device") || contains(m, "incompatible devices")):
+		parseIBSetup(l)
 	case hasPrefix(m, "NET/IB") && (contains(m, "async") || contains(m, "event") || contains(m, "GID table")):
 		parseIBAsync(l)
-	case contains(m, "Connection closed by remote peer "):
-		parseConnClosedRemote(l)
-	case contains(m, "Connection closed by localRank "):
+	case hasPrefix(m, "Call to ibv_") || hasPrefix(m, "Call to ibv"):
+		parseIBSetup(l)
+	case contains(m, "Connection closed by localRank ") || contains(m, "Could not receive type from localRank "):
+		// "[Service thread] Could not receive type from localRank 3, res=3, closed=1": the
+		// proxy lost a local peer mid-message, which it also only does when that peer died.
 		s := scanner{b: m}
-		s.skipTo("Connection closed by localRank ")
+		if !s.skipTo("Connection closed by localRank ") {
+			s.skipTo("from localRank ")
+		}
 		if r, ok := s.int(); ok {
 			l.Kind = KindConnClosedLocal
 			l.LocalRk = r
 		}
-	case hasPrefix(m, "socket") || hasPrefix(m, "ncclOsSocket") || hasPrefix(m, "NET/Socket") ||
-		hasPrefix(m, "Bootstrap") || contains(m, ": connect to ") || contains(m, "connect returned") ||
-		hasPrefix(m, "Message truncated") || contains(m, "Connect to "):
-		l.Kind = KindSocketError
+	case isShmFailure(m):
+		parseShmFailure(l)
+	case isSocketFailure(m):
+		parseSocketFailure(l)
+	case contains(m, "Connection closed by remote peer "):
+		parseConnClosedRemote(l)
 	case hasPrefix(m, "[Service thread]") || hasPrefix(m, "[Proxy Service") ||
 		hasPrefix(m, "ncclProxyCallBlockingUDS") || hasPrefix(m, "Socket recv failed while polling") ||
 		hasPrefix(m, "hostStreamPlanCallback") || (hasPrefix(m, "Comm 0x") && contains(m, "abort state")) ||
 		hasPrefix(m, "proxy") || hasPrefix(m, "Proxy"):
-		l.Kind = KindProxyError
-	case hasPrefix(m, "Cuda failure"):
-		l.Kind = KindCudaError
-		if i := bytes.IndexByte(m, '\''); i >= 0 {
-			l.Text = bytes.Trim(m[i:], "'")
-		}
-	case hasPrefix(m, "Call to ") || hasPrefix(m, "Mismatched NCCL version") ||
-		hasPrefix(m, "Duplicate GPU detected") || hasPrefix(m, "Multiple Ranks are using the same GPU") ||
-		contains(m, "communicator encountered a fatal error") || hasPrefix(m, "ncclCommSetAsyncError") ||
-		hasPrefix(m, "commReclaim") || hasPrefix(m, "Error : ring"):
+		parseProxyFailure(l)
+	case hasPrefix(m, "Cuda failure") || hasPrefix(m, "CUDA failure") || hasPrefix(m, "HIP failure"):
+		parseCudaFailure(l)
+	case hasPrefix(m, "Duplicate GPU detected") || hasPrefix(m, "Multiple Ranks are using the same GPU"):
+		parseTwoRanks(l, KindDuplicateGPU)
+	case hasPrefix(m, "Mismatched NCCL version"):
+		parseTwoRanks(l, KindVersionMismatch)
+	case hasPrefix(m, "Call to ") || contains(m, "communicator encountered a fatal error") ||
+		hasPrefix(m, "ncclCommSetAsyncError") || hasPrefix(m, "commReclaim") || hasPrefix(m, "Error : ring"):
 		l.Kind = KindSystemError
-		l.Fatal = contains(m, "fatal")
+		// A ring that does not close is a topology NCCL cannot run on, not a passing error.
+		l.Fatal = contains(m, "fatal") || hasPrefix(m, "Error : ring")
+		l.Detail = reasonAfter(m)
 	}
 }
 
 // parseIBCompletion reads every version of the IB completion-error WARN:
-// "NET/IB( : |: |/GIN: )Got completion from peer P with (error N,|status=[NAME(]N[)]) opcode[= ]..."
+// "NET/IB( : |: |/GIN: )Got completion from peer P with (error N,|status=[NAME(]N[)]) opcode[= ]...",
+// and the peerless "NET/IB : Got completion with error N, opcode ..." of NCCL before 2.7.
 func parseIBCompletion(l *Line) {
 	m := l.Msg
 	s := scanner{b: m}
-	if !s.skipTo("Got completion from peer ") {
+	if !s.skipTo("Got completion ") {
 		return
 	}
 	l.Kind = KindIBCompletion
-	l.Text = s.word()
-	if !s.lit(" with ") {
+	l.Fatal = true
+	if s.lit("from peer ") {
+		l.Text = s.word()
+		s.space()
+	}
+	if !s.lit("with ") {
 		return
 	}
 	if s.lit("error ") {
 		l.Code, _ = s.int()
 	} else if s.lit("status=") {
-		if !isDigit(s.b[min(s.i, len(s.b)-1)]) {
+		if s.i < len(s.b) && !isDigit(s.b[s.i]) {
 			if !s.skipTo("(") {
 				return
 			}
 		}
 		l.Code, _ = s.int()
 	}
+	// The request that failed: "(Send)" before 2.28.7, "req_type=Send" after.
+	for _, rt := range []string{"Send", "Recv", "Flush", "IPut"} {
+		if i := index(m, rt); i > 0 && (m[i-1] == '(' || m[i-1] == '=') {
+			l.Detail = m[i : i+len(rt)]
+			break
+		}
+	}
 	if i := bytes.LastIndex(m, bytesOf(" hca ")); i >= 0 {
 		hs := scanner{b: m, i: i + len(" hca ")}
 		l.Dev2 = hs.word()
 	}
-	l.Fatal = true
 }
 
 // parseIBAsync reads "NET/IB : dev:port <event text>" in its version forms.
@@ -574,6 +605,8 @@ func parseConnClosedRemote(l *Line) {
 	s.skipTo("Connection closed by remote peer ")
 	l.Kind = KindConnClosedRemote
 	l.Text = s.word()
+	// NCCL warns of it when the connection was needed; at INFO it is an expected close.
+	l.Fatal = l.Level == LevelWarn
 }
 
 // parseBreadcrumb reads "file.cc:123 -> 6", "file.cc:123 (func) -> 6 [Progress Thread]".

@@ -51,8 +51,9 @@ func parseGeneral(line []byte, l *Line) {
 			return
 		}
 	}
-	// Unprefixed NCCL output: the bare version line (2.18-2.21 stdout, 2.22+ at WARN level).
-	if hasPrefix(line, "NCCL version ") {
+	// Unprefixed NCCL output: the bare version line (2.18-2.21 stdout, 2.22+ at WARN level;
+	// RCCL says "RCCL version").
+	if hasPrefix(line, "NCCL version ") || hasPrefix(line, "RCCL version ") {
 		l.Kind = KindVersion
 		l.Msg = line
 		l.Text = versionText(line)
@@ -196,6 +197,16 @@ func stripOne(b []byte, l *Line) ([]byte, bool) {
 	return b, false
 }
 
+// stripTag removes a collector's "[name]:" tag ("[trainer3]:", "[worker-0|2]:"): a word
+// without spaces, whose number (if any) is not known to be a rank.
+func stripTag(b []byte) ([]byte, bool) {
+	e := bytes.IndexByte(b[:min(len(b), 48)], ']')
+	if e < 2 || e+1 >= len(b) || b[e+1] != ':' || bytes.IndexByte(b[1:e], ' ') >= 0 || bytes.IndexByte(b[1:e], '[') >= 0 {
+		return b, false
+	}
+	return b[e+2:], true
+}
+
 // stripBracket removes "[rankN]:", "[defaultN]:", "[J,R]<stdout>:" or a "[N] " rank tag.
 func stripBracket(b []byte, l *Line) ([]byte, bool) {
 	j := 1
@@ -210,7 +221,7 @@ func stripBracket(b []byte, l *Line) ([]byte, bool) {
 		k++
 	}
 	if k == j || k >= len(b) {
-		return b, false
+		return stripTag(b)
 	}
 	r, ok := atoi(b[j:k])
 	if !ok {
@@ -355,6 +366,10 @@ func stripRFC3339(b []byte, l *Line) ([]byte, bool) {
 // stripHostLabel removes a pdsh/clush "host: " label. NCCL's own "host:pid:tid" has a
 // digit after the colon, never a space.
 func stripHostLabel(b []byte) ([]byte, bool) {
+	if len(b) > 5 && hasPrefix(b, "nccl") && b[4] >= 'A' && b[4] <= 'Z' {
+		// "ncclSystemError: ..." is PyTorch quoting NCCL's result, not a host.
+		return b, false
+	}
 	for k := 0; k < len(b) && k < 64; k++ {
 		c := b[k]
 		switch {
@@ -619,7 +634,7 @@ func parseTimestampCached(b []byte, end int, l *Line) {
 
 func versionText(b []byte) []byte {
 	s := scanner{b: b}
-	if !s.skipTo("NCCL version ") {
+	if !s.skipTo("CCL version ") {
 		return nil
 	}
 	return s.word()

@@ -24,6 +24,9 @@ func got(l *Line) string {
 	if l.File != nil {
 		fmt.Fprintf(&b, " file=%s:%d", l.File, l.FileLn)
 	}
+	if l.Quoted {
+		b.WriteString(" quoted")
+	}
 	switch l.Kind {
 	case KindColl:
 		c := l.Coll
@@ -50,6 +53,25 @@ func got(l *Line) string {
 		}
 	case KindIBCompletion:
 		fmt.Fprintf(&b, " peer=%s status=%d hca=%s", l.Text, l.Code, l.Dev2)
+		if l.Detail != nil {
+			fmt.Fprintf(&b, " req=%s", l.Detail)
+		}
+	case KindSocketConnect, KindSocketError:
+		fmt.Fprintf(&b, " peer=%q reason=%q fatal=%t", l.Text, l.Detail, l.Fatal)
+	case KindShmError, KindNoInterface, KindSystemError:
+		fmt.Fprintf(&b, " code=%d", l.Code)
+	case KindDuplicateGPU, KindVersionMismatch:
+		fmt.Fprintf(&b, " ranks=%d,%d detail=%q", l.Ranks[0], l.Ranks[1], l.Detail)
+	case KindIBSetup:
+		fmt.Fprintf(&b, " verb=%q dev=%s port=%d reason=%q fatal=%t", l.Detail, l.Dev2, l.Port, l.Text, l.Fatal)
+	case KindProxyError:
+		fmt.Fprintf(&b, " rank=%d op=%q code=%d", l.Ranks[0], l.Detail, l.Code)
+	case KindCudaError:
+		fmt.Fprintf(&b, " code=%d error=%q", l.Code, l.Detail)
+	case KindTorchStore:
+		fmt.Fprintf(&b, " rank=%d reason=%q", l.Ranks[0], l.Detail)
+	case KindTorchNCCLError:
+		fmt.Fprintf(&b, " result=%d version=%q", l.Code, l.Text)
 	case KindIBAsync:
 		fmt.Fprintf(&b, " dev=%s port=%d event=%q code=%d fatal=%t", l.Dev2, l.Port, l.Text, l.Code, l.Fatal)
 	case KindConnClosedLocal:
@@ -61,14 +83,14 @@ func got(l *Line) string {
 		fmt.Fprintf(&b, " rank=%d seq=%d optype=%s numel=%d/%d timeout=%d ran=%d", t.Rank, t.SeqNum, t.OpType, t.NumelIn, t.NumelOut, t.TimeoutMs, t.RanForMs)
 	case KindTorchWorkStatus:
 		t := l.Torch
-		fmt.Fprintf(&b, " rank=%d pg=%s seq=%d enq=%d done=%d", t.Rank, t.PGDesc, t.SeqNum, t.Enqueued, t.Completed)
+		fmt.Fprintf(&b, " rank=%d pg=%s/%s seq=%d enq=%d done=%d", t.Rank, t.PG, t.PGDesc, t.SeqNum, t.Enqueued, t.Completed)
 	case KindTorchTerminate:
 		fmt.Fprintf(&b, " rank=%d", l.Torch.Rank)
 	case KindTorchCommCreated:
 		fmt.Fprintf(&b, " comm=%x rank=%d", l.Comm, l.Torch.Rank)
 	case KindLauncherExit:
 		fmt.Fprintf(&b, " code=%d local=%d pid=%d", l.Code, l.LocalRk, l.Torch.PID)
-	case KindVersion, KindUsingNetwork, KindNetIBDevices, KindNetSocketDevices, KindBootstrap, KindConnClosedRemote, KindCudaError, KindRASPeerDead:
+	case KindVersion, KindUsingNetwork, KindNetIBDevices, KindNetSocketDevices, KindBootstrap, KindConnClosedRemote, KindRASPeerDead:
 		fmt.Fprintf(&b, " text=%q", l.Text)
 	}
 	return b.String()
@@ -83,13 +105,13 @@ func TestParse(t *testing.T) {
 		// Prefix variants.
 		{"blank before WARN", "", "kind=blank"},
 		{"info 2.18", p + "Using network IB", `kind=using_network host=node7 pid=41231 tid=41231 dev=3 text="IB"`},
-		{"warn 2.18", w + "NET/Socket : socket progress error", "kind=socket_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295"},
+		{"warn 2.18", w + "NET/Socket : socket progress error", `kind=socket_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer="" reason="socket progress error" fatal=false`},
 		{"warn 2.30.7 with function", "node7:41231:41873 [3] transport/net_ib/p2p.cc:688 (ncclIbLogCompletionWithError) NCCL WARN NET/IB: Got completion from peer 10.0.12.8<50123> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129  hca mlx5_3",
 			"kind=ib_completion host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib/p2p.cc:688 peer=10.0.12.8<50123> status=12 hca=mlx5_3"},
 		{"trace with ms and func", "node7:41231:41231 [3] 1234.567890 ncclGroupEnd:123 NCCL TRACE something", "kind=info host=node7 pid=41231 tid=41231 dev=3 file=ncclGroupEnd:123"},
 		{"call has no dev", "node7:41231:41231 NCCL CALL ncclAllReduce(7f3a5c000000,7f3a5c000000,25690112,9,0,0,0x5618d2c4e0a0,0x5618d2b1c8f0)", "kind=info host=node7 pid=41231 tid=41231 dev=-1"},
 		{"default timestamp on WARN 2.26", "[2025-06-01 10:42:17] node7:41231:41873 [3] transport/net_ib.cc:2458 NCCL WARN NET/IB: Got completion from peer 10.0.12.8<50123> with status=12 opcode=0 len=0 vendor err 129 (Send) hca mlx5_3",
-			"kind=ib_completion host=node7 pid=41231 tid=41873 dev=3 time=2025-06-01T10:42:17.000000000/0 file=transport/net_ib.cc:2458 peer=10.0.12.8<50123> status=12 hca=mlx5_3"},
+			`kind=ib_completion host=node7 pid=41231 tid=41873 dev=3 time=2025-06-01T10:42:17.000000000/0 file=transport/net_ib.cc:2458 peer=10.0.12.8<50123> status=12 hca=mlx5_3 req=Send`},
 		{"µs timestamp (real)", "[2026-11-21 23:00:34.364866] vm:607:607 [0] NCCL INFO Using network Socket", `kind=using_network host=vm pid=607 tid=607 dev=0 time=2026-11-21T23:00:34.364866000/6 text="Socket"`},
 		{"ms timestamp", "[2026-11-21 23:00:34.364] vm:607:607 [0] NCCL INFO Using network Socket", `kind=using_network host=vm pid=607 tid=607 dev=0 time=2026-11-21T23:00:34.364000000/3 text="Socket"`},
 		{"custom timestamp is opaque", "Nov 21 23:00:34 vm:607:607 [0] NCCL INFO Using network Socket", `kind=using_network host=vm pid=607 tid=607 dev=0 text="Socket"`},
@@ -209,15 +231,15 @@ func TestParse(t *testing.T) {
 
 		// IB completion errors, every version.
 		{"ibcqe 2.18", w + "NET/IB : Got completion from peer 10.0.12.8<50123> with error 12, opcode 0, len 0, vendor err 129 (Send)",
-			"kind=ib_completion host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer=10.0.12.8<50123> status=12 hca="},
+			`kind=ib_completion host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer=10.0.12.8<50123> status=12 hca= req=Send`},
 		{"ibcqe 2.20", w + "NET/IB : Got completion from peer 10.0.12.8<50123> with status=5 opcode=128 len=0 vendor err 244 (Recv)",
-			"kind=ib_completion host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer=10.0.12.8<50123> status=5 hca="},
+			`kind=ib_completion host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer=10.0.12.8<50123> status=5 hca= req=Recv`},
 		{"ibcqe 2.28.7", w + "NET/IB: Got completion from peer 10.0.12.8<50123> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) reqSize=0 vendor_err=129 req_type=Send hca mlx5_3",
-			"kind=ib_completion host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer=10.0.12.8<50123> status=12 hca=mlx5_3"},
+			`kind=ib_completion host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer=10.0.12.8<50123> status=12 hca=mlx5_3 req=Send`},
 		{"ibcqe GIN 2.29", w + "NET/IB/GIN: Got completion from peer 10.0.12.8<50123> with status=12 opcode=0 len=0 vendor err 129 (IPut) hca mlx5_1",
-			"kind=ib_completion host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer=10.0.12.8<50123> status=12 hca=mlx5_1"},
+			`kind=ib_completion host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer=10.0.12.8<50123> status=12 hca=mlx5_1 req=IPut`},
 		{"ibcqe RoCE gids", w + "NET/IB: Got completion from peer 10.0.12.8<50123> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.0.12.7 remoteGids::ffff:10.0.12.8 hca mlx5_2",
-			"kind=ib_completion host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer=10.0.12.8<50123> status=12 hca=mlx5_2"},
+			`kind=ib_completion host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer=10.0.12.8<50123> status=12 hca=mlx5_2 req=Send`},
 
 		// IB async events.
 		{"async 2.18", w + "NET/IB : Got async event : port error", `kind=ib_async host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 dev= port=0 event="port error" code=0 fatal=false`},
@@ -230,15 +252,15 @@ func TestParse(t *testing.T) {
 
 		// Socket, proxy, CUDA, system.
 		{"remote peer closed", w + "socketProgress: Connection closed by remote peer node8<39012>", `kind=conn_closed_remote host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 text="node8<39012>"`},
-		{"socket recv failed 2.24", w + "socketProgressOpt: Call to recv from 10.0.0.8<39012> failed : Connection reset by peer", "kind=socket_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295"},
-		{"socket 2.29", w + "ncclOsSocketProgressOpt: Call to send to 10.0.0.8<39012> failed : Broken pipe", "kind=socket_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295"},
-		{"connect retries", w + "socketStartConnect: exceeded retries (20)", "kind=socket_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295"},
+		{"socket recv failed 2.24", w + "socketProgressOpt: Call to recv from 10.0.0.8<39012> failed : Connection reset by peer", `kind=socket_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer="10.0.0.8<39012>" reason="Connection reset by peer" fatal=true`},
+		{"socket 2.29", w + "ncclOsSocketProgressOpt: Call to send to 10.0.0.8<39012> failed : Broken pipe", `kind=socket_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer="10.0.0.8<39012>" reason="Broken pipe" fatal=true`},
+		{"connect retries", w + "socketStartConnect: exceeded retries (20)", `kind=socket_connect host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 peer="" reason="exceeded retries (20)" fatal=true`},
 		{"local rank closed (real)", "vm:1210:1225 [0] NCCL INFO [Service thread] Connection closed by localRank 1", "kind=conn_closed_local host=vm pid=1210 tid=1225 dev=0 local=1"},
-		{"proxy error", w + "[Service thread] Error encountered progressing operation=Connect, res=3, closing connection", "kind=proxy_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295"},
-		{"proxy service", w + "[Proxy Service 3] Failed to execute operation Connect from rank 3, retcode 3", "kind=proxy_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295"},
-		{"cuda failure", w + "Cuda failure 'an illegal memory access was encountered'", `kind=cuda_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 text="an illegal memory access was encountered"`},
-		{"syscheck", w + "Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_1:1", "kind=system_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295"},
-		{"dup gpu", w + "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000", "kind=system_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295"},
+		{"proxy error", w + "[Service thread] Error encountered progressing operation=Connect, res=3, closing connection", `kind=proxy_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 rank=-1 op="Connect" code=3`},
+		{"proxy service", w + "[Proxy Service 3] Failed to execute operation Connect from rank 3, retcode 3", `kind=proxy_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 rank=3 op="Connect" code=3`},
+		{"cuda failure", w + "Cuda failure 'an illegal memory access was encountered'", `kind=cuda_error host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 code=0 error="an illegal memory access was encountered"`},
+		{"syscheck", w + "Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_1:1", `kind=ib_setup host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 verb="ibv_modify_qp" dev=mlx5_1 port=1 reason="110 Connection timed out, on dev mlx5_1:1" fatal=true`},
+		{"dup gpu", w + "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000", `kind=duplicate_gpu host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295 ranks=1,0 detail="1b000"`},
 		{"other warn", w + "something new in 2.31", "kind=warn host=node7 pid=41231 tid=41873 dev=3 file=transport/net_ib.cc:1295"},
 		{"breadcrumb", "node7:41231:41350 [3] NCCL INFO transport/net.cc:1346 -> 6", "kind=breadcrumb host=node7 pid=41231 tid=41350 dev=3 file=transport/net.cc:1346 code=6"},
 		{"breadcrumb progress thread", "node7:41231:41350 [3] NCCL INFO transport/net.cc:1346 -> 6 [Progress Thread]", "kind=breadcrumb host=node7 pid=41231 tid=41350 dev=3 file=transport/net.cc:1346 code=6"},
@@ -251,13 +273,13 @@ func TestParse(t *testing.T) {
 		{"torch timeout old form", "[rank25]:[E ProcessGroupNCCL.cpp:1316] [Rank 25] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=BROADCAST, TensorShape=[1024], Timeout(ms)=1800000) ran for 1800123 milliseconds before timing out.",
 			"kind=torch_timeout lrank=25 rank=25 seq=7 optype=BROADCAST numel=-1/-1 timeout=1800000 ran=1800123"},
 		{"torch work status (real)", "[rank0]:[E1121 22:51:18.197461605 ProcessGroupNCCL.cpp:2303] [PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 92 PG status: last enqueued work: 97, last completed work: 91",
-			"kind=torch_work_status lrank=0 rank=0 pg=default_pg seq=92 enq=97 done=91"},
+			"kind=torch_work_status lrank=0 rank=0 pg=0/default_pg seq=92 enq=97 done=91"},
 		{"torch dump signal", "[rank1]:[E1121 22:51:23.697341150 ProcessGroupNCCL.cpp:1914] [PG ID 0 PG GUID 0(default_pg) Rank 1] Received a dump signal due to a collective timeout from  rank 0 and we will try our best to dump the debug info. Last enqueued NCCL work: 91, last completed NCCL work: 91.This is most likely caused by",
-			"kind=torch_work_status lrank=1 rank=1 pg=default_pg seq=-1 enq=91 done=91"},
+			"kind=torch_work_status lrank=1 rank=1 pg=0/default_pg seq=-1 enq=91 done=91"},
 		{"torch terminate", "[rank3]:[E0601 10:52:17.123 ProcessGroupNCCL.cpp:630] [Rank 3] To avoid data inconsistency, we are taking the entire process down.", "kind=torch_terminate lrank=3 rank=3"},
 		{"torch terminate pg", "[rank3]:[E0601 10:52:17.123 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0 Rank 3] Process group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered", "kind=torch_terminate lrank=3 rank=3"},
 		{"torch comm created", "[rank3]:[I0601 10:52:17.123 ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0(default_pg) Rank 3] ProcessGroupNCCL created ncclComm_ 0x55cec3d7ed80 on CUDA device: 3", "kind=torch_comm_created lrank=3 comm=55cec3d7ed80 rank=3"},
-		{"torch nccl error", "[rank3]: torch.distributed.DistBackendError: NCCL error in: /pytorch/ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error, NCCL version 2.21.5", "kind=torch_nccl_error lrank=3"},
+		{"torch nccl error", "[rank3]: torch.distributed.DistBackendError: NCCL error in: /pytorch/ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error, NCCL version 2.21.5", `kind=torch_nccl_error lrank=3 result=6 version="2.21.5"`},
 		{"torchrun failure (real)", "E1121 22:52:05.021000 1170 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 3) local_rank: 1 (pid: 1211) of binary: /opt/torch/.venv/bin/python",
 			"kind=launcher_exit code=3 local=1 pid=1211"},
 	}

@@ -125,10 +125,9 @@ func RestoreTracker(b []byte, opts TrackerOptions) (*Tracker, error) {
 	t.BootstrapAddr, t.Transports, t.Addrs, t.LauncherRank = cp.BootstrapAddr, cp.Transports, cp.Addrs, cp.LauncherRank
 	t.eventTotal, t.Lines, t.Kinds, t.FirstTime, t.LastTime, t.lastWarn = cp.EventTotal, cp.Lines, cp.Kinds, cp.FirstTime, cp.LastTime, cp.LastWarn
 	for _, e := range cp.Events {
-		if len(t.events) < cap(t.events) {
-			t.events = append(t.events, e)
-		}
+		t.keep(e)
 	}
+	t.eventTotal = cp.EventTotal
 	for _, s := range cp.SplitSeq {
 		t.splitSeq[splitKey{parent: s.Parent, color: s.Color}] = s.N
 	}
@@ -160,6 +159,12 @@ func RestoreTracker(b []byte, opts TrackerOptions) (*Tracker, error) {
 		if len(c.P2P) > maxPeers {
 			c.P2P = nil
 		}
+		// Where the process was, for the stage of its next events.
+		t.ops += c.Count
+		for _, p := range c.P2P {
+			t.ops += p.Sends + p.Recvs
+		}
+		t.readyEver = t.readyEver || c.State != snapshot.CommInit
 	}
 	return t, nil
 }

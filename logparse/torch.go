@@ -1,6 +1,10 @@
 package logparse
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/ncclwatch/watchdog/snapshot"
+)
 
 // parseTorch recognises PyTorch ProcessGroupNCCL lines and torchrun's failure line. The c10
 // prefix "[E1121 22:51:18.197257951 ProcessGroupNCCL.cpp:689] " (or "[E ProcessGroupNCCL.cpp:1316] ")
@@ -19,6 +23,9 @@ func parseTorch(b []byte, l *Line) {
 	case contains(b, "Watchdog caught collective operation timeout: WorkNCCL("):
 		l.Kind = KindTorchTimeout
 		t.Rank = bracketRank(b)
+		if contains(b, "[PG ") {
+			pgPrefix(b, t)
+		}
 		s := scanner{b: b}
 		s.skipTo("WorkNCCL(")
 		inner := s.rest()
@@ -34,16 +41,31 @@ func parseTorch(b []byte, l *Line) {
 		t.SeqNum = keyValue(b, "work sequence id: ")
 		t.Enqueued = keyValue(b, "last enqueued work: ")
 		t.Completed = keyValue(b, "last completed work: ")
-	case contains(b, "Last enqueued NCCL work: "):
+	case contains(b, "ast enqueued NCCL work: "):
+		// "Exception (either an error or timeout) detected by watchdog at work: 7753, last
+		// enqueued NCCL work: 7755, last completed NCCL work: 7752.", "Timeout at NCCL work:
+		// N, ...", the dump signal's "Last enqueued NCCL work: N, last completed ...".
 		l.Kind = KindTorchWorkStatus
 		pgPrefix(b, t)
-		t.SeqNum = -1
-		t.Enqueued = keyValue(b, "Last enqueued NCCL work: ")
-		t.Completed = keyValue(b, "last completed NCCL work: ")
+		t.SeqNum = keyValue(b, "detected by watchdog at work: ")
+		if t.SeqNum < 0 {
+			t.SeqNum = keyValue(b, "Timeout at NCCL work: ")
+		}
+		t.Enqueued = keyValue(b, "ast enqueued NCCL work: ")
+		t.Completed = keyValue(b, "ast completed NCCL work: ")
+	case contains(b, "is setting up NCCL communicator and ret") && contains(b, "got error"):
+		parseStoreFailure(b, l)
+	case contains(b, "Test NCCL failure ") || contains(b, "Test CUDA failure "):
+		// " .. host pid 77: Test NCCL failure ...": from the words on.
+		i := max(index(b, "Test NCCL failure "), index(b, "Test CUDA failure "))
+		parseTestFailure(b[i:], l)
+	case hasPrefix(b, "Last error:"):
+		// PyTorch quotes NCCL's last WARN after its error, on this line or the next.
+		ParseQuoted(trimSpace(b[len("Last error:"):]), l)
 	case contains(b, "Process group watchdog thread terminated with exception") ||
 		contains(b, "we are taking the entire process down") ||
 		hasPrefix(b, "terminate called after throwing") ||
-		contains(b, "Heartbeat monitor timed out"):
+		contains(b, "Heartbeat monitor timed out") || contains(b, "NCCL communicator was aborted on rank "):
 		l.Kind = KindTorchTerminate
 		if hasPrefix(b, "[PG ") {
 			pgPrefix(b, t)
@@ -56,8 +78,20 @@ func parseTorch(b []byte, l *Line) {
 		s := scanner{b: b}
 		s.skipTo("ncclComm_ 0x")
 		l.Comm, _ = s.hex()
-	case hasPrefix(b, "NCCL error") || contains(b, "NCCL error in: ") || contains(b, "DistBackendError: NCCL error"):
+	case hasPrefix(b, "NCCL error") || contains(b, "NCCL error in: ") || contains(b, "NCCL error: ") ||
+		contains(b, "DistBackendError: NCCL error") || contains(b, "NCCL Error "):
+		// "NCCL error in: <file>:<line>, unhandled system error (run with ...), NCCL
+		// version 2.18.6": the result NCCL returned, and its version.
 		l.Kind = KindTorchNCCLError
+		l.Code = ncclResultOf(b)
+		if s := (scanner{b: b}); s.skipTo("NCCL version ") {
+			l.Text = bytes.TrimRight(s.word(), ",.")
+		}
+	case hasPrefix(b, "nccl") && ncclResultOf(b[:min(len(b), 24)]) != 0 && bytes.IndexByte(b, ':') > 0:
+		// "ncclSystemError: System call (e.g. socket, malloc) ...": the detail PyTorch
+		// prints under the error, alone when the first line was cut.
+		l.Kind = KindTorchNCCLError
+		l.Code = ncclResultOf(b[:min(len(b), 24)])
 	case contains(b, "failed (exitcode: ") && contains(b, "local_rank: "):
 		// torchrun: "E1121 ... api.py:986] failed (exitcode: 3) local_rank: 1 (pid: 1211) of binary: ..."
 		l.Kind = KindLauncherExit
@@ -65,6 +99,111 @@ func parseTorch(b []byte, l *Line) {
 		l.LocalRk = int(keyValue(b, "local_rank: "))
 		t.PID = int(keyValue(b, "(pid: "))
 	}
+}
+
+// ncclResultOf finds the ncclResult_t an error text names, by its enum name or by
+// ncclGetErrorString's words; 0 when none.
+func ncclResultOf(b []byte) int {
+	switch {
+	case contains(b, "ncclUnhandledCudaError") || contains(b, "unhandled cuda error"):
+		return snapshot.NCCLUnhandledCuda
+	case contains(b, "ncclSystemError") || contains(b, "unhandled system error"):
+		return snapshot.NCCLSystemError
+	case contains(b, "ncclInternalError") || contains(b, "internal error"):
+		return snapshot.NCCLInternalError
+	case contains(b, "ncclInvalidArgument") || contains(b, "invalid argument"):
+		return snapshot.NCCLInvalidArg
+	case contains(b, "ncclInvalidUsage") || contains(b, "invalid usage"):
+		return snapshot.NCCLInvalidUsage
+	case contains(b, "ncclRemoteError") || contains(b, "remote process exited"):
+		return snapshot.NCCLRemoteError
+	}
+	return 0
+}
+
+// parseStoreFailure reads PyTorch's "[3] is setting up NCCL communicator and retrieving
+// ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error:
+// Connection reset by peer": rank 3 waited for the unique id rank 0 should have published.
+func parseStoreFailure(b []byte, l *Line) {
+	l.Kind = KindTorchStore
+	l.Ranks = [2]int{-1, -1}
+	// The waiting rank's "[3]" is often read as a launcher tag already.
+	if s := (scanner{b: b}); s.lit("[") {
+		if r, ok := s.int(); ok {
+			l.Torch.Rank = r
+		}
+	}
+	s := scanner{b: b}
+	if s.skipTo("ncclUniqueId from [") {
+		if r, ok := s.int(); ok {
+			l.Ranks[0] = r
+		}
+	}
+	if s.skipTo("got error: ") {
+		r := s.rest()
+		if e := bytes.Index(r, bytesOf(". This")); e > 0 {
+			r = r[:e]
+		}
+		l.Detail = trimSpace(r)
+	}
+}
+
+// parseTestFailure reads nccl-tests' failure lines, which many posted logs end with:
+// "Test NCCL failure common.cu:958 'unhandled system error / <NCCL's last WARN>'" and
+// "Test CUDA failure common.cu:941 'system not yet initialized'". NCCL's last WARN, when
+// the line quotes one, says more than the result; else the result is the event.
+func parseTestFailure(b []byte, l *Line) {
+	q := bytes.IndexByte(b, '\'')
+	if q < 0 {
+		l.Kind = KindTorchNCCLError
+		return
+	}
+	inner := bytes.TrimSuffix(trimSpace(b[q+1:]), []byte("'"))
+	if hasPrefix(b, "Test CUDA failure ") {
+		l.Kind = KindCudaError
+		l.Quoted = true
+		l.Fatal = true
+		l.Detail = inner
+		return
+	}
+	result, last, _ := bytes.Cut(inner, []byte(" / "))
+	if last = trimSpace(last); len(last) > 0 {
+		var quoted Line
+		quoted.LauncherRank = l.LauncherRank
+		ParseQuoted(last, &quoted)
+		if quoted.Kind != KindWarn && quoted.Kind != KindUnknown {
+			*l = quoted
+			return
+		}
+	}
+	l.Kind = KindTorchNCCLError
+	l.Code = ncclResultOf(result)
+}
+
+// ParseQuoted reads one of NCCL's WARN messages as PyTorch quotes it after "Last error:",
+// without NCCL's prefix: classified as the WARN would be, and marked Quoted. An empty
+// message is a quote that follows on the next line.
+func ParseQuoted(b []byte, l *Line) {
+	rank := l.LauncherRank
+	l.reset()
+	l.LauncherRank = rank
+	l.Torch.Rank = -1
+	b = trimRight(b)
+	// Launcher tags ("10: ", "[rank3]:") may come again before the quote; a word and a
+	// colon is NCCL's own ("socketStartConnect: ..."), not a pdsh host label.
+	for n := 0; n < 4 && len(b) > 0 && (b[0] == '[' || b[0] == ' ' || isDigit(b[0])); n++ {
+		rest, ok := stripOne(b, l)
+		if !ok {
+			break
+		}
+		b = bytes.TrimLeft(rest, " ")
+	}
+	l.Quoted = true
+	l.Msg = b
+	if len(b) == 0 {
+		return
+	}
+	parseWarn(l)
 }
 
 // bracketRank reads the "[Rank N]" of a torch message; -1 when absent.
@@ -83,7 +222,8 @@ func bracketRank(b []byte) int {
 // pgPrefix reads "[PG ID <id> PG GUID <guid>(<desc>) Rank <rank>]".
 func pgPrefix(b []byte, t *Torch) {
 	s := scanner{b: b}
-	if !s.skipTo("[PG ID ") {
+	// "[PG ID 0 PG GUID 0(default_pg) Rank 1]" (2.4+) or "[PG 1 Rank 0]".
+	if !s.skipTo("[PG ") {
 		return
 	}
 	end := bytes.IndexByte(b[s.i:], ']')
@@ -91,6 +231,13 @@ func pgPrefix(b []byte, t *Torch) {
 		return
 	}
 	pg := b[s.i : s.i+end]
+	id := pg
+	if hasPrefix(id, "ID ") {
+		id = id[len("ID "):]
+	}
+	if sp := bytes.IndexByte(id, ' '); sp > 0 {
+		t.PG = id[:sp]
+	}
 	if o := bytes.IndexByte(pg, '('); o >= 0 {
 		if c := bytes.IndexByte(pg[o:], ')'); c > 0 {
 			t.PGDesc = pg[o+1 : o+c]

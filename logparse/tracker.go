@@ -19,6 +19,10 @@ type TrackerOptions struct {
 	MaxComms int
 	// MaxEvents caps the WARN-class events kept (default 32).
 	MaxEvents int
+	// KeepFirst of them are the process's first events, kept for good: a post-mortem needs
+	// the first error, which a flood of consequences (flushed IB requests, teardown) would
+	// otherwise push out of the ring. 0 keeps the newest only (the sidecar).
+	KeepFirst int
 	// Location is the zone of NCCL timestamps, which NCCL prints in its host's local time
 	// (default time.Local).
 	Location *time.Location
@@ -41,6 +45,7 @@ func (o *TrackerOptions) defaults() {
 	if o.MaxEvents <= 0 {
 		o.MaxEvents = 32
 	}
+	o.KeepFirst = min(max(o.KeepFirst, 0), o.MaxEvents-1)
 	if o.Location == nil {
 		o.Location = time.Local
 	}
@@ -78,8 +83,11 @@ type Tracker struct {
 	all      []*Comm          // every communicator kept, creation order
 	splitSeq map[splitKey]int // split occurrences when NCCL does not print splitCount
 
-	events     []snapshot.Event // ring of MaxEvents
+	first      []snapshot.Event // the first KeepFirst events
+	events     []snapshot.Event // ring of the newest MaxEvents-KeepFirst
 	eventHead  int
+	ops        int64 // per-op lines seen
+	readyEver  bool  // a communicator completed its init
 	eventTotal int64
 	lastWarn   bool
 
@@ -168,7 +176,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		LauncherRank:    -1,
 		comms:           make(map[uint64]*Comm),
 		splitSeq:        make(map[splitKey]int),
-		events:          make([]snapshot.Event, 0, opts.MaxEvents),
+		events:          make([]snapshot.Event, 0, opts.MaxEvents-opts.KeepFirst),
 	}
 }
 
@@ -236,6 +244,11 @@ func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 		if devs := parseDeviceList(string(l.Text)); len(devs) > 0 {
 			t.NetDevs = devs
 		}
+		// "; OOB ib0:10.0.12.7<0>": the address peers name this process by in their IB
+		// errors.
+		if i := bytes.Index(l.Msg, []byte("OOB ")); i >= 0 {
+			t.addAddrs(string(l.Msg[i+len("OOB "):]))
+		}
 	case KindNetIBNone:
 		t.IBNone = true
 	case KindNetSocketDevices:
@@ -248,8 +261,7 @@ func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 		t.addAddrs(t.BootstrapAddr)
 	case KindContinuation:
 		t.lastWarn = true
-		if n := len(t.events); n > 0 {
-			e := &t.events[(t.eventHead+n-1)%n]
+		if e := t.newest(); e != nil {
 			if len(e.Msg) < snapshot.MaxMsg {
 				e.Msg = snapshot.CutMsg(e.Msg + " | " + string(trimSpace(raw)))
 			}
@@ -293,6 +305,7 @@ func (t *Tracker) timeOf(l *Line, readAt time.Time) int64 {
 }
 
 func (t *Tracker) observeColl(l *Line, ts int64) {
+	t.ops++
 	c := t.lastComm
 	if c == nil || c.Ptr != l.Coll.Comm {
 		c = t.comms[l.Coll.Comm]
@@ -414,6 +427,7 @@ func (t *Tracker) observeInit(l *Line, ts int64) {
 	switch {
 	case c != nil && c.State == snapshot.CommInit && l.Phase == PhaseInitComplete:
 		c.State = snapshot.CommReady
+		t.readyEver = true
 		return
 	case c != nil && c.State == snapshot.CommUnknown:
 		// Ops were seen before the Init line (a log joined late): adopt the communicator.
@@ -426,6 +440,7 @@ func (t *Tracker) observeInit(l *Line, ts int64) {
 	c.State = snapshot.CommInit
 	if l.Phase == PhaseInitComplete {
 		c.State = snapshot.CommReady
+		t.readyEver = true
 	}
 	c.ID = t.commID(in)
 }
@@ -521,14 +536,55 @@ func (t *Tracker) addEvent(l *Line, ts int64) bool {
 	if !ok {
 		return false
 	}
+	e.Stage = t.stage()
+	t.keep(e)
+	return true
+}
+
+// keep stores an event: among the first KeepFirst, else in the ring of the newest.
+func (t *Tracker) keep(e snapshot.Event) {
 	t.eventTotal++
+	if len(t.first) < t.opts.KeepFirst {
+		t.first = append(t.first, e)
+		return
+	}
 	if len(t.events) < cap(t.events) {
 		t.events = append(t.events, e)
-		return true
+		return
 	}
 	t.events[t.eventHead] = e
 	t.eventHead = (t.eventHead + 1) % len(t.events)
-	return true
+}
+
+// newest is the last event kept, nil when none.
+func (t *Tracker) newest() *snapshot.Event {
+	if n := len(t.events); n > 0 {
+		return &t.events[(t.eventHead+n-1)%n]
+	}
+	if n := len(t.first); n > 0 {
+		return &t.first[n-1]
+	}
+	return nil
+}
+
+// stage says where the process is: it has issued ops (run), a communicator of it is being
+// set up or none ever was (init), or its communicators are ready and no op was logged.
+func (t *Tracker) stage() snapshot.Stage {
+	if t.ops > snapshot.FirstOps {
+		return snapshot.StageRun
+	}
+	if t.ops > 0 {
+		return snapshot.StageFirst
+	}
+	if !t.readyEver {
+		return snapshot.StageInit
+	}
+	for _, c := range t.all {
+		if c.State == snapshot.CommInit {
+			return snapshot.StageInit
+		}
+	}
+	return snapshot.StageReady
 }
 
 // versionNumber turns "2.28.9+cuda13.0" into "2.28.9".
@@ -595,7 +651,8 @@ func (t *Tracker) Comms() []*Comm { return t.all }
 
 // Events returns the kept events, oldest first.
 func (t *Tracker) Events() []snapshot.Event {
-	out := make([]snapshot.Event, 0, len(t.events))
+	out := make([]snapshot.Event, 0, len(t.first)+len(t.events))
+	out = append(out, t.first...)
 	for i := range t.events {
 		out = append(out, t.events[(t.eventHead+i)%len(t.events)])
 	}

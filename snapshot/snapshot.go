@@ -176,12 +176,25 @@ type Event struct {
 	Detail string `json:"detail,omitempty"`
 	// LocalRank is the local rank an event names (EventConnClosedLocal, EventLauncherExit);
 	// meaningful only for those kinds.
-	LocalRank int    `json:"lrank,omitempty"`
-	PID       int    `json:"pid,omitempty"`  // the process an event names (EventLauncherExit)
-	Comm      string `json:"comm,omitempty"` // communicator pointer (EventCommAbort)
-	Code      int    `json:"code,omitempty"` // status, error number or sequence number
-	Fatal     bool   `json:"fatal,omitempty"`
-	Msg       string `json:"msg,omitempty"` // the message, cut by CutMsg
+	LocalRank int `json:"lrank,omitempty"`
+	PID       int `json:"pid,omitempty"` // the process an event names (EventLauncherExit)
+	// Comm is the communicator pointer (EventCommAbort), or the PyTorch process group
+	// (EventTorchTimeout, EventTorchWorkStatus) when PyTorch names it.
+	Comm  string `json:"comm,omitempty"`
+	Code  int    `json:"code,omitempty"` // status, error number or sequence number
+	Fatal bool   `json:"fatal,omitempty"`
+	Msg   string `json:"msg,omitempty"` // the message, cut by CutMsg
+	// Ranks are the ranks an event names besides its process (EventDuplicateGPU,
+	// EventVersionMismatch: the two ranks NCCL compared).
+	Ranks []int `json:"ranks,omitempty"`
+	// Enqueued is the last work PyTorch enqueued (EventTorchWorkStatus; Code is the last
+	// it completed): the gap is what the rank still waits on.
+	Enqueued int64 `json:"enq,omitempty"`
+	// Src is the WARN's source file, e.g. "transport/nvls.cc": which part of NCCL failed.
+	Src string `json:"src,omitempty"`
+	// Stage is where the process was when it logged the event: before its first per-op
+	// line (initialization) or after; unknown for lines quoted by PyTorch.
+	Stage Stage `json:"stage,omitempty"`
 }
 
 // Encode marshals a node snapshot, shedding detail until it fits MaxNodeBytes.

@@ -38,6 +38,26 @@ const (
 	// "Mismatched collective detected ... around rank N" (Fatal) or "Your program may be
 	// hanging, this may be caused by a collective mismatch around rank N"; Code is N.
 	EventCollMismatch EventKind = "coll_mismatch"
+	// EventSocketConnect: NCCL could not open a connection (bootstrap, proxy or NET/Socket):
+	// "Connect to X failed", "connect returned ..., exceeded retry count", "Call to
+	// connect returned ..."; Peer is the address it tried, Detail the system's reason
+	// ("Connection refused", "No route to host", ...).
+	EventSocketConnect EventKind = "socket_connect"
+	// EventNoInterface: NCCL found no usable network interface for its sockets ("no socket
+	// interface found", an address of neither family): NCCL_SOCKET_IFNAME names none.
+	EventNoInterface EventKind = "no_interface"
+	// EventShmError: a shared-memory segment under /dev/shm could not be created or grown
+	// (containers get 64 MB by default).
+	EventShmError EventKind = "shm_error"
+	// EventDuplicateGPU: "Duplicate GPU detected : rank A and rank B both on CUDA device X";
+	// Ranks are A and B, Detail the device's bus id.
+	EventDuplicateGPU EventKind = "duplicate_gpu"
+	// EventVersionMismatch: "Mismatched NCCL version detected : rank A version X rank B
+	// version Y"; Ranks are A and B, Detail "X Y".
+	EventVersionMismatch EventKind = "version_mismatch"
+	// EventIBSetup: an InfiniBand verbs call failed outside the data path ("Call to
+	// ibv_modify_qp failed ...", "Unable to open device"); Detail is the verb or the device.
+	EventIBSetup EventKind = "ib_setup"
 	// EventNetSizeMismatch: NET/IB "collective mismatch error, local size X remote size Y" or
 	// "posted incorrect receive info": the two ends of a connection disagree on a message
 	// size, which NCCL's maintainers trace to transport or configuration, not to the
@@ -59,7 +79,57 @@ const (
 	// EventLauncherExit: torchrun's "failed (exitcode: C) local_rank: N (pid: P)"; Code is
 	// C, LocalRank N, PID P.
 	EventLauncherExit EventKind = "launcher_exit"
+	// EventTorchStore: "[N] is setting up NCCL communicator and retrieving ncclUniqueId from
+	// [R] via c10d key-value store ..., but store->get(...) got error: <reason>": PyTorch's
+	// rank N never got NCCL's unique id from rank R; Ranks is [R], Detail the reason.
+	EventTorchStore EventKind = "torch_store"
 )
+
+// Completion statuses (ibv_wc_status, EventIBCompletion's Code) the rules tell apart;
+// IBStatusName names every one.
+const (
+	IBLocProtErr  = 4  // local protection: the HCA could not access the (GPU) memory
+	IBWRFlushErr  = 5  // flushed: the queue pair was already in error
+	IBRemAccess   = 10 // remote access: the peer's HCA refused the access
+	IBRetryExc    = 12 // transport retries exhausted: the peer did not answer
+	IBRNRRetryExc = 13 // receiver not ready retries exhausted: the peer posted no receive
+)
+
+// ShmAttach is EventShmError's Code when a segment could not be attached (0: created or
+// grown): a segment gone or in another IPC namespace, not a full /dev/shm.
+const ShmAttach = 1
+
+// ncclResult_t values (EventBreadcrumb and EventTorchNCCLError codes).
+const (
+	NCCLUnhandledCuda = 1
+	NCCLSystemError   = 2
+	NCCLInternalError = 3
+	NCCLInvalidArg    = 4
+	NCCLInvalidUsage  = 5
+	NCCLRemoteError   = 6
+)
+
+// Stage is where a process was when it logged an event.
+type Stage string
+
+const (
+	StageUnknown Stage = ""
+	// StageInit: the process had logged no collective or send/receive yet: it was setting
+	// up (bootstrap, communicator init, first connections).
+	StageInit Stage = "init"
+	// StageReady: its communicators were initialized and it had logged no per-op line:
+	// between init and the first op, or a log without COLL lines (then it may be mid-run).
+	StageReady Stage = "ready"
+	// StageFirst: the process had logged only its first few per-op lines (FirstOps): its
+	// connections were being used for the first time.
+	StageFirst Stage = "first"
+	// StageRun: the process had issued collectives: it failed mid-run.
+	StageRun Stage = "run"
+)
+
+// FirstOps is how many per-op lines a process logs while it is still in StageFirst: a
+// training step's first collectives, enough to touch every connection of a ring or tree.
+const FirstOps = 16
 
 // ProcState is whether a rank's process is alive, as the sidecar sees it through /proc.
 type ProcState string

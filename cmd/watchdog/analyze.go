@@ -72,9 +72,9 @@ func analyzeMain(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		fmt.Fprintf(stderr, "watchdog analyze: --log-tz: %v\n", err)
 		return analyze.ExitInput
 	}
-	// The analysis holds every rank's recent ops at once and then exits: trade memory for
-	// fewer collections, bounded well under 1 GiB.
-	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	// The analysis holds every rank's recent ops at once and then exits: it collects only
+	// when the heap nears the limit, bounded well under 1 GiB.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(768 << 20))
 	rep, err := analyze.Analyze(ctx, paths, analyze.Options{Location: loc, RingSize: *ring, Workers: *workers,
 		Stdin: stdin, Rules: detect.DefaultConfig()})

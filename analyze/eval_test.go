@@ -1,0 +1,149 @@
+package analyze
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/ncclwatch/watchdog/incident"
+)
+
+// fieldExpect is what a case under testdata/field/cases must produce: the exit code, and for a
+// finding its kind, the culprit it names and words of its summary.
+type fieldExpect struct {
+	Exit      int      `json:"exit"`
+	Kind      string   `json:"kind"`
+	Rank      *int     `json:"rank"`
+	Host      string   `json:"host"`
+	Port      string   `json:"port"`
+	NoCulprit bool     `json:"no_culprit"`
+	Say       []string `json:"say"`
+}
+
+func (e fieldExpect) String() string {
+	if e.Kind == "" {
+		return fmt.Sprintf("no finding, exit %d", e.Exit)
+	}
+	return fmt.Sprintf("%s %s, exit %d", e.Kind, culpritWords(e.Rank, e.Host, e.Port, e.NoCulprit), e.Exit)
+}
+
+func culpritWords(rank *int, host, port string, none bool) string {
+	if none {
+		return "no culprit"
+	}
+	var w []string
+	if rank != nil {
+		w = append(w, fmt.Sprintf("rank %d", *rank))
+	}
+	if host != "" {
+		w = append(w, host)
+	}
+	if port != "" {
+		w = append(w, port)
+	}
+	if len(w) == 0 {
+		return "(any culprit)"
+	}
+	return strings.Join(w, " ")
+}
+
+// TestFieldCases is the evaluation table: small jobs whose fault is known (written for this
+// test from NCCL's formats, see each expect.json), read as a user would hand them over. The
+// first finding must be the cause, naming its culprit; healthy jobs must raise nothing.
+func TestFieldCases(t *testing.T) {
+	dirs, _ := filepath.Glob("testdata/field/cases/*")
+	sort.Strings(dirs)
+	if len(dirs) < 25 {
+		t.Fatalf("%d field cases, want at least 25", len(dirs))
+	}
+	var table bytes.Buffer
+	fmt.Fprintf(&table, "| case | expected | got |\n|---|---|---|\n")
+	for _, dir := range dirs {
+		name := filepath.Base(dir)
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join(dir, "expect.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want fieldExpect
+			if err := json.Unmarshal(b, &want); err != nil {
+				t.Fatal(err)
+			}
+			rep := run(t, dir)
+			got := "no finding"
+			var text bytes.Buffer
+			rep.WriteText(&text)
+			var problems []string
+			if rep.ExitCode != want.Exit {
+				problems = append(problems, fmt.Sprintf("exit %d, want %d", rep.ExitCode, want.Exit))
+			}
+			if len(rep.Findings) > 0 {
+				f := rep.Findings[0]
+				var rank *int
+				host, port := "", ""
+				if len(f.Culprits) > 0 {
+					c := f.Culprits[0]
+					if c.Rank >= 0 {
+						rank = &c.Rank
+					}
+					host, port = c.Host, c.Port
+				}
+				got = fmt.Sprintf("%s %s", f.Kind, culpritWords(rank, host, port, len(f.Culprits) == 0))
+				problems = append(problems, checkFinding(f, want)...)
+			} else if want.Kind != "" {
+				problems = append(problems, "no finding")
+			}
+			got += fmt.Sprintf(", exit %d", rep.ExitCode)
+			mark := ""
+			if len(problems) > 0 {
+				mark = " ✗"
+				t.Errorf("%s\n%s", strings.Join(problems, "; "), text.String())
+			}
+			fmt.Fprintf(&table, "| %s | %s | %s%s |\n", name, want, got, mark)
+		})
+	}
+	t.Logf("evaluation table:\n%s", table.String())
+}
+
+func checkFinding(f FindingReport, want fieldExpect) []string {
+	var p []string
+	if want.Kind == "" {
+		return []string{fmt.Sprintf("a finding on a healthy job: %s", f.Summary)}
+	}
+	if string(f.Kind) != want.Kind {
+		p = append(p, fmt.Sprintf("kind %s, want %s", f.Kind, want.Kind))
+	}
+	if want.NoCulprit && len(f.Culprits) > 0 {
+		p = append(p, fmt.Sprintf("culprits %+v, want none", f.Culprits))
+	}
+	if want.Rank != nil || want.Host != "" || want.Port != "" {
+		if !anyCulprit(f.Culprits, want) {
+			p = append(p, fmt.Sprintf("culprits %+v, want %s", f.Culprits, culpritWords(want.Rank, want.Host, want.Port, false)))
+		}
+	}
+	for _, s := range want.Say {
+		if !strings.Contains(f.Summary, s) {
+			p = append(p, fmt.Sprintf("summary lacks %q: %s", s, f.Summary))
+		}
+	}
+	return p
+}
+
+// anyCulprit: the first culprit must match; a finding about two ranks (a shared GPU) names
+// the expected rank among them.
+func anyCulprit(cs []incident.Culprit, want fieldExpect) bool {
+	for i, c := range cs {
+		if i > 0 && want.Rank == nil {
+			break
+		}
+		if (want.Rank == nil || c.Rank == *want.Rank) && (want.Host == "" || c.Host == want.Host) && (want.Port == "" || c.Port == want.Port) {
+			return true
+		}
+	}
+	return false
+}

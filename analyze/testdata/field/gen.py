@@ -1,0 +1,573 @@
+#!/usr/bin/env python3
+"""Writes cases/ beside this file: small jobs whose fault is known, printed the way NCCL
+2.7-2.30 and launchers print them. Hosts, pids, addresses and pointers are made up."""
+import json, os, shutil, random
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases")
+random.seed(14)
+
+
+def ptr(seed):
+    return "0x%x" % (0x55d0c0a00000 + seed * 0x1a2b30)
+
+
+class P:
+    def __init__(self, host, pid, dev, rank, nranks, ip, ib_ip=None, version="2.18.5+cuda12.2",
+                 hca=("mlx5_0", "mlx5_3"), net="IB", commid="0x6b2f0d913c85e0a1", ts=None, func=False):
+        self.host, self.pid, self.dev, self.rank, self.nranks = host, pid, dev, rank, nranks
+        self.ip, self.ib_ip, self.version, self.hca, self.net = ip, ib_ip or ip.replace("10.10.", "192.168."), version, hca, net
+        self.commid, self.ts, self.func = commid, ts, func
+        self.comm = ptr(pid)
+        self.tid = pid + 57
+        self.n = 0
+
+    def pre(self, tid=None):
+        t = self.tid if tid is None else tid
+        return "%s:%d:%d [%d] " % (self.host, self.pid, t, self.dev)
+
+    def info(self, msg, tid=None):
+        return self.pre(tid) + "NCCL INFO " + msg
+
+    def warn(self, where, msg, tid=None, fn=None):
+        stamp = ""
+        if self.ts:
+            self.n += 1
+            stamp = "[%s:%02d] " % (self.ts, self.n % 60)
+        f = " (%s)" % fn if (self.func and fn) else ""
+        return ["", stamp + "%s:%d:%d [%d] %s%s NCCL WARN %s" % (self.host, self.pid, self.tid if tid is None else tid, self.dev, where, f, msg)]
+
+    def version_num(self):
+        return self.version.split("+")[0]
+
+    def init(self, complete=True, extra_env=(), old=False):
+        v = self.version_num()
+        minor = int(v.split(".")[1])
+        L = []
+        L.append(self.info("Bootstrap : Using eth0:%s<0>" % self.ip, self.pid))
+        L.append(self.info("NET/Plugin : No plugin found (libnccl-net.so), using internal implementation", self.pid))
+        L.append(self.info("cudaDriverVersion 12020", self.pid))
+        if self.rank == 0:
+            L.append("NCCL version %s" % self.version)
+        for e in extra_env:
+            L.append(self.info(e))
+        if self.net == "IB":
+            devs = " ".join("[%d]%s:1/IB" % (i, h) for i, h in enumerate(self.hca))
+            L.append(self.info("NET/IB : Using %s ; OOB ib0:%s<0>" % (devs, self.ib_ip)))
+            L.append(self.info("Using network IB"))
+        else:
+            L.append(self.info("NET/IB : No device found."))
+            L.append(self.info("NET/Socket : Using [0]eth0:%s<0>" % self.ip))
+            L.append(self.info("Using network Socket"))
+        bus = "%x000" % (0x1b + 0x10 * self.dev)
+        if old:
+            start = None
+        elif minor >= 18:
+            api = "ncclCommInitRank " if minor >= 21 else ""
+            start = "%scomm %s rank %d nranks %d cudaDev %d nvmlDev %d busId %s commId %s - Init START" % (
+                api, self.comm, self.rank, self.nranks, self.dev, self.dev, bus, self.commid)
+        else:
+            start = None
+        if start:
+            L.append(self.info(start))
+        L.append(self.info("Setting affinity for GPU %d to ffff,ffffffff" % self.dev))
+        if self.rank == 0:
+            L.append(self.info("Channel 00/02 :    " + "   ".join(str(r) for r in range(self.nranks))))
+            L.append(self.info("Channel 01/02 :    " + "   ".join(str(r) for r in range(self.nranks))))
+        nxt = (self.rank + 1) % self.nranks
+        L.append(self.info("Trees [0] %d/-1/-1->%d->-1 [1] -1/-1/-1->%d->%d" % (nxt, self.rank, self.rank, nxt)))
+        for ch in range(2):
+            if self.net == "IB" and self.nranks > 2 and self.rank % 2 == 1:
+                L.append(self.info("Channel %02d/0 : %d[%d] -> %d[%d] [send] via NET/IB/%d/GDRDMA" % (ch, self.rank, self.dev, nxt, nxt % 2, ch % len(self.hca))))
+            elif self.net == "Socket" and self.nranks > 2 and self.rank % 2 == 1:
+                L.append(self.info("Channel %02d/0 : %d[%d] -> %d[%d] [send] via NET/Socket/0" % (ch, self.rank, self.dev, nxt, nxt % 2)))
+            else:
+                L.append(self.info("Channel %02d/0 : %d[%d] -> %d[%d] via P2P/IPC/read" % (ch, self.rank, self.dev, nxt, nxt % 2)))
+        L.append(self.info("Connected all rings"))
+        L.append(self.info("Connected all trees"))
+        L.append(self.info("threadThresholds 8/8/64 | 32/8/64 | 512 | 512"))
+        L.append(self.info("2 coll channels, 0 nvls channels, 2 p2p channels, 2 p2p channels per peer"))
+        if minor >= 20 and not old:
+            nodes = 2 if self.nranks > 2 and self.net == "IB" else 1
+            L.append(self.info("comm %s rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL 0" % (
+                self.comm, self.rank, self.nranks, nodes, self.nranks // nodes, self.rank % (self.nranks // nodes))))
+        if complete:
+            if start:
+                L.append(self.info(start.replace("Init START", "Init COMPLETE")))
+            else:
+                L.append(self.info("comm %s rank %d nranks %d cudaDev %d busId %s - Init COMPLETE" % (self.comm, self.rank, self.nranks, self.dev, bus)))
+        return L
+
+    def colls(self, k0, k1):
+        ops = [("AllReduce", 262144, 7, 0), ("AllGather", 4096, 9, 0), ("Broadcast", 16, 0, 0), ("AllReduce", 1048576, 7, 0)]
+        L = []
+        for k in range(k0, k1):
+            name, count, dt, root = ops[k % len(ops)]
+            L.append(self.info("%s: opCount %x sendbuff 0x7f%07x recvbuff 0x7f%07x count %d datatype %d op 0 root %d comm %s [nranks=%d] stream 0x%x" % (
+                name, k, k * 4096, k * 4096 + 2048, count, dt, root, self.comm, self.nranks, 0x5620000 + self.pid)))
+        return L
+
+    def sendrecv(self, peer, kind, k0, k1):
+        L = []
+        for k in range(k0, k1):
+            L.append(self.info("%s: opCount %x sendbuff (nil) recvbuff 0x7f%07x count 524288 datatype 7 op 0 root %d comm %s [nranks=%d] stream 0x%x" % (
+                kind, k, k * 8192, peer, self.comm, self.nranks, 0x5620000 + self.pid)))
+        return L
+
+    def destroy(self):
+        bus = "%x000" % (0x1b + 0x10 * self.dev)
+        return [self.info("comm %s rank %d nranks %d cudaDev %d busId %s - Destroy COMPLETE" % (self.comm, self.rank, self.nranks, self.dev, bus))]
+
+    def crumbs(self, *where, code=6, tid=None, tag=""):
+        return [self.info("%s -> %d%s" % (w, code, tag), tid) for w in where]
+
+
+def two_nodes(version="2.18.5+cuda12.2", net="IB", **kw):
+    ps = []
+    for r in range(4):
+        host = ["gpu-node07", "gpu-node07", "gpu-node12", "gpu-node12"][r]
+        ip = ["10.10.4.7", "10.10.4.7", "10.10.4.12", "10.10.4.12"][r]
+        ps.append(P(host, 41200 + r * 7 if r < 2 else 3300 + r * 11, r % 2, r, 4, ip, version=version, net=net, **kw))
+    return ps
+
+
+def write(case, files, expect):
+    d = os.path.join(OUT, case)
+    os.makedirs(d, exist_ok=True)
+    for name, lines in files.items():
+        with open(os.path.join(d, name), "w") as f:
+            f.write("\n".join(lines) + "\n")
+    with open(os.path.join(d, "expect.json"), "w") as f:
+        json.dump(expect, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+def per_proc(ps, build):
+    return {"nccl.%s.%d.log" % (p.host, p.pid): build(p) for p in ps}
+
+
+def torch_timeout(rank, seq, op="ALLREDUCE", numel=262144, completed=None, enq=None, pg="0", ts="E1121 22:51:18.197257951"):
+    L = ["[rank%d]:[%s ProcessGroupNCCL.cpp:616] [Rank %d] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=%d, OpType=%s, NumelIn=%d, NumelOut=%d, Timeout(ms)=600000) ran for 600031 milliseconds before timing out." % (rank, ts, rank, seq, op, numel, numel)]
+    if completed is not None:
+        L.append("[rank%d]:[%s ProcessGroupNCCL.cpp:1785] [PG ID %s PG GUID %s(default_pg) Rank %d] Exception (either an error or timeout) detected by watchdog at work: %d, last enqueued NCCL work: %d, last completed NCCL work: %d." % (rank, ts, pg, pg, rank, seq, enq if enq is not None else seq + 2, completed))
+    L.append("[rank%d]:[%s ProcessGroupNCCL.cpp:630] [Rank %d] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data." % (rank, ts, rank))
+    L.append("[rank%d]:[%s ProcessGroupNCCL.cpp:636] [Rank %d] To avoid data inconsistency, we are taking the entire process down." % (rank, ts, rank))
+    return L
+
+
+def main():
+    shutil.rmtree(OUT, ignore_errors=True)
+
+    # 1. IB retries exhausted mid-run, one reporter: its HCA port and the peer named.
+    ps = two_nodes(version="2.23.4+cuda12.6")
+    def b1(p):
+        L = p.init() + p.colls(0, 120)
+        if p.rank == 2:
+            L += p.warn("transport/net_ib.cc:2246", "NET/IB: Got completion from peer 192.168.4.7<48213> with status=12 opcode=0 len=0 vendor err 129 (Send) hca mlx5_3", tid=p.pid + 90)
+            L += p.crumbs("transport/net.cc:1008", "proxy.cc:679", tid=p.pid + 90)
+            L += p.crumbs("proxy.cc:858", tid=p.pid + 90, tag=" [Proxy Thread]")
+            for _ in range(3):
+                L += p.warn("transport/net_ib.cc:2246", "NET/IB: Got completion from peer 192.168.4.7<48213> with status=5 opcode=0 len=0 vendor err 249 (Recv) hca mlx5_3", tid=p.pid + 90)
+        elif p.host == "gpu-node12":
+            L.append(p.info("[Service thread] Connection closed by localRank 0", p.pid + 88))
+        return L
+    write("ib_retry_exc_midrun", per_proc(ps, b1), {"exit": 1, "kind": "link", "rank": 2, "host": "gpu-node12", "port": "mlx5_3:1",
+                                                    "say": ["RETRY_EXC", "gpu-node07"]})
+
+    # 2. RoCE: retries exhausted at the first collective (2.20 form with GIDs): RDMA never worked.
+    ps = two_nodes(version="2.20.5+cuda12.4", hca=("mlx5_bond_0",))
+    def b2(p):
+        L = p.init(extra_env=["NCCL_IB_GID_INDEX set by environment to 1."]) + p.colls(0, 1)
+        if p.rank == 1:
+            L += p.warn("transport/net_ib.cc:1414", "NET/IB : Got completion from peer 192.168.4.12<39817> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:192.168.4.7 remoteGids::ffff:192.168.4.12", tid=p.pid + 90)
+            L += p.crumbs("transport/net.cc:1134", "proxy.cc:692", tid=p.pid + 90)
+        return L
+    write("ib_roce_first_op", per_proc(ps, b2), {"exit": 1, "kind": "link", "rank": 1, "host": "gpu-node07", "port": "mlx5_bond_0:1",
+                                                 "say": ["NCCL_IB_GID_INDEX"]})
+
+    # 3. Local protection error on one host: GPUDirect RDMA broken by ACS.
+    ps = two_nodes(version="2.19.3+cuda12.3")
+    def b3(p):
+        L = p.init() + p.colls(0, 3)
+        if p.rank == 3:
+            L += p.warn("transport/net_ib.cc:1295", "NET/IB : Got completion from peer 192.168.4.7<33397> with error 4, opcode 32611, len 32611, vendor err 81 (Send)", tid=p.pid + 90)
+            L += p.crumbs("transport/net.cc:1008", "proxy.cc:679", tid=p.pid + 90)
+        elif p.rank == 2:
+            L.append(p.info("[Service thread] Connection closed by localRank 1", p.pid + 88))
+        return L
+    write("ib_loc_prot_acs", per_proc(ps, b3), {"exit": 1, "kind": "link", "rank": 3, "host": "gpu-node12", "say": ["ACS", "NCCL_NET_GDR_LEVEL=0"]})
+
+    # 4. Only flushed requests: the first error is not in these logs.
+    ps = two_nodes(version="2.21.5+cuda12.4")[:2]
+    for p in ps:
+        p.nranks = 4
+    def b4(p):
+        L = p.init() + p.colls(0, 40)
+        if p.rank == 0:
+            for _ in range(4):
+                L += p.warn("transport/net_ib.cc:2149", "NET/IB : Got completion from peer 192.168.4.12<54862> with status=5 opcode=32656 len=32659 vendor err 249 (Recv) localGid ::ffff:192.168.4.7 remoteGids::ffff:192.168.4.12", tid=p.pid + 90)
+        return L
+    write("ib_flush_only", per_proc(ps, b4), {"exit": 1, "kind": "link", "no_culprit": True, "say": ["consequence"]})
+
+    # 5. NCCL 2.7 in an Open MPI console: the completion error without a peer.
+    ps = two_nodes(version="2.7.8+cuda11.0", hca=("mlx5_0",))
+    lines = []
+    for p in ps:
+        lines += ["[1,%d]<stdout>:%s" % (p.rank, l) for l in p.init(old=True)]
+    for k in range(30):
+        for p in ps:
+            lines += ["[1,%d]<stdout>:%s" % (p.rank, l) for l in p.colls(k, k + 1)]
+    p = ps[2]
+    lines += ["[1,2]<stdout>:%s" % l for l in p.warn("transport/net_ib.cc:839", "NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129", tid=p.pid + 90)]
+    lines += ["[1,2]<stdout>:%s" % l for l in p.crumbs("transport/net.cc:754", "proxy.cc:300", tid=p.pid + 90, tag=" [Proxy Thread]")]
+    lines.append("--------------------------------------------------------------------------")
+    lines.append("Primary job  terminated normally, but 1 process returned a non-zero exit code.")
+    write("ib_nccl27_mpirun", {"mpirun.out": lines}, {"exit": 1, "kind": "link", "rank": 2, "host": "gpu-node12", "port": "mlx5_0:1", "say": ["RETRY_EXC"]})
+
+    # 6. NCCL 2.28.9 symbolic status, two hosts blaming one peer (third host).
+    ps = []
+    for r in range(6):
+        host = ["gpu-a01", "gpu-a01", "gpu-a02", "gpu-a02", "gpu-a03", "gpu-a03"][r]
+        ip = ["10.10.8.1", "10.10.8.1", "10.10.8.2", "10.10.8.2", "10.10.8.3", "10.10.8.3"][r]
+        ps.append(P(host, 7700 + r, r % 2, r, 6, ip, version="2.28.9+cuda13.0", ts="2026-02-11 08:14", hca=("mlx5_2", "mlx5_5")))
+    def b6(p):
+        L = p.init() + p.colls(0, 120)
+        if p.rank in (0, 2):
+            L += p.warn("transport/net_ib.cc:2458", "NET/IB: Got completion from peer 192.168.8.3<50123> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) reqSize=0 vendor_err=129 req_type=Send localGid ::ffff:0.0.0.0 remoteGids::ffff:0.0.0.0 hca mlx5_2", tid=p.pid + 90)
+        return L
+    write("ib_two_hosts_one_peer", per_proc(ps, b6), {"exit": 1, "kind": "link", "host": "gpu-a03", "say": ["2 hosts"]})
+
+    # 7. Bootstrap connect fails at init: no route to the peer.
+    ps = two_nodes(version="2.18.6+cuda12.1", net="Socket")
+    def b7(p):
+        L = p.init(complete=False)[:8]
+        if p.rank == 2:
+            L += p.warn("misc/socket.cc:483", "socketStartConnect: Connect to 10.10.4.7<52822> failed : No route to host", tid=p.pid + 3)
+            L += p.crumbs("misc/socket.cc:564", "misc/socket.cc:618", "bootstrap.cc:285", "init.cc:1350", code=2, tid=p.pid + 3)
+            L += p.crumbs("group.cc:64", code=2, tid=p.pid + 3, tag=" [Async thread]")
+        return L
+    write("socket_no_route_init", per_proc(ps, b7), {"exit": 1, "kind": "config", "host": "gpu-node07", "say": ["could not connect", "NCCL_SOCKET_IFNAME"]})
+
+    # 8. PyTorch's traceback only, srun labels: NCCL connected to a loopback address.
+    lines = []
+    for r in (10, 11):
+        lines += ["%d: Traceback (most recent call last):" % r,
+                  '%d:   File "/opt/venv/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", line 1906, in broadcast' % r,
+                  "%d:     work = default_pg.broadcast([tensor], opts)" % r,
+                  "%d: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1331, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.5" % r,
+                  "%d: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. " % r,
+                  "%d: Last error:" % r,
+                  "%d: socketStartConnect: Connect to 127.0.0.1<45069> failed : Software caused connection abort" % r]
+    lines.append("srun: error: gpu-st-p5-3: tasks 10-11: Exited with exit code 1")
+    write("socket_loopback_traceback", {"slurm-4411.out": lines}, {"exit": 1, "kind": "config", "say": ["loopback", "NCCL_SOCKET_IFNAME"]})
+
+    # 9. NCCL 2.27: connect refused until the retry count runs out.
+    ps = two_nodes(version="2.27.7+cuda12.9", ts="2025-11-03 04:12")
+    def b9(p):
+        L = p.init(complete=False)[:9]
+        if p.rank == 0:
+            L.append(p.info("ncclSocketConnect: connect to 10.10.4.12<40517> returned Connection refused, retrying (1/34) after sleep for 100 msec", p.pid + 3))
+            L.append(p.info("ncclSocketConnect: connect to 10.10.4.12<40517> returned Connection refused, retrying (2/34) after sleep for 200 msec", p.pid + 3))
+            L += p.warn("misc/socket.cc:611", "ncclSocketConnect: connect to 10.10.4.12<40517> returned Connection refused, exceeded error retry count after 35 attempts", tid=p.pid + 3)
+            L += p.crumbs("bootstrap.cc:312", "init.cc:1701", code=2, tid=p.pid + 3)
+        return L
+    write("socket_refused_2_27", per_proc(ps, b9), {"exit": 1, "kind": "config", "host": "gpu-node12", "say": ["Connection refused"]})
+
+    # 10. A peer died mid-run: closed connections on the survivors, its log missing.
+    ps = two_nodes(version="2.21.5+cuda12.4")
+    def b10(p):
+        L = p.init() + p.colls(0, 100)
+        L += p.warn("misc/socket.cc:49", "socketProgress: Connection closed by remote peer gpu-node12.cluster.local<42830>", tid=p.pid + 88)
+        L += p.crumbs("misc/socket.cc:752", tid=p.pid + 88)
+        L += p.warn("proxy.cc:1143", "Socket recv failed while polling for opId=0x7f4774cc9620", tid=p.pid + 88)
+        return L
+    files = per_proc(ps[:2], b10)
+    write("peer_died_midrun", files, {"exit": 1, "kind": "crash", "host": "gpu-node12", "say": ["mid-run"]})
+
+    # 11. NCCL 2.14: a broken pipe to the peer while connecting mid-run.
+    ps = two_nodes(version="2.14.3+cuda11.7", net="Socket")
+    def b11(p):
+        L = p.init() + p.colls(0, 80)
+        if p.rank == 1:
+            L += p.warn("misc/socket.cc:518", "Net : Call to recv from 10.10.4.12<58355> failed : Broken pipe", tid=p.pid + 20)
+            L += p.crumbs("misc/socket.cc:535", "transport/net_socket.cc:368", "include/net.h:26", tid=p.pid + 20)
+            L += p.warn("proxy.cc:1119", "[Proxy Service 1] Failed to execute operation Connect from rank 1, retcode 6", tid=p.pid + 20)
+        return L
+    write("peer_broken_pipe_2_14", per_proc(ps[:2], b11), {"exit": 1, "kind": "crash", "host": "10.10.4.12"})
+
+    # 12. torchrun: local rank 2 killed, its NCCL log missing; survivors and the launcher say so.
+    ps = [P("dgx-17", 9100 + r, r, r, 4, "10.10.9.17", version="2.19.3+cuda12.3") for r in range(4)]
+    files = {}
+    for p in ps:
+        if p.rank == 2:
+            continue
+        L = p.init() + p.colls(0, 150)
+        L.append(p.info("[Service thread] Connection closed by localRank 2", p.pid + 88))
+        files["nccl.%s.%d.log" % (p.host, p.pid)] = L
+    files["torchrun.err"] = ["W1121 10:00:00.000000 9099 torch/distributed/run.py:757] ",
+                             "E1121 10:05:11.812000 9099 torch/distributed/elastic/multiprocessing/api.py:826] failed (exitcode: -9) local_rank: 2 (pid: 9102) of binary: /usr/bin/python3"]
+    write("local_rank_killed_no_log", files, {"exit": 1, "kind": "crash", "rank": 2, "host": "dgx-17"})
+
+    # 13. CUDA out of memory inside NCCL, then invalid handles.
+    ps = two_nodes(version="2.20.5+cuda12.4")
+    def b13(p):
+        L = p.init() + p.colls(0, 50)
+        if p.rank == 1:
+            for _ in range(3):
+                L += p.warn("enqueue.cc:43", "Cuda failure 'out of memory'", tid=p.pid)
+                L += p.warn("enqueue.cc:54", "Cuda failure 'invalid resource handle'", tid=p.pid)
+        return L
+    write("cuda_oom", per_proc(ps, b13), {"exit": 1, "kind": "gpu", "rank": 1, "host": "gpu-node07", "say": ["out of memory"]})
+
+    # 14. NCCL 2.30.7: an illegal memory access, with the WARN's function.
+    ps = two_nodes(version="2.30.7+cuda13.0", ts="2026-06-10 10:42", func=True)
+    def b14(p):
+        L = p.init() + p.colls(0, 150)
+        if p.rank == 3:
+            L += p.warn("enqueue.cc:1556", "Cuda failure 700 'an illegal memory access was encountered'", tid=p.pid, fn="ncclLaunchKernel")
+            L.append(p.info("enqueue.cc:1601 (hostStreamPlanTask) -> 1", p.pid))
+        return L
+    write("cuda_illegal_address_2_30", per_proc(ps, b14), {"exit": 1, "kind": "gpu", "rank": 3, "say": ["CUDA_LAUNCH_BLOCKING"]})
+
+    # 15. The fabric manager is not running: CUDA cannot start.
+    ps = [P("hgx-03", 5500 + r, r, r, 8, "10.10.2.3", version="2.21.5+cuda12.4") for r in range(8)]
+    def b15(p):
+        L = p.init(complete=False)[:4]
+        L += p.warn("misc/cudawrap.cc:33", "Cuda failure 'system not yet initialized'", tid=p.pid)
+        return L
+    write("fabric_manager_down", per_proc(ps, b15), {"exit": 1, "kind": "gpu", "host": "hgx-03", "say": ["fabricmanager"]})
+
+    # 16. NVLS cannot map multicast memory on an H100 node.
+    ps = [P("bm-h100-02", 63000 + r, r, r, 8, "10.10.2.2", version="2.18.5+cuda12.2", ts="2025-05-10 23:09") for r in range(8)]
+    def b16(p):
+        L = p.init(complete=False)
+        L += p.warn("transport/nvls.cc:254", "Cuda failure 1 'invalid argument'", tid=p.pid + 60)
+        L += p.crumbs("transport/nvls.cc:409", "init.cc:1157", code=1, tid=p.pid + 60)
+        return L
+    write("nvls_invalid_argument", per_proc(ps, b16), {"exit": 1, "kind": "gpu", "host": "bm-h100-02", "say": ["NCCL_NVLS_ENABLE=0"]})
+
+    # 17. /dev/shm too small in a container.
+    ps = [P("c7f2a91d0b3e", 210 + r, r, r, 8, "172.17.0.2", version="2.19.3+cuda12.3", net="Socket") for r in range(8)]
+    def b17(p):
+        L = p.init(complete=False)
+        if p.rank in (3, 6):
+            L += p.warn("misc/shmutils.cc:71", "Error: failed to extend /dev/shm/nccl-%s to 5967876 bytes" % ("KWfVyt" if p.rank == 3 else "oA7T4J"), tid=p.pid + 40)
+            L += p.warn("misc/shmutils.cc:112", "Error while creating shared memory segment /dev/shm/nccl-%s (size 5967872)" % ("KWfVyt" if p.rank == 3 else "oA7T4J"), tid=p.pid + 40)
+            L += p.crumbs("transport/shm.cc:114", "transport.cc:33", "init.cc:1089", code=2, tid=p.pid + 40)
+        return L
+    write("shm_too_small", per_proc(ps, b17), {"exit": 1, "kind": "config", "host": "c7f2a91d0b3e", "say": ["--shm-size"]})
+
+    # 18. Duplicate GPU, seen only in PyTorch's tracebacks.
+    lines = []
+    for r, other in ((1, 0), (3, 2)):
+        lines += ["[rank%d]: Traceback (most recent call last):" % r,
+                  '[rank%d]:   File "/workspace/train.py", line 88, in <module>' % r,
+                  "[rank%d]:     torch.distributed.barrier()" % r,
+                  "[rank%d]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3" % r,
+                  "[rank%d]: ncclInvalidUsage: This usually reflects invalid usage of NCCL library." % r,
+                  "[rank%d]: Last error:" % r,
+                  "[rank%d]: Duplicate GPU detected : rank %d and rank %d both on CUDA device 1b000" % (r, r, other)]
+    write("duplicate_gpu_traceback", {"train.log": lines}, {"exit": 1, "kind": "config", "rank": 1, "say": ["share one GPU"]})
+
+    # 19. Two NCCL versions in one job: the second node runs an older container.
+    ps = two_nodes(version="2.21.5+cuda12.4")
+    for p in ps[2:]:
+        p.version = "2.18.1+cuda12.1"
+    def b19(p):
+        L = p.init(complete=(p.rank < 2))
+        L.insert(3, p.info("NCCL version %s" % p.version, p.pid))
+        if p.rank == 2:
+            L += p.warn("bootstrap.cc:88", "Message truncated : received 1024 bytes instead of 1152", tid=p.pid)
+            L += p.crumbs("bootstrap.cc:114", "init.cc:902", code=3, tid=p.pid)
+        return L
+    write("version_mismatch", per_proc(ps, b19), {"exit": 1, "kind": "config", "host": "gpu-node12", "say": ["2.18.1"]})
+
+    # 20. NCCL 2.10 console: one rank stops issuing collectives.
+    ps = [P("ml-box", 31000 + r, r, r, 4, "10.10.1.5", version="2.10.3+cuda11.3", net="Socket") for r in range(4)]
+    lines = []
+    for p in ps:
+        lines += p.init(old=True)
+    for k in range(60):
+        for p in ps:
+            if p.rank == 2 and k >= 41:
+                continue
+            lines += p.colls(k, k + 1)
+    write("hang_nccl_2_10_console", {"console.log": lines}, {"exit": 1, "kind": "hang", "rank": 2, "say": ["waits in op 42"]})
+
+    # 21. PyTorch lines only, 8 ranks: rank 5 completed one work fewer.
+    lines = []
+    for r in range(8):
+        done = 806 if r == 5 else 807
+        lines += torch_timeout(r, done + 1, completed=done, enq=done + 3)
+    write("torch_suspect_rank5", {"job.err": lines}, {"exit": 1, "kind": "hang", "rank": 5, "say": ["suspect"]})
+
+    # 22. PyTorch lines only, every rank waits at the same work: no culprit named.
+    lines = []
+    for r in range(4):
+        lines += torch_timeout(r, 1581, completed=1580, enq=1582)
+    write("torch_all_waiting", {"job.err": lines}, {"exit": 1, "kind": "hang", "no_culprit": True, "say": ["only waiting"]})
+
+    # 23. A RAS JSON report and logs without COLL lines: rank 3 is 40 collectives behind.
+    ps = [P("gpu-r%d" % (r // 2), 6100 + r, r % 2, r, 4, "10.10.6.%d" % (r // 2 + 1), version="2.28.9+cuda13.0", commid="0x5e7c1a0b99d2f311") for r in range(4)]
+    files = per_proc(ps, lambda p: p.init())
+    ranks = []
+    for p in ps:
+        ranks.append({"rank": p.rank, "host": p.ip, "pid": p.pid, "cuda_dev": p.dev, "nvml_dev": p.dev,
+                      "status": {"init_state": 0, "async_error": 0, "finalize_called": False, "destroy_flag": False, "abort_flag": False},
+                      "collective_counts": {"Broadcast": 1, "Reduce": 0, "AllGather": 310, "ReduceScatter": 310, "AllReduce": 2 if p.rank == 3 else 42}})
+    ras = {"nccl_version": "2.28.9", "cuda_runtime_version": 13000, "cuda_driver_version": 13000, "timestamp": "2026-03-02 11:40:07",
+           "communicators_count": 1, "communicators": [{"hash": "0x5e7c1a0b99d2f311", "secondary_hash": "0x1:0x2", "size": 4, "ranks_count": 4,
+                                                        "missing_ranks_count": 0, "ranks": ranks, "missing_ranks": []}],
+           "ras": {"collection_time_sec": 0.012, "timeouts_count": 0}}
+    files["ncclras.json"] = json.dumps(ras, indent=2).split("\n")
+    write("ras_json_rank_behind", files, {"exit": 1, "kind": "hang", "rank": 3, "say": ["RAS"]})
+
+    # 24. A RAS text report: one process dead.
+    files = per_proc(ps, lambda p: p.init())
+    files["ras-status.txt"] = """NCCL version 2.27.7 compiled with CUDA 12.9
+CUDA runtime version 12090, driver version 12090
+
+Job summary
+===========
+
+  Nodes  Processes         GPUs  Processes     GPUs
+(total)   per node  per process    (total)  (total)
+      2          2            1          4        4
+
+Communicators... (5.004s)
+=============
+
+Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
+    #  in group  per comm  per node  per comm  in group
+    0         1         2         2         4         4   RUNNING  INCOMPLETE
+
+Errors
+======
+
+DEAD
+  1 job process is considered dead (unreachable via the RAS network)
+  Process 6101 on node 10.10.6.1 managing GPU 1
+
+#0-0 (5e7c1a0b99d2f311) INCOMPLETE
+  Missing communicator data from 1 rank
+  Rank 1 -- GPU 1 managed by process 6101 on node 10.10.6.1
+
+Warnings
+========
+""".split("\n")
+    write("ras_text_dead_rank", files, {"exit": 1, "kind": "crash", "rank": 1, "say": ["dead"]})
+
+    # 25. A Send without its Recv in a job that finished (pipeline stages).
+    ps = [P("pp-node", 4400 + r, r, r, 2, "10.10.3.3", version="2.21.5+cuda12.4", net="Socket") for r in range(2)]
+    def b25(p):
+        L = p.init()
+        if p.rank == 0:
+            L += p.sendrecv(1, "Send", 0, 12)
+        else:
+            L += p.sendrecv(0, "Recv", 0, 11)
+        return L + p.destroy()
+    write("p2p_send_without_recv", per_proc(ps, b25), {"exit": 1, "kind": "p2p_mismatch", "rank": 1, "say": ["never received"]})
+
+    # 26. Init never completes: rank 3 never joined.
+    ps = [P("gpu-x", 8800 + r, r, r, 4, "10.10.7.7", version="2.23.4+cuda12.6") for r in range(4)]
+    def b26(p):
+        return p.init(complete=False)
+    write("init_hang_missing_rank", per_proc(ps[:3], b26), {"exit": 1, "kind": "hang", "say": ["ranks 3 never logged"]})
+
+    # 27. Queue pairs cannot connect (2.27 form with dev:port).
+    ps = two_nodes(version="2.27.7+cuda12.9", hca=("mlx5_1", "mlx5_4"))
+    def b27(p):
+        L = p.init(complete=False)
+        if p.rank == 3:
+            L += p.warn("misc/ibvwrap.cc:262", "Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_1:1, curr state INIT, next state RTR, local GID index 3, local GID ::ffff:192.168.4.12, remote GID ::ffff:192.168.4.7", tid=p.pid + 30)
+            L += p.crumbs("transport/net_ib.cc:1072", "transport/net.cc:728", "proxy.cc:1306", code=2, tid=p.pid + 30)
+            L += p.warn("proxy.cc:1519", "[Proxy Service 3] Failed to execute operation Connect from rank 3, retcode 2", tid=p.pid + 30)
+        return L
+    write("ib_modify_qp_timeout", per_proc(ps, b27), {"exit": 1, "kind": "link", "rank": 3, "port": "mlx5_1:1", "say": ["NCCL_CROSS_NIC=0"]})
+
+    # 28. No socket interface: NCCL_SOCKET_IFNAME names none.
+    ps = two_nodes(version="2.22.3+cuda12.5")
+    def b28(p):
+        L = [p.info("NCCL_SOCKET_IFNAME set by environment to ens9f0", p.pid)]
+        L += p.warn("misc/socket.cc:600", "Bootstrap : no socket interface found", tid=p.pid)
+        L += p.crumbs("init.cc:1811", code=3, tid=p.pid)
+        return L
+    write("no_socket_interface", per_proc(ps, b28), {"exit": 1, "kind": "config", "say": ["NCCL_SOCKET_IFNAME"]})
+
+    # Healthy jobs with harmless WARNs and INFO lines: no finding.
+    # 29. Socket network, libibverbs missing, NVLS unavailable, env lines, every rank level.
+    ps = two_nodes(version="2.21.5+cuda12.4", net="Socket")
+    def b29(p):
+        L = [p.info("NCCL_SOCKET_IFNAME set by environment to eth0", p.pid), p.info("NCCL_DEBUG_SUBSYS set by environment to INIT,COLL", p.pid)]
+        L += p.warn("misc/ibvwrap.cc:66", "Failed to open libibverbs.so[.1]", tid=p.pid)
+        L += [p.info("NET/Plugin: Failed to find ncclNetPlugin_v8 symbol.", p.pid), p.info("NET/Plugin: Loaded net plugin NCCL RDMA Plugin (v7)", p.pid),
+              p.info("NVLS multicast support is not available on dev %d" % p.dev)]
+        L += p.init() + p.colls(0, 60) + p.destroy()
+        return L
+    write("healthy_benign_warns", per_proc(ps, b29), {"exit": 0})
+
+    # 30. Healthy, IB with GPU Direct RDMA disabled and one bonded HCA that will not open.
+    ps = two_nodes(version="2.19.3+cuda12.3", hca=("mlx5_0", "mlx5_3"))
+    def b30(p):
+        L = p.init(extra_env=["NCCL_NET_GDR_LEVEL set by environment to LOC", "NCCL_IB_HCA set by environment to mlx5"])
+        L.insert(5, p.warn("transport/net_ib.cc:299", "NET/IB : Unable to open device mlx5_bond_1")[1])
+        L += [p.info("NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'"), p.info("NET/IB : GPU Direct RDMA Disabled for HCA 1 'mlx5_3'")]
+        L += p.colls(0, 96)
+        return L
+    write("healthy_gdr_disabled", per_proc(ps, b30), {"exit": 0})
+
+    # 31. Healthy, bootstrap retried while the root came up.
+    ps = two_nodes(version="2.18.3+cuda12.2")
+    def b31(p):
+        L = []
+        if p.rank == 3:
+            L += [p.info("Call to connect returned Connection refused, retrying", p.pid)] * 3
+        return L + p.init() + p.colls(0, 64) + p.destroy()
+    write("healthy_connect_retries", per_proc(ps, b31), {"exit": 0})
+
+    # 32. Healthy but without COLL lines: cannot judge, never a false page.
+    ps = two_nodes(version="2.23.4+cuda12.6")
+    write("healthy_without_coll", per_proc(ps, lambda p: p.init() + p.destroy()), {"exit": 3})
+
+    # 33. Healthy, RAS caught one rank a single op behind while the job ran.
+    ps = [P("gpu-r%d" % (r // 2), 6100 + r, r % 2, r, 4, "10.10.6.%d" % (r // 2 + 1), version="2.28.9+cuda13.0", commid="0x5e7c1a0b99d2f311") for r in range(4)]
+    files = per_proc(ps, lambda p: p.init() + p.colls(0, 42))
+    for rk in ranks:
+        rk["collective_counts"]["AllReduce"] = 41 if rk["rank"] == 2 else 42
+    files["ncclras.json"] = json.dumps(ras, indent=2).split("\n")
+    write("healthy_ras_transient_skew", files, {"exit": 0})
+
+    # 34. Healthy: no Destroy lines (PyTorch exits without destroying), the survivors' proxy
+    # threads see their local peers go, and the fabric renumbers a GID.
+    ps = two_nodes(version="2.21.5+cuda12.4")
+    def b34(p):
+        L = p.init() + p.colls(0, 80)
+        L += p.warn("transport/net_ib.cc:120", "NET/IB : mlx5_0:1 Got async error event: GID table change", tid=p.pid + 70)
+        L.append(p.info("[Service thread] Connection closed by localRank %d" % (1 - p.dev), p.pid + 88))
+        return L
+    write("healthy_teardown_closures", per_proc(ps, b34), {"exit": 0})
+
+    # 35. Init fails in the socket code without a WARN: only the error breadcrumbs say so.
+    ps = two_nodes(version="2.18.1+cuda12.1")
+    def b35(p):
+        L = p.init(complete=False)[:6]
+        if p.rank == 0:
+            L += p.crumbs("misc/socket.cc:564", "misc/socket.cc:615", "bootstrap.cc:270", "init.cc:1303", code=2, tid=p.pid + 5)
+            L += p.crumbs("group.cc:64", code=2, tid=p.pid + 5, tag=" [Async thread]")
+            L += p.crumbs("group.cc:422", "group.cc:106", code=2, tid=p.pid)
+        return L
+    write("silent_socket_init_failure", per_proc(ps, b35), {"exit": 1, "kind": "crash", "host": "gpu-node07", "say": ["sockets"]})
+
+    # 36. DeepSpeed over pdsh: the ranks of the second node never got NCCL's unique id from
+    # rank 0, whose store connection was reset.
+    lines = ["gpu003: [2024-02-11 22:38:30,101] [INFO] [launch.py:145:main] WORLD INFO DICT: {'gpu003': [0, 1, 2, 3, 4, 5, 6, 7], 'gpu004': [0, 1, 2, 3, 4, 5, 6, 7]}"]
+    for r in (8, 11, 14):
+        lines += ["gpu004: Traceback (most recent call last):",
+                  'gpu004:   File "/opt/venv/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", line 3696, in barrier',
+                  "gpu004:     work = default_pg.barrier(opts=opts)",
+                  "gpu004: RuntimeError: [%d] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer. This may indicate a possible application crash on rank 0 or a network set up issue." % r]
+    lines.append("gpu004: [2024-02-11 22:38:45,300] [INFO] [launch.py:347:main] Process 88121 exits successfully.")
+    write("store_reset_rank0", {"deepspeed.log": lines}, {"exit": 1, "kind": "crash", "rank": 0, "say": ["unique id"]})
+
+
+if __name__ == "__main__":
+    main()

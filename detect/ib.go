@@ -1,0 +1,214 @@
+package detect
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// IBConfig sets how completion errors are judged.
+type IBConfig struct {
+	// IBPeerReporters is how many hosts must report completion errors with one peer before
+	// the peer, not the reporters' links, is the suspect.
+	IBPeerReporters int `yaml:"-"`
+}
+
+// ibCause is what NCCL's maintainers say a completion status means, and where to look.
+type ibCause struct {
+	what string // the status in words
+	why  string // the usual cause and how to confirm it
+	// remote is set when the fault is on the peer's side of the connection.
+	remote bool
+}
+
+func ibCauseOf(status int, stage snapshot.Stage) ibCause {
+	switch status {
+	case snapshot.IBRetryExc:
+		if stage == snapshot.StageInit || stage == snapshot.StageReady || stage == snapshot.StageFirst {
+			// Before any op: the queue pairs connected over sockets, but no RDMA packet
+			// ever got through.
+			return ibCause{what: "transport retries exhausted before any operation completed",
+				why: "the NICs cannot reach each other over RDMA at all: check the fabric and, on RoCE, NCCL_IB_GID_INDEX and the traffic class (NCCL_IB_TC), or rails that do not cross (NCCL_CROSS_NIC=0); test with ib_write_bw between the two hosts"}
+		}
+		return ibCause{what: "transport retries exhausted (the peer stopped answering)",
+			why: "the link or the fabric between them failed, or the peer's node went away; NCCL_IB_TIMEOUT too short makes a congested fabric look the same"}
+	case snapshot.IBRNRRetryExc:
+		return ibCause{what: "receiver-not-ready retries exhausted", remote: true,
+			why: "the peer posted no receive in time: it stalled or died"}
+	case snapshot.IBLocProtErr:
+		return ibCause{what: "local protection error",
+			why: "GPUDirect RDMA is broken on this host: the HCA cannot reach GPU memory, most often because PCIe ACS (or the IOMMU) redirects peer-to-peer traffic; confirm with NCCL_NET_GDR_LEVEL=0 (works, slower), then disable ACS"}
+	case snapshot.IBRemAccess:
+		return ibCause{what: "remote access error", remote: true,
+			why: "the peer's HCA refused the RDMA access: GPUDirect RDMA or memory registration is broken on the peer (ACS, the peer-memory module)"}
+	case snapshot.IBWRFlushErr:
+		return ibCause{what: "work request flushed",
+			why: "a consequence: the queue pair was already in error after an earlier failure on it"}
+	}
+	return ibCause{what: "completion error", why: "the connection failed on the HCA"}
+}
+
+// IBCompletion turns NCCL's IB completion errors into findings by status, with the cause
+// NCCL's maintainers give: 12 (retries exhausted: link or peer lost, or RDMA unusable when
+// it happens before any op), 13 (receiver not ready), 4 (GPUDirect RDMA broken, usually
+// ACS), 10 (the peer refused access). 5 (flushed) follows an earlier error on the queue
+// pair: it is evidence of that error and names a culprit only when nothing else is logged.
+// A finding names host, HCA and port, the rank of the reporting process, and the peer
+// (with its host when one of the job's processes logged that address).
+func IBCompletion(j *Job, cfg Config) []Finding {
+	book := newPeerBook(j)
+	type report struct {
+		p *Proc
+		e snapshot.Event
+	}
+	var causes, flushes []report
+	for _, p := range j.Procs {
+		for _, e := range p.Events {
+			if e.Kind != snapshot.EventIBCompletion || !recentEvent(j, cfg.EventConfig, int64(e.T)) {
+				continue
+			}
+			if e.Code == snapshot.IBWRFlushErr {
+				flushes = append(flushes, report{p, e})
+			} else {
+				causes = append(causes, report{p, e})
+			}
+		}
+	}
+	if len(causes) == 0 && len(flushes) == 0 {
+		return nil
+	}
+	minReporters := max(cfg.IBPeerReporters, 2)
+	// Hosts reporting errors with each peer host: several reporters and one peer make
+	// the peer the suspect.
+	reporters := map[string]map[string]bool{}
+	for _, r := range causes {
+		if h := book.host(r.e.Peer); h != "" {
+			if reporters[h] == nil {
+				reporters[h] = map[string]bool{}
+			}
+			reporters[h][r.p.Host] = true
+		}
+	}
+	found := map[string]*Finding{}
+	var order []string
+	for _, r := range causes {
+		p, e := r.p, r.e
+		c := ibCauseOf(e.Code, e.Stage)
+		peerHost := book.host(e.Peer)
+		var key string
+		var culprit incident.Culprit
+		var keys []string
+		switch {
+		case peerHost != "" && (c.remote || len(reporters[peerHost]) >= minReporters) && peerHost != p.Host:
+			key = "link:peer:" + peerHost
+			culprit = incident.Culprit{Rank: -1, Host: peerHost}
+			if ps := book.procs[peerHost]; len(ps) == 1 {
+				culprit = ps[0].Culprit()
+				keys = []string{ps[0].Key()}
+			}
+		default:
+			port := hcaPort(p, e.Dev)
+			key = "link:" + p.Host + ":" + orUnknown(port)
+			culprit = p.Culprit()
+			culprit.Port = port
+			keys = []string{p.Key()}
+		}
+		f := found[key]
+		if f == nil {
+			f = &Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{culprit},
+				culpritKeys: keys, Key: key}
+			f.Summary = fmt.Sprintf("IB %s (%s) on %s%s talking to %s: %s",
+				c.what, snapshot.IBStatusName(e.Code), p.Name(), hcaWords(p, e.Dev), book.describe(e.Peer), c.why)
+			if key == "link:peer:"+peerHost && !c.remote {
+				f.Summary = fmt.Sprintf("IB %s (%s): %d hosts (%s) report it with %s, the one they share: look at its link and node first; %s",
+					c.what, snapshot.IBStatusName(e.Code), len(reporters[peerHost]), strings.Join(sortedKeys(reporters[peerHost]), ", "),
+					book.describe(e.Peer), c.why)
+			}
+			if e.T != 0 {
+				f.FaultAt = e.T.Time()
+			}
+			found[key] = f
+			order = append(order, key)
+		}
+		if e.T != 0 && (f.FaultAt.IsZero() || e.T.Time().Before(f.FaultAt)) {
+			f.FaultAt = e.T.Time()
+		}
+		f.Victims++
+		f.culpritKeys = appendUnique(f.culpritKeys, p.Key())
+		f.addEvidence("%s%s: %s", p.Name(), hcaWords(p, e.Dev), e.Msg)
+	}
+	var out []Finding
+	for _, k := range order {
+		out = append(out, *found[k])
+	}
+	if len(flushes) == 0 {
+		return out
+	}
+	if len(out) > 0 {
+		// Flushed requests are what the first error left behind on its queue pairs.
+		out[0].addEvidence("%d flushed request(s) (%s) follow: consequences of this error, not causes", len(flushes),
+			snapshot.IBStatusName(snapshot.IBWRFlushErr))
+		return out
+	}
+	// Only flushes: the error that put the queue pairs in error state is not in these logs
+	// (another rank's log, or an earlier part of this one). Say where they point.
+	first := flushes[0]
+	hosts := map[string]bool{}
+	for _, r := range flushes {
+		hosts[r.p.Host] = true
+	}
+	f := Finding{Kind: incident.KindLink, Severity: incident.SeverityWarning, Culprits: []incident.Culprit{},
+		Key: "link:flush:" + first.p.Host}
+	f.Summary = fmt.Sprintf("IB requests were flushed (%s) on %s talking to %s: a consequence of an earlier error on those connections that these logs do not hold (look at the peer's log and at the first error of the job)",
+		snapshot.IBStatusName(snapshot.IBWRFlushErr), strings.Join(sortedKeys(hosts), ", "), book.describe(first.e.Peer))
+	for _, r := range flushes {
+		f.addEvidence("%s: %s", r.p.Name(), r.e.Msg)
+		f.culpritKeys = appendUnique(f.culpritKeys, r.p.Key())
+	}
+	return []Finding{f}
+}
+
+// hcaWords names the HCA of an error for a sentence: " HCA mlx5_3:1", or the process's
+// devices when the line names none (NCCL before 2.22 does not); "" when nothing is known.
+func hcaWords(p *Proc, dev string) string {
+	if port := hcaPort(p, dev); port != "" {
+		return " HCA " + port
+	}
+	var names []string
+	for _, d := range p.NetDevs {
+		name, _, _ := strings.Cut(d, "/")
+		names = append(names, name)
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return " on one of its HCAs (" + strings.Join(names, ", ") + "; this NCCL does not say which)"
+}
+
+// hcaPort is "mlx5_3:1" for an HCA the process uses, from its NET/IB device list; the
+// process's only device when the line named none (NCCL before 2.22).
+func hcaPort(p *Proc, dev string) string {
+	for _, d := range p.NetDevs {
+		name, _, _ := strings.Cut(d, "/")
+		if dev != "" && (name == dev || strings.HasPrefix(name, dev+":")) {
+			return name
+		}
+	}
+	if dev == "" && len(p.NetDevs) == 1 && p.Network != "Socket" {
+		name, _, _ := strings.Cut(p.NetDevs[0], "/")
+		return name
+	}
+	return dev
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,152 @@
+package detect
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// ErrorConfig sets how NCCL errors that no other rule explains are reported.
+type ErrorConfig struct {
+	// ErrorQuoted caps the lines quoted.
+	ErrorQuoted int `yaml:"-"`
+}
+
+// ncclResultWords is what an ncclResult_t means for whoever reads a post-mortem.
+func ncclResultWords(code int) string {
+	switch code {
+	case snapshot.NCCLUnhandledCuda:
+		return "a CUDA call failed inside NCCL"
+	case snapshot.NCCLSystemError:
+		return "a system call or library failed inside NCCL (sockets, shared memory, InfiniBand verbs)"
+	case snapshot.NCCLInternalError:
+		return "NCCL's internal check failed, most often because the ranks disagree (NCCL versions or settings) or a connection was corrupted"
+	case snapshot.NCCLInvalidArg, snapshot.NCCLInvalidUsage:
+		return "the application called NCCL wrongly"
+	case snapshot.NCCLRemoteError:
+		return "a remote process exited or the network failed: the first error is on another rank"
+	}
+	return "NCCL returned an error"
+}
+
+// NCCLErrors reports an NCCL error that surfaced (PyTorch's "NCCL error ...", NCCL's own
+// fatal WARNs) when no other rule names its cause, so that a job NCCL failed is never
+// called healthy: the first such error, with NCCL's last WARN as PyTorch quoted it.
+func NCCLErrors(j *Job, cfg Config) []Finding {
+	quote := max(cfg.ErrorQuoted, 1)
+	var first *Proc
+	var firstEv snapshot.Event
+	var quoted []string
+	for _, p := range j.Procs {
+		for _, e := range p.Events {
+			switch e.Kind {
+			case snapshot.EventTorchNCCLError:
+			case snapshot.EventSystemError, snapshot.EventProxyError, snapshot.EventSocketError, snapshot.EventNetSizeMismatch:
+				if !e.Fatal && e.Kind != snapshot.EventProxyError {
+					continue
+				}
+			case snapshot.EventWarn:
+				// Any other WARN counts only as PyTorch's quote of the error it failed on.
+				if e.Stage != snapshot.StageUnknown {
+					continue
+				}
+				quoted = append(quoted, fmt.Sprintf("%s: NCCL's last error was %q", p.Name(), e.Msg))
+				continue
+			default:
+				continue
+			}
+			if first == nil || (firstEv.Kind == snapshot.EventTorchNCCLError && e.Kind != snapshot.EventTorchNCCLError) {
+				first, firstEv = p, e
+			}
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	f := Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{first.Culprit()},
+		culpritKeys: []string{first.Key()}, Key: "nccl-error:" + first.Key()}
+	if firstEv.Kind == snapshot.EventTorchNCCLError {
+		f.Summary = fmt.Sprintf("%s failed with an NCCL error: %s", first.Name(), ncclResultWords(firstEv.Code))
+		if firstEv.Code == snapshot.NCCLRemoteError {
+			f.Culprits = []incident.Culprit{}
+		}
+	} else {
+		f.Summary = fmt.Sprintf("%s: NCCL failed (%s): %s", first.Name(), firstEv.Kind, firstEv.Msg)
+	}
+	f.addEvidence("%s: %s", first.Name(), firstEv.Msg)
+	for i, q := range quoted {
+		if i >= quote {
+			break
+		}
+		f.addEvidence("%s", q)
+	}
+	if firstEv.T != 0 {
+		f.FaultAt = firstEv.T.Time()
+	}
+	return []Finding{f}
+}
+
+// SilentInitFailure reads NCCL's error breadcrumbs ("misc/socket.cc:564 -> 2") when NCCL
+// warned of nothing: an error that propagated while a process set up its communicators,
+// and none of them finished, says where init failed (some socket failures print no WARN).
+// It is a cause: the init hang it leaves is its consequence.
+func SilentInitFailure(j *Job, _ Config) []Finding {
+	for _, p := range j.Procs {
+		if len(p.Comms) > 0 && !allInInit(p) || warned(p) {
+			continue
+		}
+		for _, e := range p.Events {
+			if e.Kind != snapshot.EventBreadcrumb || e.Code == 0 || e.Stage != snapshot.StageInit {
+				continue
+			}
+			f := Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{p.Culprit()},
+				culpritKeys: []string{p.Key()}, Key: "nccl-error:" + p.Key()}
+			f.Summary = fmt.Sprintf("%s failed to initialize NCCL without a warning: %s, first in %s%s",
+				p.Name(), ncclResultWords(e.Code), orUnknown(e.Src), breadcrumbArea(e.Src))
+			f.addEvidence("%s: %s", p.Name(), e.Msg)
+			return []Finding{f}
+		}
+	}
+	return nil
+}
+
+// warned reports a process that logged a WARN-class error: then its breadcrumbs are that
+// error's path, and the rule that reads the WARN reports it.
+func warned(p *Proc) bool {
+	for _, e := range p.Events {
+		if e.Fatal {
+			return true
+		}
+	}
+	return false
+}
+
+func allInInit(p *Proc) bool {
+	for _, c := range p.Comms {
+		if c.State != snapshot.CommInit {
+			return false
+		}
+	}
+	return true
+}
+
+// breadcrumbArea says which part of NCCL a source file is.
+func breadcrumbArea(src string) string {
+	switch {
+	case strings.Contains(src, "socket") || strings.Contains(src, "bootstrap"):
+		return " (its sockets: a peer it could not reach, NCCL_SOCKET_IFNAME, a firewall)"
+	case strings.Contains(src, "shm"):
+		return " (shared memory: /dev/shm)"
+	case strings.Contains(src, "net_ib") || strings.Contains(src, "ibvwrap"):
+		return " (InfiniBand set-up)"
+	case strings.Contains(src, "nvls"):
+		return " (NVLink SHARP: the fabric manager, or NCCL_NVLS_ENABLE=0)"
+	case strings.Contains(src, "p2p"):
+		return " (GPU peer-to-peer: NCCL_P2P_DISABLE=1 tells whether the platform supports it)"
+	case strings.Contains(src, "cuda") || strings.Contains(src, "alloc"):
+		return " (CUDA)"
+	}
+	return ""
+}

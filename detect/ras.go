@@ -1,0 +1,262 @@
+package detect
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// RASConfig sets when NCCL RAS's count skew is a hang.
+type RASConfig struct {
+	// RASMinGap is the launched-operation gap that makes a skew a finding on its own. A
+	// running job is often one operation apart between two ranks' launches (a healthy
+	// capture was reported MISMATCH this way), so a gap of one needs corroboration: the
+	// rank behind on several communicators, or PyTorch timeouts.
+	RASMinGap int64 `yaml:"-"`
+}
+
+// rasBehind is one rank of one communicator that RAS reports behind the others.
+type rasBehind struct {
+	hash    string
+	size    int
+	rank    int
+	count   int64 // its launched count of the function that differs
+	lead    int64 // the most any rank launched
+	fn      string
+	reports map[string]bool // reports that show it at this count
+}
+
+// RAS judges NCCL RAS reports (saved ncclras output offline, the sidecar's RAS client live):
+// ranks behind on launched collectives (MISMATCH) are hung where the skew is more than
+// RAS's transient one, ranks RAS considers dead are crashed, and per-rank NCCL errors are
+// quoted. Ranks are named by their process when the job's logs have the communicator.
+func RAS(j *Job, cfg Config) []Finding {
+	var names []string
+	for n, node := range j.Nodes {
+		if node.RAS != nil {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	sort.Strings(names)
+	// A communicator's newest state is the report where it launched the most: an earlier
+	// report's skew (a healthy moment before the hang) says nothing about the end.
+	newest := map[string]int64{} // hash and function -> most launched
+	for _, n := range names {
+		for _, c := range j.Nodes[n].RAS.Comms {
+			for fn, counts := range rasCounts(&c) {
+				for _, v := range counts {
+					newest[c.Hash+"/"+fn] = max(newest[c.Hash+"/"+fn], v)
+				}
+			}
+		}
+	}
+	behind := map[string]*rasBehind{}
+	var order []string
+	type commRank struct {
+		hash       string
+		size, rank int
+	}
+	dead := map[commRank]bool{}
+	var deadOrder []commRank
+	errs := map[string]string{}
+	for _, n := range names {
+		rep := j.Nodes[n].RAS
+		for _, c := range rep.Comms {
+			for r, e := range c.Errors {
+				errs[fmt.Sprintf("%s/%d", c.Hash, r)] = e
+			}
+			deadRanks := c.Dead
+			if len(deadRanks) == 0 && rep.Dead > 0 {
+				// A text report counts dead processes for the job and lists a
+				// communicator's unreachable ranks without saying which are the dead ones.
+				deadRanks = c.Unresp
+			}
+			for _, r := range deadRanks {
+				k := commRank{c.Hash, c.Size, r}
+				if !dead[k] {
+					dead[k] = true
+					deadOrder = append(deadOrder, k)
+				}
+			}
+			byFunc := rasCounts(&c)
+			for _, fn := range sortedFuncs(byFunc) {
+				counts := byFunc[fn]
+				lead := int64(-1)
+				for _, v := range counts {
+					lead = max(lead, v)
+				}
+				if lead < newest[c.Hash+"/"+fn] {
+					continue
+				}
+				for _, r := range sortedRanks(counts) {
+					v := counts[r]
+					if r < 0 || v >= lead {
+						continue
+					}
+					k := fmt.Sprintf("%s/%d/%d", c.Hash, r, v)
+					b := behind[k]
+					if b == nil {
+						b = &rasBehind{hash: c.Hash, size: c.Size, rank: r, count: v, lead: lead, fn: fn, reports: map[string]bool{}}
+						behind[k] = b
+						order = append(order, k)
+					}
+					b.lead = max(b.lead, lead)
+					b.reports[n] = true
+				}
+			}
+		}
+	}
+	timedOut := false
+	for _, p := range j.Procs {
+		for _, e := range p.Events {
+			timedOut = timedOut || e.Kind == snapshot.EventTorchTimeout
+		}
+	}
+	// Communicators each process (or unmapped rank) is behind on: behind on several is no
+	// transient skew.
+	commsBehind := map[string]map[string]bool{}
+	for _, k := range order {
+		b := behind[k]
+		_, key, _, _ := rasRank(j, b.hash, b.size, b.rank)
+		if commsBehind[key] == nil {
+			commsBehind[key] = map[string]bool{}
+		}
+		commsBehind[key][b.hash] = true
+	}
+	minGap := max(cfg.RASMinGap, 1)
+	var out []Finding
+	byKey := map[string]int{}
+	for _, k := range order {
+		b := behind[k]
+		culprit, key, name, proc := rasRank(j, b.hash, b.size, b.rank)
+		judged := b.lead-b.count >= minGap || len(commsBehind[key]) >= 2 || timedOut
+		if !judged {
+			continue
+		}
+		i, ok := byKey[key]
+		if !ok {
+			f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Comm: b.hash,
+				Seq: b.count + 1, Culprits: []incident.Culprit{culprit}, Key: key}
+			if proc != nil {
+				f.culpritKeys = []string{proc.Key()}
+			}
+			f.Summary = fmt.Sprintf("NCCL RAS reports %s behind: it launched %d %s operations on communicator %s where others launched %d; the others wait on it",
+				name, b.count, b.fn, shortComm(b.hash), b.lead)
+			i = len(out)
+			byKey[key] = i
+			out = append(out, f)
+		}
+		f := &out[i]
+		f.addEvidence("RAS (%s): on communicator %s, %s launched %s up to %d, the most is %d", strings.Join(sortedKeys(b.reports), ", "),
+			shortComm(b.hash), name, b.fn, b.count, b.lead)
+	}
+	for _, k := range deadOrder {
+		hash := k.hash
+		culprit, key, name, proc := rasRank(j, hash, k.size, k.rank)
+		f := Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical, Comm: hash,
+			Culprits: []incident.Culprit{culprit}, Key: key}
+		if proc != nil {
+			f.culpritKeys = []string{proc.Key()}
+		}
+		f.Summary = fmt.Sprintf("NCCL RAS considers %s dead: its process is unreachable over the RAS network", name)
+		if e := errs[fmt.Sprintf("%s/%d", hash, k.rank)]; e != "" {
+			f.addEvidence("RAS: it reported %s", e)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// rasCounts is, per NCCL function, each reported rank's launched count: from the JSON's
+// per-function counts, or the text report's outliers and "N ranks have launched up to"
+// groups (whose ranks it does not name: they count as the lead).
+func rasCounts(c *snapshot.RASComm) map[string]map[int]int64 {
+	out := map[string]map[int]int64{}
+	for fn, byRank := range c.Funcs {
+		if len(byRank) == 0 {
+			continue
+		}
+		m := map[int]int64{}
+		for r, v := range byRank {
+			m[r] = v
+		}
+		out[fn] = m
+	}
+	for _, g := range c.Groups {
+		m := out[g.Func]
+		if m == nil {
+			m = map[int]int64{}
+			out[g.Func] = m
+		}
+		// Unnamed ranks: a stand-in rank below zero, so the named ones compare with them;
+		// stand-ins are never reported behind.
+		k := -1 - len(m)
+		m[k] = g.Count
+	}
+	return out
+}
+
+func sortedFuncs(m map[string]map[int]int64) []string {
+	out := make([]string, 0, len(m))
+	for fn := range m {
+		out = append(out, fn)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedRanks(m map[int]int64) []int {
+	out := make([]int, 0, len(m))
+	for r := range m {
+		out = append(out, r)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// rasRank names a communicator's rank: its process when the job's logs have the
+// communicator; else, for a split child (RAS names it by a hash the logs never print),
+// the process every logged communicator of that size agrees on; else the rank of the
+// communicator.
+func rasRank(j *Job, hash string, size, rank int) (incident.Culprit, string, string, *Proc) {
+	var agreed *Proc
+	ambiguous := false
+	for _, g := range j.Groups {
+		exact := sameHash(g.ID, hash)
+		if !exact && (size == 0 || g.NRanks != size) {
+			continue
+		}
+		for _, m := range g.Members {
+			if m.Comm.Rank != rank {
+				continue
+			}
+			if exact {
+				return m.Proc.Culprit(), "rank:" + m.Proc.Key(), m.Proc.Name(), m.Proc
+			}
+			if agreed != nil && agreed != m.Proc {
+				ambiguous = true
+			}
+			agreed = m.Proc
+		}
+	}
+	if agreed != nil && !ambiguous {
+		return agreed.Culprit(), "rank:" + agreed.Key(), agreed.Name(), agreed
+	}
+	return incident.Culprit{Rank: -1}, fmt.Sprintf("ras:%s/%d", hash, rank), fmt.Sprintf("rank %d of communicator %s", rank, shortComm(hash)), nil
+}
+
+// sameHash compares communicator hashes as RAS (zero-padded text, "0x" JSON) and the Init
+// lines print them.
+func sameHash(a, b string) bool {
+	norm := func(s string) string {
+		s = strings.ToLower(strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X"))
+		return strings.TrimLeft(s, "0")
+	}
+	return norm(a) == norm(b) && norm(a) != ""
+}

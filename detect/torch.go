@@ -1,0 +1,241 @@
+package detect
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// TorchConfig sets how PyTorch's watchdog lines are read.
+type TorchConfig struct {
+	// TorchQuoted caps the PyTorch lines quoted in a finding.
+	TorchQuoted int `yaml:"-"`
+}
+
+// torchRank is what PyTorch's watchdog said about one rank of one process group.
+type torchRank struct {
+	proc      *Proc
+	timedOut  int64 // SeqNum of the work that timed out, -1 when none
+	completed int64 // last completed work, -1 when not said
+	enqueued  int64
+	lines     []string
+}
+
+// torchTimeouts is the finding of PyTorch's watchdog lines when no NCCL line shows which
+// rank stopped. The ranks that time out only waited; but each says its last completed
+// work, and in one process group the ranks whose last completed work is lowest stopped
+// first: they are the suspects. When every rank stopped at the same work, the ranks that
+// logged nothing are the ones to look at.
+func torchTimeouts(j *Job, cfg Config) []Finding {
+	groups := map[string]map[int]*torchRank{}
+	var timeouts []string
+	for _, p := range j.Procs {
+		if p.Rank < 0 {
+			continue
+		}
+		for _, e := range p.Events {
+			if e.Kind != snapshot.EventTorchTimeout && e.Kind != snapshot.EventTorchWorkStatus {
+				continue
+			}
+			g := groups[e.Comm]
+			if g == nil {
+				g = map[int]*torchRank{}
+				groups[e.Comm] = g
+			}
+			tr := g[p.Rank]
+			if tr == nil {
+				tr = &torchRank{proc: p, timedOut: -1, completed: -1, enqueued: -1}
+				g[p.Rank] = tr
+			}
+			switch e.Kind {
+			case snapshot.EventTorchTimeout:
+				if tr.timedOut < 0 {
+					tr.timedOut = int64(e.Code)
+					timeouts = append(timeouts, fmt.Sprintf("%s timed out at its SeqNum %d: %s", p.Name(), e.Code, e.Msg))
+				}
+			case snapshot.EventTorchWorkStatus:
+				if e.Code >= 0 && (tr.completed < 0 || int64(e.Code) < tr.completed) {
+					tr.completed, tr.enqueued = int64(e.Code), e.Enqueued
+				}
+			}
+			tr.lines = append(tr.lines, e.Msg)
+		}
+	}
+	if len(timeouts) == 0 {
+		return nil
+	}
+	sort.Strings(timeouts)
+	quote := max(cfg.TorchQuoted, 1)
+	// Suspects: in a process group where ranks report different last completed work, the
+	// ranks at the lowest.
+	var pgs []string
+	for pg := range groups {
+		pgs = append(pgs, pg)
+	}
+	sort.Strings(pgs)
+	for _, pg := range pgs {
+		g := groups[pg]
+		lo, hi := int64(-1), int64(-1)
+		for _, tr := range g {
+			if tr.completed < 0 {
+				continue
+			}
+			if lo < 0 || tr.completed < lo {
+				lo = tr.completed
+			}
+			hi = max(hi, tr.completed)
+		}
+		if lo < 0 || lo == hi {
+			continue
+		}
+		var suspects, waiting []*torchRank
+		for _, tr := range g {
+			if tr.completed == lo {
+				suspects = append(suspects, tr)
+			} else if tr.completed > lo {
+				waiting = append(waiting, tr)
+			}
+		}
+		sort.Slice(suspects, func(a, b int) bool { return suspects[a].proc.Rank < suspects[b].proc.Rank })
+		sort.Slice(waiting, func(a, b int) bool { return waiting[a].proc.Rank < waiting[b].proc.Rank })
+		f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{},
+			Victims: len(waiting), Key: "torch-suspects:" + pg, Seq: lo + 1}
+		for _, s := range suspects {
+			f.Culprits = append(f.Culprits, s.proc.Culprit())
+			f.culpritKeys = append(f.culpritKeys, s.proc.Key())
+		}
+		f.Summary = fmt.Sprintf("PyTorch's watchdog lines%s: %s completed work only up to %d while %s got to %d: %s the suspect%s (stopped first; the NCCL lines here do not show why), the others were waiting",
+			pgWords(pg), torchRanks(suspects), lo, torchRanks(waiting), hi, map[bool]string{true: "they are", false: "it is"}[len(suspects) > 1],
+			map[bool]string{true: "s", false: ""}[len(suspects) > 1])
+		for _, s := range append(suspects, waiting...) {
+			f.addEvidence("%s: last completed work %d, last enqueued %d", s.proc.Name(), s.completed, s.enqueued)
+		}
+		for i, t := range timeouts {
+			if i >= quote {
+				break
+			}
+			f.addEvidence("%s", t)
+		}
+		return []Finding{f}
+	}
+	f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{},
+		Victims: len(timeouts), Key: "torch-timeout"}
+	f.Summary = fmt.Sprintf("PyTorch's watchdog timed out %d rank(s) waiting in a collective; those ranks were only waiting, and the NCCL lines here do not show which rank stopped (%s)",
+		len(timeouts), "run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL and keep every rank's log")
+	if silent := silentRanks(j, groups); silent != "" {
+		f.Summary += "; " + silent
+	}
+	for i, t := range timeouts {
+		if i >= quote {
+			break
+		}
+		f.addEvidence("%s", t)
+	}
+	return []Finding{f}
+}
+
+// silentRanks names the ranks below the highest that timed out which logged no timeout:
+// when the others all wait at one work, a rank that did not time out never enqueued it.
+func silentRanks(j *Job, groups map[string]map[int]*torchRank) string {
+	if len(groups) != 1 {
+		return ""
+	}
+	var g map[int]*torchRank
+	for _, v := range groups {
+		g = v
+	}
+	top := -1
+	for r := range g {
+		top = max(top, r)
+	}
+	var missing []string
+	for r := 0; r < top; r++ {
+		if g[r] == nil {
+			missing = append(missing, strconv.Itoa(r))
+		}
+	}
+	if len(missing) == 0 || len(missing) > top/2 {
+		return ""
+	}
+	return fmt.Sprintf("rank(s) %s logged no timeout while the others did: if their logs are complete, they never reached that collective", strings.Join(missing, ","))
+}
+
+func torchRanks(trs []*torchRank) string {
+	var rs []string
+	for i, t := range trs {
+		if i == 8 {
+			rs = append(rs, fmt.Sprintf("and %d more", len(trs)-8))
+			break
+		}
+		rs = append(rs, strconv.Itoa(t.proc.Rank))
+	}
+	if len(trs) == 1 {
+		return "rank " + rs[0]
+	}
+	return "ranks " + strings.Join(rs, ",")
+}
+
+func pgWords(pg string) string {
+	if pg == "" {
+		return ""
+	}
+	return " (process group " + pg + ")"
+}
+
+// StoreFailures reads PyTorch's "[N] is setting up NCCL communicator and retrieving
+// ncclUniqueId from [R] via c10d key-value store ..., but store->get(...) got error": the
+// ranks that waited name rank R, which should have published NCCL's unique id. A broken
+// connection means R went away (it crashed, or the store's host is unreachable); a timeout
+// means R never got to that communicator (stuck or busy elsewhere, or dead).
+func StoreFailures(j *Job, cfg Config) []Finding {
+	quote := max(cfg.TorchQuoted, 1)
+	byRank := map[int]*Proc{}
+	for _, p := range j.Procs {
+		if p.Rank >= 0 {
+			byRank[p.Rank] = p
+		}
+	}
+	found := map[int]*Finding{}
+	var order []int
+	for _, p := range j.Procs {
+		for _, e := range p.Events {
+			if e.Kind != snapshot.EventTorchStore || len(e.Ranks) == 0 {
+				continue
+			}
+			r := e.Ranks[0]
+			f := found[r]
+			if f == nil {
+				culprit := incident.Culprit{Rank: r}
+				var keys []string
+				if q := byRank[r]; q != nil {
+					culprit, keys = q.Culprit(), []string{q.Key()}
+				}
+				f = &Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{culprit},
+					culpritKeys: keys, Key: fmt.Sprintf("store:%d", r)}
+				reason := strings.ToLower(e.Detail)
+				if strings.Contains(reason, "reset") || strings.Contains(reason, "refused") || strings.Contains(reason, "closed") ||
+					strings.Contains(reason, "broken pipe") {
+					f.Kind = incident.KindCrash
+					f.Summary = fmt.Sprintf("rank %d went away before it gave the others NCCL's unique id (%s): it crashed (its log has the error), or the c10d store it serves (MASTER_ADDR:MASTER_PORT) became unreachable", r, e.Detail)
+				} else {
+					f.Summary = fmt.Sprintf("rank %d never published NCCL's unique id for a communicator the others set up (%s): it did not reach that point (stuck or busy before it, or dead), or the c10d store (MASTER_ADDR:MASTER_PORT) is unreachable from the waiting ranks", r, orUnknown(e.Detail))
+				}
+				found[r] = f
+				order = append(order, r)
+			}
+			f.Victims++
+			if len(f.Evidence) < quote {
+				f.addEvidence("%s: %s", p.Name(), e.Msg)
+			}
+		}
+	}
+	var out []Finding
+	for _, r := range order {
+		out = append(out, *found[r])
+	}
+	return out
+}

@@ -1,0 +1,293 @@
+package logparse
+
+import (
+	"bytes"
+
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// The readers of NCCL's failure messages: sockets, shared memory, GPU assignment, versions,
+// InfiniBand set-up, CUDA and proxy errors. Their wording changed across releases
+// (../shared/reference/nccl-log-formats.md §6); each reader accepts every form and keeps
+// what a rule needs to name the cause: the peer address, the system's reason, the ranks.
+
+// isSocketFailure reports a message of NCCL's socket code (bootstrap, proxy, NET/Socket), of
+// any version: "socketStartConnect: Connect to ...", "ncclOsSocketPollConnect to ...",
+// "Net : Call to recv from ...", "Connect to ... failed" (2.4), "Call to connect failed".
+func isSocketFailure(m []byte) bool {
+	switch {
+	case hasPrefix(m, "socket") || hasPrefix(m, "ncclOsSocket") || hasPrefix(m, "ncclSocket") ||
+		hasPrefix(m, "NET/Socket") || hasPrefix(m, "Bootstrap") || hasPrefix(m, "bootstrap") ||
+		hasPrefix(m, "Net : ") || hasPrefix(m, "Connect to ") || hasPrefix(m, "Call to connect") ||
+		hasPrefix(m, "Call to recv") || hasPrefix(m, "Call to send") || hasPrefix(m, "Message truncated") ||
+		hasPrefix(m, "Socket "):
+		return true
+	}
+	return contains(m, ": connect to ") || contains(m, ": Connect to ") || contains(m, "connect returned ") ||
+		contains(m, "PollConnect to ")
+}
+
+// parseSocketFailure classifies a socket message: a connection that could not be opened
+// (with the address and the reason), one that broke (recv/send failed, closed by the peer),
+// no usable interface, two ends that disagree on a message size, a stranger on NCCL's port.
+func parseSocketFailure(l *Line) {
+	m := l.Msg
+	l.Kind = KindSocketError
+	switch {
+	case contains(m, "interface found") || contains(m, " is neither AF_INET") ||
+		contains(m, "Address family not supported"):
+		l.Kind = KindNoInterface
+		l.Fatal = true
+		l.Detail = m
+	case contains(m, "Connection closed by remote peer "):
+		parseConnClosedRemote(l)
+	case contains(m, "essage truncated"):
+		// Both ends of a bootstrap or NET/Socket connection disagree on a size: NCCL's
+		// maintainers trace this to different NCCL versions or settings between ranks.
+		l.Kind = KindNetSizeMismatch
+		if s := (scanner{b: m}); s.skipTo("peer ") {
+			l.Text = s.word()
+		}
+	case contains(m, "Call to recv") || contains(m, "Call to send"):
+		// "socketProgressOpt: Call to recv from 10.0.0.7<43125> failed : Connection reset by peer"
+		s := scanner{b: m}
+		if s.skipTo("recv from ") || s.skipTo("send to ") {
+			l.Text = s.word()
+		}
+		l.Detail = reasonAfter(m)
+		l.Fatal = true
+	case contains(m, "wrong magic") || contains(m, "wrong type"):
+		// Something that is not this job's NCCL connected to its port: a scanner, a health
+		// check, a rank of another run.
+		l.Detail = m
+	case contains(m, "onnect"):
+		parseConnectFailure(l, true)
+	default:
+		l.Detail = reasonAfter(m)
+	}
+}
+
+// parseConnectFailure reads a failed connect in every version's words: "Connect to A
+// failed : R", "connect to A returned R, exceeded error retry count", "socketPollConnect:
+// Connect to A returned 111(Connection refused) errno 111(...)", "PollConnect to A failed
+// with error R", "Call to connect returned R, retrying" (INFO), "exceeded retries (N)".
+func parseConnectFailure(l *Line, fatal bool) {
+	m := l.Msg
+	l.Kind = KindSocketConnect
+	l.Fatal = fatal
+	for _, p := range []string{"Connect to ", "connect to "} {
+		if i := index(m, p); i >= 0 {
+			s := scanner{b: m, i: i + len(p)}
+			l.Text = s.word()
+			break
+		}
+	}
+	switch {
+	case contains(m, " returned "):
+		s := scanner{b: m}
+		s.skipTo(" returned ")
+		r := s.rest()
+		if o := bytes.IndexByte(r, '('); o >= 0 && o < 8 {
+			// "111(Connection refused) errno 111(Connection refused)"
+			if c := bytes.IndexByte(r[o:], ')'); c > 0 {
+				l.Detail = r[o+1 : o+c]
+				break
+			}
+		}
+		if c := bytes.IndexByte(r, ','); c >= 0 {
+			r = r[:c]
+		}
+		l.Detail = trimSpace(r)
+	case contains(m, "failed with error "):
+		s := scanner{b: m}
+		s.skipTo("failed with error ")
+		l.Detail = trimSpace(s.rest())
+	case contains(m, "exceeded "):
+		s := scanner{b: m}
+		s.skipTo("exceeded ")
+		l.Detail = trimSpace(m[s.i-len("exceeded "):])
+	default:
+		l.Detail = reasonAfter(m)
+	}
+}
+
+// reasonAfter is the text after the last " : " or ": " (strerror), or nil.
+func reasonAfter(m []byte) []byte {
+	if i := bytes.LastIndex(m, bytesOf(" : ")); i >= 0 {
+		return trimSpace(m[i+3:])
+	}
+	if i := bytes.LastIndex(m, bytesOf("failed: ")); i >= 0 {
+		return trimSpace(m[i+len("failed: "):])
+	}
+	return nil
+}
+
+// isShmFailure reports NCCL's shared-memory failures: "Error: failed to extend /dev/shm/..",
+// "Error while creating shared memory segment ..", "Error while attaching to shared memory
+// segment ..", and 2.7's "Call to posix_fallocate failed : No space left on device".
+func isShmFailure(m []byte) bool {
+	return contains(m, "/dev/shm") || contains(m, "shared memory segment") || hasPrefix(m, "Call to posix_fallocate") ||
+		hasPrefix(m, "Call to shm_open") || hasPrefix(m, "ncclShmOpen")
+}
+
+func parseShmFailure(l *Line) {
+	m := l.Msg
+	l.Kind = KindShmError
+	l.Fatal = true
+	l.Detail = m
+	// Creating or growing a segment fails when /dev/shm is full; attaching fails when the
+	// creator's segment is gone or not visible (another IPC namespace): two causes.
+	if contains(m, "attach") || contains(m, "No such file") {
+		l.Code = snapshot.ShmAttach
+	}
+}
+
+// parseTwoRanks reads "rank A and rank B both on CUDA device X" and "rank A version X rank
+// B version Y" into Ranks and Detail.
+func parseTwoRanks(l *Line, kind Kind) {
+	m := l.Msg
+	l.Kind = kind
+	l.Fatal = true
+	l.Ranks = [2]int{-1, -1}
+	s := scanner{b: m}
+	if !s.skipTo("rank ") {
+		return
+	}
+	a, ok := s.int()
+	if !ok {
+		return
+	}
+	l.Ranks[0] = a
+	var va []byte
+	if s.lit(" version ") {
+		va = s.word()
+	}
+	if !s.skipTo("rank ") {
+		return
+	}
+	if b, ok := s.int(); ok {
+		l.Ranks[1] = b
+	}
+	switch kind {
+	case KindDuplicateGPU:
+		if s.skipTo("device ") {
+			l.Detail = s.word()
+		}
+	case KindVersionMismatch:
+		if s.lit(" version ") {
+			vb := s.word()
+			// Both versions as NCCL printed them, e.g. "21903 22105": a slice of the line
+			// from the first to the second.
+			if len(va) > 0 && len(vb) > 0 {
+				start := cap(m) - cap(va)
+				end := cap(m) - cap(vb) + len(vb)
+				if start >= 0 && end <= len(m) && start < end {
+					l.Detail = m[start:end]
+				}
+			}
+		}
+	}
+}
+
+// parseIBSetup reads verbs failures outside the data path: "Call to ibv_modify_qp failed
+// with error Network is unreachable", 2.28's "Call to ibv_modify_qp failed with 110
+// Connection timed out, on dev mlx5_3:1, ...", "NET/IB : Unable to open device mlx5_2".
+func parseIBSetup(l *Line) {
+	m := l.Msg
+	l.Kind = KindIBSetup
+	s := scanner{b: m}
+	switch {
+	case s.lit("Call to "):
+		l.Detail = s.word()
+		// Queue pairs, registrations and completion queues are what a connection needs;
+		// a device NCCL only probes (open, query) may fail while others carry the job.
+		for _, v := range []string{"ibv_modify_qp", "ibv_reg", "ibv_create_qp", "ibv_create_cq", "ibv_alloc_pd", "ibv_post"} {
+			l.Fatal = l.Fatal || hasPrefix(l.Detail, v)
+		}
+		if d := (scanner{b: m}); d.skipTo("on dev ") {
+			w := d.word()
+			w = bytes.TrimRight(w, ",")
+			if c := bytes.LastIndexByte(w, ':'); c > 0 {
+				l.Dev2 = w[:c]
+				l.Port, _ = atoi(w[c+1:])
+			} else {
+				l.Dev2 = w
+			}
+		}
+		if r := (scanner{b: m}); r.skipTo("failed with error ") {
+			l.Text = trimSpace(r.rest())
+		} else if r.skipTo("failed with ") {
+			l.Text = trimSpace(r.rest())
+		}
+	case contains(m, "Unable to open device"):
+		// One HCA NCCL cannot open; the others may carry the job.
+		l.Detail = bytesOf("open")
+		if d := (scanner{b: m}); d.skipTo("Unable to open device ") {
+			l.Dev2 = d.word()
+		}
+	default:
+		l.Detail = m
+		l.Fatal = true
+	}
+}
+
+// parseCudaFailure reads "Cuda failure 'out of memory'" and 2.30.7's "Cuda failure 2 'out
+// of memory'" (also written unquoted by some builds).
+func parseCudaFailure(l *Line) {
+	m := l.Msg
+	l.Kind = KindCudaError
+	l.Fatal = true
+	s := scanner{b: m}
+	s.skipTo("failure") // "Cuda failure", "CUDA failure", RCCL's "HIP failure"
+	s.space()
+	if n, ok := s.int(); ok {
+		l.Code = n
+		s.space()
+	}
+	r := trimSpace(s.rest())
+	if len(r) > 0 && r[0] == '\'' {
+		r = r[1:]
+		if e := bytes.IndexByte(r, '\''); e >= 0 {
+			r = r[:e]
+		}
+	}
+	l.Detail = r
+}
+
+// parseProxyFailure reads the proxy's errors and the ranks they name: "Proxy Call to rank 9
+// failed (Connect)", "[Proxy Service 9] Failed to execute operation Connect from rank 9,
+// retcode 2", "[Service thread] Error encountered progressing operation=Connect, res=2".
+func parseProxyFailure(l *Line) {
+	m := l.Msg
+	l.Kind = KindProxyError
+	l.Ranks = [2]int{-1, -1}
+	s := scanner{b: m}
+	switch {
+	case s.skipTo("Call to rank "):
+		l.Ranks[0], _ = s.int()
+		if s.skipTo("(") {
+			w := s.rest()
+			if e := bytes.IndexByte(w, ')'); e >= 0 {
+				l.Detail = w[:e]
+			}
+		}
+	case s.skipTo("operation "):
+		l.Detail = s.word()
+		if s.skipTo("from rank ") {
+			if r, ok := s.int(); ok {
+				l.Ranks[0] = r
+			}
+		}
+		if s.skipTo("retcode ") {
+			l.Code, _ = s.int()
+		}
+	case s.skipTo("operation="):
+		w := s.word()
+		l.Detail = bytes.TrimRight(w, ",")
+		if s.skipTo("res=") {
+			l.Code, _ = s.int()
+		}
+	case s.skipTo("tpRank "):
+		l.Ranks[0], _ = s.int()
+	}
+}
