@@ -155,3 +155,11 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+func TestEveryKindHasATitle(t *testing.T) {
+	for _, k := range incident.Kinds {
+		if kindTitle(k) == string(k) {
+			t.Errorf("incident kind %q has no title for people", k)
+		}
+	}
+}

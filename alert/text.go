@@ -152,6 +152,8 @@ func kindTitle(k incident.Kind) string {
 		return "Collective stuck in flight"
 	case incident.KindMonitoring:
 		return "Monitoring gap"
+	case incident.KindConfig:
+		return "Job set-up error"
 	default:
 		return string(k)
 	}

@@ -5,7 +5,7 @@ package incident
 
 import "time"
 
-// Kind names the root cause. The first seven are shared with `watchdog analyze`.
+// Kind names the root cause.
 type Kind string
 
 const (
@@ -23,6 +23,10 @@ const (
 	// NCCL versions, a /dev/shm too small, no usable network interface).
 	KindConfig Kind = "config"
 )
+
+// Kinds lists every kind, for renderers and documentation that must name each one.
+var Kinds = []Kind{KindMismatch, KindHang, KindP2PMismatch, KindCrash, KindStraggler, KindLink, KindGPU,
+	KindLostNode, KindStuckInFlight, KindMonitoring, KindConfig}
 
 // Severity orders incidents for routing and display.
 type Severity string
