@@ -25,7 +25,7 @@ func DefaultConfig() Config {
 	return Config{
 		HangConfig: HangConfig{HangFloor: 10 * time.Second, HangK: 4},
 		StragglerConfig: StragglerConfig{StragglerMinLag: 20 * time.Millisecond, StragglerFraction: 0.05,
-			StragglerWindow: 64, StragglerMinSamples: 8},
+			StragglerWindow: 64, StragglerMinSamples: 8, StragglerWarmupSteps: 3},
 		LinkConfig:  LinkConfig{XmitWaitPerSecond: 1e6},
 		EventConfig: EventConfig{EventMaxAge: 10 * time.Minute},
 		LostConfig:  LostConfig{MassLossNodes: 3, MassLossFraction: 0.25, MassLossWindow: 15 * time.Second},
