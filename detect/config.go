@@ -18,6 +18,7 @@ type Config struct {
 	RASConfig       `yaml:",inline"`
 	TorchConfig     `yaml:",inline"`
 	ErrorConfig     `yaml:",inline"`
+	TeardownConfig  `yaml:",inline"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -36,5 +37,8 @@ func DefaultConfig() Config {
 		RASConfig:   RASConfig{RASMinGap: 2},
 		TorchConfig: TorchConfig{TorchQuoted: 8},
 		ErrorConfig: ErrorConfig{ErrorQuoted: 4},
+		// Half the ranks within 5 s: a killed job's ranks die within a second or two; 5 s
+		// leaves room for the sidecars' liveness checks (250 ms) and a launcher's staggered kill.
+		TeardownConfig: TeardownConfig{TeardownWindow: 5 * time.Second, TeardownFraction: 0.5},
 	}
 }
