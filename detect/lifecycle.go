@@ -149,8 +149,16 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 			store = append(store, next)
 		}
 	}
+	// A folded teardown is a sighting of the incident it joined: the job stays dead, so
+	// its incident stays open while the deaths are reported, though its own finding may
+	// have ended with the ranks (a stuck collective, a crash seen first).
 	for _, f := range teardowns {
-		if t, _ := j.foldInto(f); t != nil && t.torn != f.Teardown.Evidence() {
+		t, _ := j.foldInto(f)
+		if t == nil {
+			continue
+		}
+		seen[t.key], t.clearAt = true, time.Time{}
+		if t.torn != f.Teardown.Evidence() {
 			t.torn = f.Teardown.Evidence()
 			t.inc.Evidence = withTeardown(t.inc.Evidence, t.torn)
 			store = append(store, t.inc)

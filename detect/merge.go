@@ -337,9 +337,10 @@ func findTeardown(j *Job, cfg Config, fs *findings) {
 // teardownFoldsIntoItsCause: the teardown is a consequence of the root cause that came
 // before it (a mismatch, a stall, a crash, an error NCCL printed, a link fault): one line
 // of that finding's evidence, however many ranks died; it runs before errorsExplainFailures
-// so that an error's teardown is that one line too, not a "then:" per rank. Without one, the first rank to die is the cause, as far as this
-// evaluation sees, and the finding is marked so that a live Lifecycle folds it into an
-// incident already open for the job instead.
+// so that an error's teardown is that one line too, not a "then:" per rank. Without one,
+// the likeliest of its deaths is the cause, as far as this evaluation sees (firstToFail),
+// and the finding is marked so that a live Lifecycle folds it into an incident already open
+// for the job instead.
 func teardownFoldsIntoItsCause(_ *Job, _ Config, fs *findings) {
 	if fs.teardown == nil {
 		return
@@ -361,8 +362,7 @@ func teardownFoldsIntoItsCause(_ *Job, _ Config, fs *findings) {
 	torn := fs.torn
 	if cause == nil {
 		for i := range fs.crashes {
-			if f := &fs.crashes[i]; inTeardown(f) && (cause == nil || earlier(f, cause) ||
-				f.FaultAt.Equal(cause.FaultAt) && firstRank(f) < firstRank(cause)) {
+			if f := &fs.crashes[i]; inTeardown(f) && (cause == nil || firstToFail(f, cause)) {
 				cause = f
 			}
 		}
@@ -385,6 +385,23 @@ func teardownFoldsIntoItsCause(_ *Job, _ Config, fs *findings) {
 	fs.crashes = kept
 }
 
+// firstToFail orders the deaths of a teardown by how likely each started it: a death a peer
+// or the launcher reported as a failure (torchrun names the rank whose failure made it kill
+// the rest) before one known only from its exit, whose order within a second says little
+// (each node's liveness check runs on its own); then the earlier; then one that was behind
+// its peers; then the lower rank.
+func firstToFail(a, b *Finding) bool {
+	switch {
+	case a.exitOnly != b.exitOnly:
+		return !a.exitOnly
+	case !a.FaultAt.Equal(b.FaultAt):
+		return earlier(a, b)
+	case (a.Seq > 0) != (b.Seq > 0):
+		return a.Seq > 0
+	}
+	return firstRank(a) < firstRank(b)
+}
+
 // earlier orders findings by when their fault began; an unknown start sorts last.
 func earlier(a, b *Finding) bool {
 	return !a.FaultAt.IsZero() && (b.FaultAt.IsZero() || a.FaultAt.Before(b.FaultAt))
@@ -398,7 +415,12 @@ func laterDeathsFoldIntoFirstCause(_ *Job, _ Config, fs *findings) {
 	var first *Finding
 	for _, group := range [][]Finding{fs.mism, fs.stalls, fs.crashes} {
 		for i := range group {
-			if f := &group[i]; !f.FaultAt.IsZero() && (first == nil || f.FaultAt.Before(first.FaultAt)) {
+			f := &group[i]
+			if f.FaultAt.IsZero() {
+				continue
+			}
+			if first == nil || f.FaultAt.Before(first.FaultAt) ||
+				f.FaultAt.Equal(first.FaultAt) && f.Kind == incident.KindCrash && first.Kind == incident.KindCrash && firstToFail(f, first) {
 				first = f
 			}
 		}

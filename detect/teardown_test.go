@@ -76,7 +76,7 @@ func killedAt(t time.Duration, r, n int) time.Duration {
 // cause with one line saying the job was torn down, or, without one, the first rank to die.
 func TestTeardown(t *testing.T) {
 	cfg := DefaultConfig()
-	zero := 0
+	zero, failed := 0, 1
 	type scenario struct {
 		name  string
 		rank  func(r, n int) tornRank
@@ -104,6 +104,16 @@ func TestTeardown(t *testing.T) {
 				return tornRank{last: 23, exit: killedAt(3*time.Second, r, n)}
 			}, evals: []time.Duration{2500 * time.Millisecond, 3500 * time.Millisecond, 4 * time.Second, 20 * time.Second},
 				want: incident.KindCrash, culprit: 1, teardown: true},
+			// torchrun kills the rest the moment rank 1 fails: rank 0, on its node, is seen
+			// dead by the same liveness check; the launcher's line names rank 1.
+			{name: "crash of one rank, torn down with it", rank: func(r, n int) tornRank {
+				tr := tornRank{last: 23, lastAt: 2950 * time.Millisecond, exit: killedAt(3*time.Second, r, n)}
+				if r == 1 {
+					tr.launcher = &failed
+				}
+				return tr
+			}, evals: []time.Duration{3500 * time.Millisecond, 4 * time.Second, 20 * time.Second},
+				want: incident.KindCrash, culprit: 1, teardown: true},
 			{name: "the job ends cleanly", rank: func(r, n int) tornRank {
 				return tornRank{last: 23, lastAt: 99 * time.Second, exit: killedAt(100*time.Second, r, n), destroyed: true}
 			}, evals: []time.Duration{100500 * time.Millisecond, 101 * time.Second, 120 * time.Second}, none: true},
@@ -114,12 +124,13 @@ func TestTeardown(t *testing.T) {
 				return tornRank{last: 23, lastAt: 99 * time.Second, exit: killedAt(100*time.Second, r, n)}
 			}, evals: []time.Duration{100500 * time.Millisecond, 101 * time.Second, 120 * time.Second},
 				want: incident.KindCrash, culprit: 0, teardown: true},
-			// Stopped between two ops of a step, half the ranks one op ahead: once every
-			// rank is dead, the communicator "standing still" is no hang.
+			// Stopped between two ops of a step, the odd ranks one op behind: once every
+			// rank is dead, the communicator "standing still" is no hang. Of the first
+			// node's ranks, seen dead together, one that was behind is named.
 			{name: "the job is stopped mid-step without a cause", rank: func(r, n int) tornRank {
 				return tornRank{last: 23 - r%2, lastAt: 99950 * time.Millisecond, exit: killedAt(100*time.Second, r, n)}
 			}, evals: []time.Duration{100500 * time.Millisecond, 101 * time.Second, 112 * time.Second, 130 * time.Second},
-				want: incident.KindCrash, culprit: 0, teardown: true},
+				want: incident.KindCrash, culprit: 1, teardown: true},
 		} {
 			t.Run(fmt.Sprintf("%d ranks/%s", n, sc.name), func(t *testing.T) {
 				if sc.culprit < 0 {
