@@ -47,7 +47,7 @@ func allQueries(t *testing.T) ([]deploy.Query, map[string]bool) {
 // exported ncclwatch_* metric is shown or used somewhere.
 func TestQueriesUseExportedMetrics(t *testing.T) {
 	exp := exportedMetrics(t)
-	if !exp.names["ncclwatch_gpu_utilization_percent"] || !exp.names["ncclwatch_detector_open_incidents"] ||
+	if !exp.names["ncclwatch_gpu_utilization_ratio"] || !exp.names["ncclwatch_detector_open_incidents"] ||
 		!exp.names["ncclwatch_alert_notifications_sent_total"] || !exp.names["ncclwatch_port_errors_total"] {
 		t.Fatalf("the components exported too little; got %d names", len(exp.names))
 	}

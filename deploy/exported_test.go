@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/detect/live"
@@ -58,14 +60,16 @@ type exported struct {
 	histograms, summaries map[string]bool
 	// info describes each ncclwatch_* metric.
 	info map[string]metricInfo
+	// families are the ncclwatch_* series gathered, for promlint.
+	families []*dto.MetricFamily
 }
 
 // metricInfo is one metric's row in docs/metrics.md.
 type metricInfo struct {
-	Component string // sidecar or detector
-	Type      string // counter, gauge, histogram
-	Labels    []string
-	Help      string
+	Components []string // sidecar, detector, or both (ncclwatch_build_info)
+	Type       string   // counter, gauge, histogram
+	Labels     []string
+	Help       string
 }
 
 var (
@@ -189,7 +193,12 @@ func startComponents(dir string) (exported, error) {
 				for _, d := range describe(c) {
 					out.names[d.name] = true
 					if strings.HasPrefix(d.name, "ncclwatch_") {
-						out.info[d.name] = metricInfo{Component: g.component, Labels: d.labels, Help: d.help}
+						info := out.info[d.name]
+						if !slices.Contains(info.Components, g.component) {
+							info.Components = append(info.Components, g.component)
+						}
+						info.Labels, info.Help = d.labels, d.help
+						out.info[d.name] = info
 					}
 					if kind != "" {
 						types[d.name] = kind
@@ -202,6 +211,9 @@ func startComponents(dir string) (exported, error) {
 					return exported{}, err
 				}
 				for _, mf := range mfs {
+					if strings.HasPrefix(mf.GetName(), "ncclwatch_") {
+						out.families = append(out.families, mf)
+					}
 					out.names[mf.GetName()] = true
 					types[mf.GetName()] = strings.ToLower(mf.GetType().String())
 				}

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func metricsTable(e exported) string {
 	for _, comp := range []string{"sidecar", "detector"} {
 		var names []string
 		for n, info := range e.info {
-			if info.Component == comp {
+			if slices.Contains(info.Components, comp) {
 				names = append(names, n)
 			}
 		}

@@ -116,13 +116,15 @@ func promQuery(ctx context.Context, base, expr string) (int, error) {
 }
 
 // emptyAllowed names metrics that legitimately have no series in the quick start: alert
-// failures that did not happen, and process liveness, which the simulated job (whose ranks
-// are no processes of this machine) turns off.
+// failures that did not happen, XIDs no GPU reported (a code's series appears with its
+// first XID), and process liveness, which the simulated job (whose ranks are no processes of
+// this machine) turns off.
 var emptyAllowed = map[string]string{
 	"ncclwatch_alert_notifications_failed_total": "no delivery failed",
 	"ncclwatch_alert_retries_total":              "no delivery failed",
 	"ncclwatch_alert_dropped_total":              "no delivery failed",
 	"ncclwatch_alert_store_errors_total":         "no delivery-state error",
+	"ncclwatch_gpu_xid_errors_total":             "no GPU reported an XID",
 	"ncclwatch_rank_process_up":                  "simulated ranks are not processes here (--check-pids=false)",
 }
 

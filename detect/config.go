@@ -18,6 +18,7 @@ type Config struct {
 	RASConfig       `yaml:",inline"`
 	TorchConfig     `yaml:",inline"`
 	ErrorConfig     `yaml:",inline"`
+	TeardownConfig  `yaml:",inline"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -25,7 +26,7 @@ func DefaultConfig() Config {
 	return Config{
 		HangConfig: HangConfig{HangFloor: 10 * time.Second, HangK: 4},
 		StragglerConfig: StragglerConfig{StragglerMinLag: 20 * time.Millisecond, StragglerFraction: 0.05,
-			StragglerWindow: 64, StragglerMinSamples: 8},
+			StragglerWindow: 64, StragglerMinSamples: 8, StragglerWarmupSteps: 3},
 		LinkConfig:  LinkConfig{XmitWaitPerSecond: 1e6},
 		EventConfig: EventConfig{EventMaxAge: 10 * time.Minute},
 		LostConfig:  LostConfig{MassLossNodes: 3, MassLossFraction: 0.25, MassLossWindow: 15 * time.Second},
@@ -36,5 +37,8 @@ func DefaultConfig() Config {
 		RASConfig:   RASConfig{RASMinGap: 2},
 		TorchConfig: TorchConfig{TorchQuoted: 8},
 		ErrorConfig: ErrorConfig{ErrorQuoted: 4},
+		// Half the ranks within 5 s: a killed job's ranks die within a second or two; 5 s
+		// leaves room for the sidecars' liveness checks (250 ms) and a launcher's staggered kill.
+		TeardownConfig: TeardownConfig{TeardownWindow: 5 * time.Second, TeardownFraction: 0.5},
 	}
 }

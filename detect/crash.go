@@ -2,16 +2,29 @@ package detect
 
 import (
 	"fmt"
+	"math"
+	"sort"
 	"strconv"
+	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
+// TeardownConfig says when deaths are a job's teardown: two or more dying within
+// TeardownWindow, of at least TeardownFraction of its ranks or of its hosts (a launcher's
+// log may name one dead rank per node). When a job is killed (after a hang, by the launcher
+// after one rank failed, by the scheduler), every rank dies within a second or two; those
+// deaths are one event, not one crash per rank. Like LostConfig, no YAML keys.
+type TeardownConfig struct {
+	TeardownWindow   time.Duration `yaml:"-"`
+	TeardownFraction float64       `yaml:"-"`
+}
+
 // Crash finds dead rank processes: an exited process whose communicators were not all
 // destroyed, a peer's "Connection closed by localRank N", the launcher's failure line. A
 // process that died after PyTorch timed it out while it only waited is a consequence, not a
-// root cause, and is not reported.
+// root cause, and is not reported; nor is one that the launcher reported exiting with 0.
 func Crash(j *Job, cfg Config) []Finding {
 	type death struct {
 		proc     *Proc
@@ -21,10 +34,12 @@ func Crash(j *Job, cfg Config) []Finding {
 		// with communicators in use); its peers' closed connections alone are also what a
 		// job that ends looks like.
 		strong bool
+		// reported: a peer or the launcher said it failed, beyond its exit alone.
+		reported bool
 	}
 	deaths := map[string]*death{}
 	var order []string
-	note := func(p *Proc, when int64, strong bool, format string, args ...any) {
+	note := func(p *Proc, when int64, strong, reported bool, format string, args ...any) {
 		k := p.Key()
 		d := deaths[k]
 		if d == nil {
@@ -33,6 +48,7 @@ func Crash(j *Job, cfg Config) []Finding {
 			order = append(order, k)
 		}
 		d.strong = d.strong || strong
+		d.reported = d.reported || reported
 		if when != 0 && (d.when == 0 || when < d.when) {
 			d.when = when
 		}
@@ -50,8 +66,8 @@ func Crash(j *Job, cfg Config) []Finding {
 		byPID[p.PID] = append(byPID[p.PID], p)
 	}
 	for _, p := range j.Procs {
-		if p.State == snapshot.ProcExited && !cleanExit(p) {
-			note(p, int64(p.ExitedAt), true, "the process exited at %s with communicators still in use", fmtTime(p.ExitedAt.Time()))
+		if p.State == snapshot.ProcExited && !cleanExit(p) && !launchedClean(p) {
+			note(p, int64(p.ExitedAt), true, false, "the process exited at %s with communicators still in use", fmtTime(p.ExitedAt.Time()))
 		}
 		for _, e := range p.Events {
 			if !recentEvent(j, cfg.EventConfig, int64(e.T)) {
@@ -71,7 +87,7 @@ func Crash(j *Job, cfg Config) []Finding {
 					}
 				}
 				if dead != p {
-					note(dead, int64(e.T), !j.Offline, "%s logged \"Connection closed by localRank %d\": the proxy connection to this process broke", p.Name(), lr)
+					note(dead, int64(e.T), !j.Offline, true, "%s logged \"Connection closed by localRank %d\": the proxy connection to this process broke", p.Name(), lr)
 				}
 			case snapshot.EventLauncherExit:
 				if e.Code == 0 {
@@ -87,11 +103,15 @@ func Crash(j *Job, cfg Config) []Finding {
 					}
 				}
 				for _, dead := range deadOnes {
-					note(dead, int64(e.T), true, "the launcher reported local_rank %d (pid %d) failed with exit code %d%s", e.LocalRank, pid, e.Code, exitWords(e.Code))
+					note(dead, int64(e.T), true, true, "the launcher reported local_rank %d (pid %d) failed with exit code %d%s", e.LocalRank, pid, e.Code, exitWords(e.Code))
 				}
 			}
 		}
 	}
+	if len(order) == 0 {
+		return nil
+	}
+	ix := memberships(j)
 	var out []Finding
 	failed := failureSeen(j)
 	for _, k := range order {
@@ -99,7 +119,7 @@ func Crash(j *Job, cfg Config) []Finding {
 		if timedOutItself(d.proc) {
 			continue
 		}
-		if !d.strong && !failed && mostBehind(j, d.proc) == nil {
+		if !d.strong && !failed && ix.mostBehind(d.proc) == nil {
 			// Offline, the survivors of a job that ended print the same closures.
 			continue
 		}
@@ -107,13 +127,13 @@ func Crash(j *Job, cfg Config) []Finding {
 		f := Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical,
 			Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{k}, Key: "rank:" + k}
 		f.Summary = fmt.Sprintf("%s died", p.Name())
-		if c := mostBehind(j, p); c != nil {
+		if c := ix.mostBehind(p); c != nil {
 			peer := c.leader
 			f.Comm, f.Seq = c.group.ID, c.member.Comm.Count+1
 			f.Summary += fmt.Sprintf(" after position %d of communicator %s (%s is at %d)",
 				c.member.Comm.Count, shortComm(c.group.ID), peer.Proc.Name(), peer.Comm.Count)
 			f.Victims = len(c.group.Members) - 1
-		} else if g := firstGroup(j, p); g != nil {
+		} else if g := ix.firstGroup(p); g != nil {
 			f.Comm = g.ID
 			f.Victims = len(g.Members) - 1
 		}
@@ -127,9 +147,21 @@ func Crash(j *Job, cfg Config) []Finding {
 			f.addEvidence("its log has %d lines and stops there", p.Lines)
 		}
 		processEvidence(j, p, &f)
+		f.exitOnly = !d.reported
 		out = append(out, f)
 	}
 	return out
+}
+
+// launchedClean: the launcher reported the process exiting with status 0: it finished,
+// whether or not it destroyed its communicators first.
+func launchedClean(p *Proc) bool {
+	for _, e := range p.Events {
+		if e.Kind == snapshot.EventLauncherExit && e.Code == 0 && e.PID == p.PID {
+			return true
+		}
+	}
+	return false
 }
 
 // launchedLocal finds the process a launcher's failure line means by its local rank when
@@ -240,38 +272,122 @@ func timedOutItself(p *Proc) bool {
 	return false
 }
 
-// mostBehind finds the communicator where p lags its peers the most.
-func mostBehind(j *Job, p *Proc) *behind {
-	var best *behind
-	gap := int64(0)
+// membership indexes each process's communicators and each communicator's two highest
+// counts, so that judging every rank of a job torn down at once costs its communicators,
+// not the whole job's, per rank.
+type membership struct {
+	of  map[*Proc][]seat
+	top map[*Group][2]int // the members with the highest and second-highest counts
+}
+
+type seat struct {
+	group *Group
+	index int
+}
+
+func memberships(j *Job) membership {
+	ix := membership{of: map[*Proc][]seat{}, top: map[*Group][2]int{}}
 	for _, g := range j.Groups {
-		var mine *Member
-		var lead Member
+		top := [2]int{-1, -1}
 		for i, m := range g.Members {
-			if m.Proc == p {
-				mine = &g.Members[i]
-			} else if lead.Comm == nil || m.Comm.Count > lead.Comm.Count {
-				lead = m
+			ix.of[m.Proc] = append(ix.of[m.Proc], seat{g, i})
+			switch {
+			case top[0] < 0 || m.Comm.Count > g.Members[top[0]].Comm.Count:
+				top = [2]int{i, top[0]}
+			case top[1] < 0 || m.Comm.Count > g.Members[top[1]].Comm.Count:
+				top[1] = i
 			}
 		}
-		if mine == nil || lead.Comm == nil {
+		ix.top[g] = top
+	}
+	return ix
+}
+
+// mostBehind finds the communicator where p lags its peers the most.
+func (ix membership) mostBehind(p *Proc) *behind {
+	var best *behind
+	gap := int64(0)
+	for _, mo := range ix.of[p] {
+		g, top := mo.group, ix.top[mo.group]
+		lead := top[0]
+		if lead == mo.index {
+			lead = top[1]
+		}
+		if lead < 0 {
 			continue
 		}
-		if d := lead.Comm.Count - mine.Comm.Count; d > gap {
+		mine := g.Members[mo.index]
+		if d := g.Members[lead].Comm.Count - mine.Comm.Count; d > gap {
 			gap = d
-			best = &behind{group: g, member: *mine, leader: lead}
+			best = &behind{group: g, member: mine, leader: g.Members[lead]}
 		}
 	}
 	return best
 }
 
-func firstGroup(j *Job, p *Proc) *Group {
-	for _, g := range j.Groups {
-		for _, m := range g.Members {
-			if m.Proc == p {
-				return g
-			}
-		}
+// firstGroup is the first communicator (the largest, in the Job's order) p belongs to.
+func (ix membership) firstGroup(p *Proc) *Group {
+	if of := ix.of[p]; len(of) > 0 {
+		return of[0].group
 	}
 	return nil
+}
+
+// teardown is the deaths of a job's teardown: indexes into the crash findings, earliest
+// first, and when the first and the last died.
+type teardown struct {
+	deaths      []int
+	first, last time.Time
+	hosts       int
+}
+
+// teardownOf finds the largest set of deaths within TeardownWindow (the earliest such set)
+// and says whether it is a teardown.
+func teardownOf(j *Job, crashes []Finding, cfg TeardownConfig) (teardown, bool) {
+	var timed []int
+	for i := range crashes {
+		if !crashes[i].FaultAt.IsZero() {
+			timed = append(timed, i)
+		}
+	}
+	sort.SliceStable(timed, func(a, b int) bool {
+		fa, fb := &crashes[timed[a]], &crashes[timed[b]]
+		if !fa.FaultAt.Equal(fb.FaultAt) {
+			return fa.FaultAt.Before(fb.FaultAt)
+		}
+		return firstRank(fa) < firstRank(fb)
+	})
+	bestLo, bestN := 0, 0
+	for lo, hi := 0, 0; hi < len(timed); hi++ {
+		for crashes[timed[hi]].FaultAt.Sub(crashes[timed[lo]].FaultAt) > cfg.TeardownWindow {
+			lo++
+		}
+		if n := hi - lo + 1; n > bestN {
+			bestLo, bestN = lo, n
+		}
+	}
+	if bestN < 2 {
+		return teardown{}, false
+	}
+	t := teardown{deaths: timed[bestLo : bestLo+bestN]}
+	t.first, t.last = crashes[t.deaths[0]].FaultAt, crashes[t.deaths[bestN-1]].FaultAt
+	hosts, dead := map[string]bool{}, map[string]bool{}
+	for _, p := range j.Procs {
+		hosts[p.Host] = true
+	}
+	for _, i := range t.deaths {
+		for _, c := range crashes[i].Culprits {
+			dead[c.Host] = true
+		}
+	}
+	t.hosts = len(dead)
+	most := func(n, of int) bool { return float64(n) >= cfg.TeardownFraction*float64(of) }
+	return t, most(bestN, len(j.Procs)) || most(len(dead), len(hosts))
+}
+
+func firstRank(f *Finding) int {
+	if len(f.Culprits) == 0 {
+		return math.MaxInt
+	}
+	return f.Culprits[0].Rank
 }

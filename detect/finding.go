@@ -24,8 +24,31 @@ type Finding struct {
 	FaultAt time.Time
 	// Key identifies the root cause across evaluations: equal keys are one incident.
 	Key string
+	// Teardown is set on the finding that stands for a job's teardown when nothing earlier
+	// in the same evaluation explains it: the live Lifecycle folds it into an incident
+	// already open for the job rather than opening one.
+	Teardown *Teardown
 	// culpritKeys are the host:pid of culprit processes, for merging findings.
 	culpritKeys []string
+	// exitOnly: a crash known only from the process's exit, which no peer and no launcher
+	// reported as a failure.
+	exitOnly bool
+}
+
+// Teardown is a job's teardown: Ranks rank processes on Hosts hosts died between First
+// and Last.
+type Teardown struct {
+	Ranks, Hosts int
+	First, Last  time.Time
+}
+
+// teardownPrefix starts every teardown evidence line, so a newer one replaces it.
+const teardownPrefix = "then the job was torn down: "
+
+// Evidence is the line that tells an incident what followed it.
+func (t *Teardown) Evidence() string {
+	return fmt.Sprintf("%s%d ranks on %d hosts exited within %s (from %s)",
+		teardownPrefix, t.Ranks, t.Hosts, t.Last.Sub(t.First).Round(time.Millisecond), fmtTime(t.First))
 }
 
 func (f *Finding) addEvidence(format string, args ...any) {

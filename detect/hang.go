@@ -68,7 +68,9 @@ func lastProgress(g *Group) snapshot.Micros {
 }
 
 // stalled says whether a communicator has not moved for its hang window (live), or is in
-// its final state (offline: a communicator destroyed by every member is not stalled).
+// its final state (offline: a communicator destroyed by every member is not stalled). Live,
+// once every member has exited, the first death ends what can be observed: a communicator
+// that was moving until its job was killed did not hang, however long ago that was.
 func stalled(j *Job, g *Group, cfg HangConfig) (bool, time.Duration) {
 	if j.Offline {
 		for _, m := range g.Members {
@@ -82,8 +84,27 @@ func stalled(j *Job, g *Group, cfg HangConfig) (bool, time.Duration) {
 	if last == 0 {
 		return false, 0
 	}
-	still := j.Now.Sub(last.Time())
+	end := j.Now
+	if died, ok := allExited(g); ok && died.Before(end) {
+		end = died
+	}
+	still := end.Sub(last.Time())
 	return still >= cfg.HangWindow(g), still
+}
+
+// allExited says whether every member's process has exited, and when the first did.
+func allExited(g *Group) (time.Time, bool) {
+	var first snapshot.Micros
+	for _, m := range g.Members {
+		p := m.Proc
+		if p.State != snapshot.ProcExited || p.ExitedAt == 0 {
+			return time.Time{}, false
+		}
+		if first == 0 || p.ExitedAt < first {
+			first = p.ExitedAt
+		}
+	}
+	return first.Time(), first != 0
 }
 
 type behind struct {

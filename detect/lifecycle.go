@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
@@ -13,7 +14,10 @@ import (
 
 // Lifecycle turns each evaluation's findings into incidents: one per root cause (the
 // finding's Key), opened once, updated while it lasts, resolved when it has been clear for
-// ResolveAfter. It is pure: state in, changed incidents out.
+// ResolveAfter. A job's teardown that its evaluation could not tie to a cause (its deaths
+// came in after the cause's finding, or the cause's finding ended with the ranks) is folded
+// into the critical incident already open for the job. It is pure: state in, changed
+// incidents out.
 type Lifecycle struct {
 	// ResolveAfter is how long a condition must stay clear before its incident resolves,
 	// so that one evaluation without the finding does not resolve and reopen it.
@@ -27,13 +31,24 @@ type Lifecycle struct {
 type jobIncidents struct {
 	open     map[string]*tracked // by root-cause key
 	resolved []incident.Incident // newest last, bounded
+	// folded maps the key of each teardown finding folded into an incident to that
+	// incident's key, oldest first: once folded, a teardown never opens an incident of its
+	// own, even after the one it joined resolved.
+	folded []foldedTeardown
 }
+
+// maxFolded bounds the teardowns remembered per job: a job is torn down once, or a few
+// times when its launcher restarts it.
+const maxFolded = 16
+
+type foldedTeardown struct{ teardown, into string }
 
 type tracked struct {
 	inc      incident.Incident
 	key      string
 	clearAt  time.Time // when the finding was last missing (zero while present)
 	snapshot string    // what notifiers see, to tell a real change from a new LastSeen
+	torn     string    // the evidence line of a teardown folded into it
 }
 
 // NewLifecycle returns an empty lifecycle.
@@ -82,10 +97,17 @@ func resolvedAt(i incident.Incident) time.Time {
 func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notify []incident.Incident, store []incident.Incident) {
 	j := l.job(job)
 	seen := map[string]bool{}
+	var teardowns []*Finding
 	for i := range findings {
 		f := &findings[i]
 		if seen[f.Key] {
 			continue
+		}
+		if f.Teardown != nil && j.open[f.Key] == nil {
+			if _, folded := j.foldInto(f); folded {
+				teardowns = append(teardowns, f)
+				continue
+			}
 		}
 		seen[f.Key] = true
 		t := j.open[f.Key]
@@ -116,6 +138,7 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 		if severityRank(prev.Severity) < severityRank(next.Severity) {
 			next.Severity = prev.Severity // never downgrade an open incident
 		}
+		next.Evidence = withTeardown(next.Evidence, t.torn)
 		if snap := notifiable(next); snap != t.snapshot {
 			next.Revision++
 			t.snapshot = snap
@@ -124,6 +147,21 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 		t.inc = next
 		if next.LastSeen.Sub(prev.LastSeen) >= 5*time.Second || next.Revision != prev.Revision {
 			store = append(store, next)
+		}
+	}
+	// A folded teardown is a sighting of the incident it joined: the job stays dead, so
+	// its incident stays open while the deaths are reported, though its own finding may
+	// have ended with the ranks (a stuck collective, a crash seen first).
+	for _, f := range teardowns {
+		t, _ := j.foldInto(f)
+		if t == nil {
+			continue
+		}
+		seen[t.key], t.clearAt = true, time.Time{}
+		if t.torn != f.Teardown.Evidence() {
+			t.torn = f.Teardown.Evidence()
+			t.inc.Evidence = withTeardown(t.inc.Evidence, t.torn)
+			store = append(store, t.inc)
 		}
 	}
 	for key, t := range j.open {
@@ -152,12 +190,65 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 	return notify, store
 }
 
+// foldInto says whether a teardown finding folds into an open incident rather than opening
+// its own, and which (nil once that incident resolved: the teardown stays folded), and
+// remembers the choice. A teardown folds into the earliest open critical incident whose
+// fault began before the last death: a hang, a crash, a link or GPU fault the job died of.
+// A warning (a straggler) kills no job; a teardown after one is news.
+func (j *jobIncidents) foldInto(f *Finding) (*tracked, bool) {
+	for _, ft := range j.folded {
+		if ft.teardown == f.Key {
+			return j.open[ft.into], true
+		}
+	}
+	var into *tracked
+	for _, t := range j.open {
+		if t.inc.Severity != incident.SeverityCritical || began(t.inc).After(f.Teardown.Last) {
+			continue
+		}
+		if into == nil || began(t.inc).Before(began(into.inc)) || began(t.inc).Equal(began(into.inc)) && t.key < into.key {
+			into = t
+		}
+	}
+	if into == nil {
+		return nil, false
+	}
+	if len(j.folded) >= maxFolded {
+		j.folded = j.folded[1:]
+	}
+	j.folded = append(j.folded, foldedTeardown{teardown: f.Key, into: into.key})
+	return into, true
+}
+
+// began is when an incident's fault began, or else when it opened.
+func began(inc incident.Incident) time.Time {
+	if inc.FaultAt.IsZero() {
+		return inc.OpenedAt
+	}
+	return inc.FaultAt
+}
+
+// withTeardown puts a teardown's evidence line last, replacing an older one.
+func withTeardown(evidence []string, line string) []string {
+	if line == "" {
+		return evidence
+	}
+	out := make([]string, 0, len(evidence)+1)
+	for _, e := range evidence {
+		if !strings.HasPrefix(e, teardownPrefix) {
+			out = append(out, e)
+		}
+	}
+	return append(out, line)
+}
+
 // ResolveJob resolves every open incident of a job (the job ended or was deleted).
 func (l *Lifecycle) ResolveJob(job string, now time.Time) []incident.Incident {
 	j := l.jobs[job]
 	if j == nil {
 		return nil
 	}
+	j.folded = nil
 	var out []incident.Incident
 	for key, t := range j.open {
 		inc := t.inc

@@ -20,6 +20,9 @@ type findings struct {
 	ras    []Finding // NCCL RAS's view, until it is checked against the logs
 	nccl   []Finding // NCCL errors no rule explains: reported only when nothing else is
 	rest   []Finding // GPU, straggler, lost node, monitoring, NCCL's own checks
+	// teardown holds the host:pid of the deaths of the job's teardown (findTeardown).
+	teardown map[string]bool
+	torn     Teardown
 }
 
 // all lists what the steps kept, in the order that settles sortFindings' ties.
@@ -37,10 +40,12 @@ type mergeStep func(j *Job, cfg Config, fs *findings)
 // mergeSteps run top to bottom; each sees only what the steps above it kept.
 var mergeSteps = []mergeStep{
 	rasMeetsTheLogs,               // RAS's skew is checked against the ranks' own logs, then judged with them
+	findTeardown,                  // most ranks dying at once is the job's teardown
 	mismatchExplainsStalls,        // a mismatch explains the hang and p2p stalls on its communicator
 	deathAndStallOfOneRank,        // a death and a stall of one rank are one cause; the order says which
 	hangAbsorbsP2P,                // a hang absorbs the p2p mismatch of the same rank
 	versionsExplainSizes,          // ranks of different NCCL versions disagree on message sizes: one cause
+	teardownFoldsIntoItsCause,     // the teardown is one line of evidence of what came before it
 	errorsExplainFailures,         // an error NCCL printed explains the deaths, stalls and init hangs that follow it
 	laterDeathsFoldIntoFirstCause, // deaths after the job's first root cause are its consequences
 	stuckFollowsItsCause,          // a stuck collective follows a culprit or a link fault on its nodes, else all are one cause
@@ -264,7 +269,9 @@ func deathAndStallOfOneRank(_ *Job, cfg Config, fs *findings) {
 			if ci, ok := byCulprit[f.culpritKeys[0]]; ok {
 				c := &fs.crashes[ci]
 				if diedLongAfter(c, &f, cfg) {
-					f.addEvidence("then: %s", c.Summary)
+					if !fs.teardown[f.culpritKeys[0]] { // else the teardown's line says it
+						f.addEvidence("then: %s", c.Summary)
+					}
 					killed[ci] = true
 				} else {
 					absorb(c, &f)
@@ -309,14 +316,111 @@ func hangAbsorbsP2P(_ *Job, _ Config, fs *findings) {
 	fs.stalls = kept
 }
 
+// findTeardown: when a job is killed (after a hang, by its launcher after one rank failed,
+// by the scheduler) every rank dies within a second or two. Those deaths, however many, are
+// one event; it is found before the steps that merge deaths one by one, and folded by
+// teardownFoldsIntoItsCause.
+func findTeardown(j *Job, cfg Config, fs *findings) {
+	t, ok := teardownOf(j, fs.crashes, cfg.TeardownConfig)
+	if !ok {
+		return
+	}
+	fs.teardown = map[string]bool{}
+	for _, i := range t.deaths {
+		for _, k := range fs.crashes[i].culpritKeys {
+			fs.teardown[k] = true
+		}
+	}
+	fs.torn = Teardown{Ranks: len(t.deaths), Hosts: t.hosts, First: t.first, Last: t.last}
+}
+
+// teardownFoldsIntoItsCause: the teardown is a consequence of the root cause that came
+// before it (a mismatch, a stall, a crash, an error NCCL printed, a link fault): one line
+// of that finding's evidence, however many ranks died; it runs before errorsExplainFailures
+// so that an error's teardown is that one line too, not a "then:" per rank. Without one,
+// the likeliest of its deaths is the cause, as far as this evaluation sees (firstToFail),
+// and the finding is marked so that a live Lifecycle folds it into an incident already open
+// for the job instead.
+func teardownFoldsIntoItsCause(_ *Job, _ Config, fs *findings) {
+	if fs.teardown == nil {
+		return
+	}
+	inTeardown := func(f *Finding) bool { return len(f.culpritKeys) == 1 && fs.teardown[f.culpritKeys[0]] }
+	var cause *Finding
+	for _, group := range [][]Finding{fs.mism, fs.stalls, fs.crashes, fs.errors, fs.links} {
+		for i := range group {
+			f := &group[i]
+			if f.Kind == incident.KindCrash && inTeardown(f) || f.FaultAt.After(fs.torn.First) ||
+				f.Severity != incident.SeverityCritical {
+				continue
+			}
+			if cause == nil || earlier(f, cause) {
+				cause = f
+			}
+		}
+	}
+	torn := fs.torn
+	if cause == nil {
+		for i := range fs.crashes {
+			if f := &fs.crashes[i]; inTeardown(f) && (cause == nil || firstToFail(f, cause)) {
+				cause = f
+			}
+		}
+		if cause == nil {
+			return
+		}
+		cause.Teardown = &torn
+		if cause.exitOnly {
+			cause.addEvidence("nothing but its exit says it failed (no peer, no launcher reported it): the job may have been stopped from outside (scheduler, preemption) or ended without destroy_process_group")
+		}
+	}
+	cause.addEvidence("%s", torn.Evidence())
+	kept := fs.crashes[:0]
+	for _, f := range fs.crashes {
+		if inTeardown(&f) && f.Key != cause.Key {
+			continue
+		}
+		kept = append(kept, f)
+	}
+	fs.crashes = kept
+}
+
+// firstToFail orders the deaths of a teardown by how likely each started it: a death a peer
+// or the launcher reported as a failure (torchrun names the rank whose failure made it kill
+// the rest) before one known only from its exit, whose order within a second says little
+// (each node's liveness check runs on its own); then the earlier; then one that was behind
+// its peers; then the lower rank.
+func firstToFail(a, b *Finding) bool {
+	switch {
+	case a.exitOnly != b.exitOnly:
+		return !a.exitOnly
+	case !a.FaultAt.Equal(b.FaultAt):
+		return earlier(a, b)
+	case (a.Seq > 0) != (b.Seq > 0):
+		return a.Seq > 0
+	}
+	return firstRank(a) < firstRank(b)
+}
+
+// earlier orders findings by when their fault began; an unknown start sorts last.
+func earlier(a, b *Finding) bool {
+	return !a.FaultAt.IsZero() && (b.FaultAt.IsZero() || a.FaultAt.Before(b.FaultAt))
+}
+
 // laterDeathsFoldIntoFirstCause: once a job has a root cause, PyTorch's watchdog aborts the
-// ranks that waited on it and the launcher kills the rest. Those deaths come after it and
-// are its consequences: folded into it, never paged again.
+// ranks that waited on it and the launcher kills the rest. Those deaths come after it, or
+// with it (two ranks of one node seen dead by the same liveness check), and are its
+// consequences: folded into it, never paged again.
 func laterDeathsFoldIntoFirstCause(_ *Job, _ Config, fs *findings) {
 	var first *Finding
 	for _, group := range [][]Finding{fs.mism, fs.stalls, fs.crashes} {
 		for i := range group {
-			if f := &group[i]; !f.FaultAt.IsZero() && (first == nil || f.FaultAt.Before(first.FaultAt)) {
+			f := &group[i]
+			if f.FaultAt.IsZero() {
+				continue
+			}
+			if first == nil || f.FaultAt.Before(first.FaultAt) ||
+				f.FaultAt.Equal(first.FaultAt) && f.Kind == incident.KindCrash && first.Kind == incident.KindCrash && firstToFail(f, first) {
 				first = f
 			}
 		}
@@ -327,7 +431,7 @@ func laterDeathsFoldIntoFirstCause(_ *Job, _ Config, fs *findings) {
 	later := make([]bool, len(fs.crashes))
 	for i := range fs.crashes {
 		c := &fs.crashes[i]
-		if c != first && !c.FaultAt.IsZero() && c.FaultAt.After(first.FaultAt) {
+		if c != first && !c.FaultAt.IsZero() && !c.FaultAt.Before(first.FaultAt) {
 			first.addEvidence("then: %s", c.Summary)
 			later[i] = true
 		}

@@ -11,13 +11,52 @@ import (
 
 // StragglerConfig: a rank is a straggler when its median arrival lag over the last
 // StragglerWindow positions (at least StragglerMinSamples of them) exceeds
-// max(StragglerMinLag, StragglerFraction × step period). The fraction keeps slow steps from
-// making normal jitter look like lag; the floor keeps fast steps from paging on noise.
+// max(StragglerMinLag, StragglerFraction × step period), and so does its median over the
+// last StragglerMinSamples positions: the lag still holds now, it is not the tail of one
+// that ended. The fraction keeps slow steps from making normal jitter look like lag; the
+// floor keeps fast steps from paging on noise.
+//
+// The first StragglerWarmupSteps steps of each communicator are not judged. Their arrival
+// times measure the job's start, not a rank's speed: ranks reach their first collectives
+// after different start-up work (imports, data loader workers, compilation and autotuning,
+// NCCL's lazy connection setup, DDP rebuilding its buckets after the first iteration), and
+// one that started late issues the whole first step late before a synchronisation at the
+// step's end levels it. Three steps cover the op before the training loop and the first
+// two steps (the skew the GPU harness's dry run replays, issue 16 item 7) with one step of
+// margin; a real straggler lags at every step, so it is found three step periods later.
 type StragglerConfig struct {
-	StragglerMinLag     time.Duration `yaml:"straggler_min_lag"`
-	StragglerFraction   float64       `yaml:"straggler_fraction"`
-	StragglerWindow     int           `yaml:"straggler_window"`
-	StragglerMinSamples int           `yaml:"straggler_min_samples"`
+	StragglerMinLag      time.Duration `yaml:"straggler_min_lag"`
+	StragglerFraction    float64       `yaml:"straggler_fraction"`
+	StragglerWindow      int           `yaml:"straggler_window"`
+	StragglerMinSamples  int           `yaml:"straggler_min_samples"`
+	StragglerWarmupSteps int           `yaml:"straggler_warmup_steps"`
+}
+
+// warmup is the last position of a communicator's warm-up: StragglerWarmupSteps steps of
+// the op pattern its most advanced member repeats. Where no pattern shows among that
+// member's n recent ops, a step is longer than the n/3 positions Period looks for, so the
+// warm-up is taken at that lower bound.
+func (c StragglerConfig) warmup(g *Group) int64 {
+	var leader *snapshot.Comm
+	for _, m := range g.Members {
+		if leader == nil || m.Comm.Count > leader.Count {
+			leader = m.Comm
+		}
+	}
+	if leader == nil || c.StragglerWarmupSteps <= 0 {
+		return 0
+	}
+	step := Period(leader, leader.Count+1)
+	if step == 0 {
+		step = int64(len(leader.Recent)/3 + 1)
+	}
+	return int64(c.StragglerWarmupSteps) * step
+}
+
+// afterWarmup drops the samples at positions up to last.
+func afterWarmup(s []lagSample, last int64) []lagSample {
+	i := sort.Search(len(s), func(i int) bool { return s[i].seq > last })
+	return s[i:]
 }
 
 // Timing says whether arrival times can be trusted for lag claims.
@@ -59,8 +98,10 @@ type lagSample struct {
 }
 
 // Straggler measures, per communicator and position, each rank's arrival lag behind the
-// first rank; a rank whose median lag over the window exceeds max(StragglerMinLag,
-// StragglerFraction × step period) is a straggler, with the position where it began.
+// first rank; a rank whose median lag after the warm-up, over the window and over the most
+// recent positions, exceeds max(StragglerMinLag, StragglerFraction × step period) is a
+// straggler, with the position where it began (warm-up included: a rank slow from the
+// start is slow since position 1).
 func Straggler(j *Job, cfg Config, timing Timing) []Finding {
 	if timing != TimingOK {
 		return nil
@@ -81,20 +122,18 @@ func Straggler(j *Job, cfg Config, timing Timing) []Finding {
 			return
 		}
 		series, firstArrival := lagSeries(g)
-		if len(firstArrival) < cfg.StragglerMinSamples {
+		warm, need := cfg.warmup(g), max(cfg.StragglerMinSamples, 1)
+		if len(afterWarmup(series[0], warm)) < need {
 			return
 		}
 		period := stepPeriod(g, firstArrival)
 		threshold := max(cfg.StragglerMinLag.Microseconds(), int64(cfg.StragglerFraction*float64(period.Microseconds())))
 		for i, m := range g.Members {
-			s := series[i]
+			s := afterWarmup(series[i], warm)
 			if len(s) > cfg.StragglerWindow && cfg.StragglerWindow > 0 {
 				s = s[len(s)-cfg.StragglerWindow:]
 			}
-			if len(s) < cfg.StragglerMinSamples {
-				continue
-			}
-			if med := medianLag(s); med > threshold {
+			if med := medianLag(s); med > threshold && medianLag(s[len(s)-need:]) > threshold {
 				perGroup[gi] = append(perGroup[gi], &verdict{proc: m.Proc, group: g, median: med, threshold: threshold,
 					onset: onset(series[i], threshold), samples: len(s), period: period})
 			}

@@ -122,9 +122,9 @@ def sidecar(f):
     def metrics():
         lines = []
         for g in gpus():
-            lines.append(f'ncclwatch_gpu_utilization_percent{{gpu="{g["i"]}"}} {g["util"]}')
+            lines.append(f'ncclwatch_gpu_utilization_ratio{{gpu="{g["i"]}"}} {g["util"] / 100}')
             lines.append(f'ncclwatch_gpu_power_watts{{gpu="{g["i"]}"}} {g["pw"]}')
-            lines.append(f'ncclwatch_gpu_sm_clock_mhz{{gpu="{g["i"]}"}} {g["sm"]}')
+            lines.append(f'ncclwatch_gpu_sm_clock_hertz{{gpu="{g["i"]}"}} {g["sm"] * 1e6}')
             for s in ("computing", "waiting", "idle"):
                 lines.append(f'ncclwatch_gpu_state{{gpu="{g["i"]}",state="{s}"}} {int(g["state"] == s)}')
         return "\n".join(lines) + "\n", "text/plain"

@@ -1,6 +1,7 @@
 package assemble
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -13,6 +14,7 @@ import (
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/detect/live"
+	"github.com/ncclwatch/watchdog/internal/buildinfo"
 )
 
 // DetectorConfig describes one detector replica; zero durations are live's defaults.
@@ -28,12 +30,18 @@ type DetectorConfig struct {
 
 	Logger     *slog.Logger // default slog.Default()
 	Registerer prometheus.Registerer
+	// Version gives what the command was stamped with at build time, for
+	// ncclwatch_build_info (nil: what the Go toolchain recorded).
+	Version buildinfo.Stamped
 }
 
 // Detector builds a detector replica on cli; Run starts it.
 func Detector(cli *clientv3.Client, cfg DetectorConfig) (*live.Detector, error) {
 	if reflect.ValueOf(cfg.Rules).IsZero() {
 		cfg.Rules = detect.DefaultConfig()
+	}
+	if err := buildinfo.Register(cfg.Registerer, buildinfo.Read(cfg.Version)); err != nil {
+		return nil, fmt.Errorf("detector: %w", err)
 	}
 	return live.New(live.Options{Client: cli, Rules: cfg.Rules, Interval: cfg.Interval, ResolveAfter: cfg.ResolveAfter,
 		LeaseTTL: cfg.LeaseTTL, NewAlerts: cfg.Alerts, Logger: cfg.Logger, Registerer: cfg.Registerer})

@@ -28,6 +28,7 @@ import (
 	"github.com/ncclwatch/watchdog/heartbeat/proc"
 	"github.com/ncclwatch/watchdog/heartbeat/publish"
 	"github.com/ncclwatch/watchdog/heartbeat/ras"
+	"github.com/ncclwatch/watchdog/internal/buildinfo"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -78,6 +79,9 @@ type SidecarConfig struct {
 
 	Logger     *slog.Logger // default slog.Default()
 	Registerer prometheus.Registerer
+	// Version gives what the command was stamped with at build time, for
+	// ncclwatch_build_info (nil: what the Go toolchain recorded).
+	Version buildinfo.Stamped
 }
 
 // PublishConfig says how a node key is kept in etcd; zero values are publish's defaults
@@ -107,6 +111,9 @@ func Sidecar(ctx context.Context, cli *clientv3.Client, cfg SidecarConfig) (sc *
 		Job: cfg.Job, Node: cfg.Node, LogPatterns: cfg.LogPatterns, StdoutPatterns: cfg.StdoutPatterns,
 		StateDir: cfg.StateDir, PollLogs: cfg.PollLogs, SampleEvery: cfg.SampleEvery,
 		Logger: log, Registerer: cfg.Registerer,
+	}
+	if err := buildinfo.Register(cfg.Registerer, buildinfo.Read(cfg.Version)); err != nil {
+		return nil, nil, fmt.Errorf("sidecar: %w", err)
 	}
 	if cli != nil {
 		opts.Publisher = Publisher(cli, cfg.Job, cfg.Node, cfg.Publish, log, cfg.Registerer)
