@@ -623,6 +623,11 @@ static void retire(struct nw_comm *c, uint64_t now) {
     if (!task_complete(c, t)) break;
     if (t->kind == NW_OP_COLL) {
       s->h.coll_done = t->seq_hi;
+      if (t->op.gpu_start_us && t->op.gpu_start_us >= t->op.issue_us && now >= t->op.gpu_start_us) {
+        s->h.timed_colls++;
+        s->h.queue_us += t->op.gpu_start_us - t->op.issue_us;
+        s->h.busy_us += now - t->op.gpu_start_us;
+      }
       /* A merged op may finish without its own channel start having been counted. */
       if (s->h.coll_started < s->h.coll_done) s->h.coll_started = s->h.coll_done;
     } else {

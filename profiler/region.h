@@ -6,6 +6,11 @@
  * compares every offset with the Go constants, so the two sides cannot drift: change a field
  * here and bump NW_LAYOUT_VERSION together with the Go side.
  *
+ * Version 2 (plugin 2) added each op's place in the process's issue order (proc_seq), each
+ * peer direction's network time of send steps (net_us, net_steps), and per comm the ops merged
+ * past the tracking ring (merged_ops) and the summed queue and busy times of completed
+ * collectives (timed_colls, queue_us, busy_us).
+ *
  * Concurrency: the header's static part is written before the file is renamed into place.
  * Its counters and flags change later through 8- or 4-byte atomic stores. Each comm slot is
  * guarded by its own seqlock (seq odd while a writer is inside); a reader copies a slot
@@ -139,7 +144,13 @@ struct nw_comm_hdr {
   struct nw_op inflight; /* the oldest op not complete; kind NONE when idle */
   struct nw_op last;     /* the newest op issued */
   uint64_t merged_ops;   /* ops issued past the ring: they share the newest entry's completion */
-  uint8_t reserved[112];
+  /* Completed collectives whose kernel start was seen, and their summed µs from issue to the
+   * kernel's start (queue) and from it to completion (busy): a rank that arrives late waits
+   * least, so its busy time per op is the shortest of its communicator's. */
+  uint64_t timed_colls;
+  uint64_t queue_us;
+  uint64_t busy_us;
+  uint8_t reserved[88];
 };
 
 struct nw_comm_slot {

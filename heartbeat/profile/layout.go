@@ -118,4 +118,7 @@ const (
 	chInflight      = 136
 	chLast          = 264
 	chMergedOps     = 392
+	chTimedColls    = 400
+	chQueueUs       = 408
+	chBusyUs        = 416
 )

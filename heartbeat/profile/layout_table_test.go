@@ -41,6 +41,7 @@ var layoutTable = map[string]int{
 	"comm_hdr.last_done_us": chLastDoneUs, "comm_hdr.dropped_events": chDroppedEvents,
 	"comm_hdr.dropped_peers": chDroppedPeers, "comm_hdr.pending": chPending, "comm_hdr.inflight": chInflight,
 	"comm_hdr.last": chLast, "comm_hdr.merged_ops": chMergedOps,
+	"comm_hdr.timed_colls": chTimedColls, "comm_hdr.queue_us": chQueueUs, "comm_hdr.busy_us": chBusyUs,
 
 	"comm_slot.peers": commHdrSize, "region.comms": headerSize,
 

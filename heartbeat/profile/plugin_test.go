@@ -176,7 +176,11 @@ func settled(t *testing.T, c Comm) Comm {
 	if c.Init == 0 || c.LastEvent == 0 {
 		t.Errorf("comm %s: init %d, last event %d", c.ID, c.Init, c.LastEvent)
 	}
-	c.Init, c.LastEvent, c.LastDone, c.Gen = 0, 0, 0, 0
+	if c.TimedColls > c.CollDone || (c.TimedColls == 0 && (c.BusyUs != 0 || c.QueueUs != 0)) {
+		t.Errorf("comm %s: %d timed collectives of %d done, queue %d µs, busy %d µs", c.ID, c.TimedColls, c.CollDone,
+			c.QueueUs, c.BusyUs)
+	}
+	c.Init, c.LastEvent, c.LastDone, c.Gen, c.QueueUs, c.BusyUs = 0, 0, 0, 0, 0, 0
 	for _, op := range []*Op{c.InFlight, c.Last} {
 		if op == nil {
 			continue
@@ -289,7 +293,7 @@ func testBasic(t *testing.T, b *built, ver int) {
 	}
 	want := Comm{
 		Slot: 0, ID: 0xA1A2A3A4A5A6A7A8, Rank: 1, NRanks: nranks, NNodes: nnodes,
-		CollIssued: 3, CollStarted: 3, CollDone: 2, NCCLSeq: 2, P2PIssued: 3, P2PDone: 2, Pending: 2,
+		CollIssued: 3, CollStarted: 3, CollDone: 2, NCCLSeq: 2, P2PIssued: 3, P2PDone: 2, Pending: 2, TimedColls: 2,
 		InFlight: &Op{Kind: OpColl, Seq: 3, NCCLSeq: 2, Func: "AllReduce", Count: 3000, Datatype: "ncclFloat32",
 			Algo: "RING", Proto: "SIMPLE", NChannels: 2, KernelChStarted: 2, ProxyOpen: 2, GPUTimer: timer, ProcSeq: 5},
 		Last: &Op{Kind: OpP2P, Seq: 2, Func: "Send", Count: 8192, Datatype: "ncclInt8", Root: 3, NChannels: p2pCh, ProcSeq: 6},
@@ -396,7 +400,8 @@ func testBurst(t *testing.T, b *built) {
 		m := r.Comms[0]
 		s := m.Peers[0].Send
 		switch {
-		case m.CollIssued != 300 || m.CollDone != c.collDone || uint64(m.Pending) != c.pending || m.MergedOps != 44:
+		case m.CollIssued != 300 || m.CollDone != c.collDone || uint64(m.Pending) != c.pending || m.MergedOps != 44 ||
+			(c.done > 0) != (m.TimedColls > 0):
 			t.Errorf("burst %d: %s", c.done, dump(m))
 		case (c.inFlight == 0) != (m.InFlight == nil) || (m.InFlight != nil && m.InFlight.Seq != c.inFlight):
 			t.Errorf("burst %d: in flight %+v, want seq %d", c.done, m.InFlight, c.inFlight)

@@ -208,7 +208,13 @@ type Comm struct {
 	// MergedOps counts ops issued while the plugin's ring of tracked ops was full: each
 	// shares the newest tracked op's completion, so the counters stay exact.
 	MergedOps uint64 `json:"merged_ops,omitempty"`
-	Pending   int    `json:"pending"` // operations tracked and not complete
+	// TimedColls counts completed collectives whose kernel start was seen; QueueUs sums
+	// their µs from issue to the kernel's start, BusyUs from that start to completion. A rank
+	// that arrives late at its collectives waits least: its busy time per op is the shortest.
+	TimedColls uint64 `json:"timed_colls,omitempty"`
+	QueueUs    uint64 `json:"queue_us,omitempty"`
+	BusyUs     uint64 `json:"busy_us,omitempty"`
+	Pending    int    `json:"pending"` // operations tracked and not complete
 	// InFlight is the oldest operation not complete (nil when none); Last the newest issued.
 	InFlight *Op    `json:"in_flight,omitempty"`
 	Last     *Op    `json:"last,omitempty"`
@@ -449,6 +455,9 @@ func decodeComm(s []byte, slot, maxPeers int) (Comm, error) {
 		DroppedEvents: u64(s, chDroppedEvents),
 		DroppedPeers:  u64(s, chDroppedPeers),
 		MergedOps:     u64(s, chMergedOps),
+		TimedColls:    u64(s, chTimedColls),
+		QueueUs:       u64(s, chQueueUs),
+		BusyUs:        u64(s, chBusyUs),
 		Pending:       int(u32(s, chPending)),
 		InFlight:      decodeOp(s[chInflight : chInflight+opSize]),
 		Last:          decodeOp(s[chLast : chLast+opSize]),

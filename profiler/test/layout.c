@@ -126,6 +126,9 @@ int main(void) {
   OFF("comm_hdr", struct nw_comm_hdr, inflight);
   OFF("comm_hdr", struct nw_comm_hdr, last);
   OFF("comm_hdr", struct nw_comm_hdr, merged_ops);
+  OFF("comm_hdr", struct nw_comm_hdr, timed_colls);
+  OFF("comm_hdr", struct nw_comm_hdr, queue_us);
+  OFF("comm_hdr", struct nw_comm_hdr, busy_us);
 
   OFF("comm_slot", struct nw_comm_slot, peers);
   OFF("region", struct nw_region, comms);
