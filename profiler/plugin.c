@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -149,6 +150,10 @@ static pid_t g_pid;
 static nw_logger_t g_log;
 static int g_mask;
 static char g_path[512];
+/* The region's file stays open with an exclusive flock for the life of the process: the
+ * kernel drops the lock however the process ends (a SIGKILL, an OOM kill), so a reader that
+ * finds it free knows the region is stale, in any pid namespace. -1: no lock. */
+static int g_lock_fd = -1;
 static char g_disable_msg[160];
 static int g_disable_logged, g_region_logged;
 
@@ -360,7 +365,13 @@ static void region_create(void) {
   int rc = posix_fallocate(fd, 0, (off_t)size);
   void *map = rc == 0 ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
   if (rc == 0 && map == MAP_FAILED) rc = errno;
-  close(fd);
+  /* Nobody else sees the file before the rename, so this never waits. */
+  int locked = rc == 0 && flock(fd, LOCK_EX | LOCK_NB) == 0;
+  if (locked) {
+    g_lock_fd = fd;
+  } else {
+    close(fd);
+  }
   if (rc != 0) {
     char why[160];
     snprintf(why, sizeof why, "cannot size or map %.100s: %s", tmp, strerror(rc));
@@ -394,6 +405,8 @@ static void region_create(void) {
     snprintf(why, sizeof why, "cannot rename region to %.100s: %s", g_path, strerror(errno));
     munmap(map, size);
     unlink(tmp);
+    if (g_lock_fd >= 0) close(g_lock_fd);
+    g_lock_fd = -1;
     disable(why);
     return;
   }
@@ -404,6 +417,10 @@ static void region_create(void) {
  * the parent's region, so it starts over with its own. */
 static void forget_parent_region(void) {
   if (g_reg) munmap(g_reg, sizeof(struct nw_region));
+  /* The lock belongs to the parent's open file: closing our copy of it keeps it held for the
+   * parent (flock drops it only with its last descriptor, or an explicit unlock). */
+  if (g_lock_fd >= 0) close(g_lock_fd);
+  g_lock_fd = -1;
   g_reg = NULL;
   g_reg_tried = 0;
   g_region_logged = 0;
