@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ncclwatch/watchdog/heartbeat/profile/profiletest"
 )
 
 // The plugin tests build profiler/plugin.c and profiler/test/driver.c with gcc, run the
@@ -598,52 +600,19 @@ func TestPluginCost(t *testing.T) {
 }
 
 // TestRegionLockTellsALiveProcess: a region whose process runs is locked; once the process
-// is killed (its header still says running) the lock is gone, and a region copied elsewhere
-// (never locked) reads as stale too.
+// is killed (its header still says running) the lock is gone.
 func TestRegionLockTellsALiveProcess(t *testing.T) {
-	gcc := needGCC(t)
-	b := build(t, gcc, variants[0])
-	dir := t.TempDir()
-	cmd := b.command(context.Background(), dir, "script", 5, 0)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	fmt.Fprintln(stdin, "init 0 77 2 0\ncoll 0 AllReduce 8 1\nsync")
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() && !strings.HasPrefix(sc.Text(), "sync") {
-	}
-	path := filepath.Join(dir, FileName(shortHost(t), cmd.Process.Pid))
-	if alive, err := Alive(path); err != nil || !alive {
+	rank := profiletest.Build(t).Start(t, t.TempDir())
+	rank.Do("init 0 77 2 0", "coll 0 AllReduce 8 1")
+	if alive, err := Alive(rank.Path()); err != nil || !alive {
 		t.Fatalf("running process: alive %v, %v", alive, err)
 	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	r, err := Read(path)
+	rank.Kill()
+	r, err := Read(rank.Path())
 	if err != nil || r.Process.State != ProcRunning {
 		t.Fatalf("a killed process's region should still say running: %+v, %v", r, err)
 	}
-	if alive, err := Alive(path); err != nil || alive {
+	if alive, err := Alive(rank.Path()); err != nil || alive {
 		t.Fatalf("killed process: alive %v, %v", alive, err)
 	}
-}
-
-func shortHost(t *testing.T) string {
-	t.Helper()
-	h, err := os.Hostname()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _, _ = strings.Cut(h, ".")
-	return h
 }
