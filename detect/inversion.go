@@ -39,17 +39,21 @@ func OrderInversion(j *Job, cfg Config) []Finding {
 	if len(stuck) < 2 {
 		return nil
 	}
+	ix := commIndex{}
 	// Pairs of stuck communicators and the processes that share them.
 	type pair struct{ small, large *Group }
 	shared := map[pair][]*Proc{}
 	var pairs []pair
-	for _, p := range j.Procs {
-		var gs []*Group
-		for _, g := range stuck {
-			if memberComm(g, p) != nil && len(gs) < maxPairComms {
-				gs = append(gs, g)
+	procGroups := map[*Proc][]*Group{}
+	for _, g := range stuck {
+		for _, m := range g.Members {
+			if gs := procGroups[m.Proc]; len(gs) < maxPairComms {
+				procGroups[m.Proc] = append(gs, g)
 			}
 		}
+	}
+	for _, p := range j.Procs {
+		gs := procGroups[p]
 		for i := range gs {
 			for k := i + 1; k < len(gs); k++ {
 				pr := pair{gs[i], gs[k]}
@@ -70,12 +74,12 @@ func OrderInversion(j *Job, cfg Config) []Finding {
 		if len(ps) < 2 {
 			continue
 		}
-		o := compareOrders(pr.small, pr.large, ps)
+		o := compareOrders(ix, pr.small, pr.large, ps)
 		first, second := o.split(ps)
 		if len(first) == 0 || len(second) == 0 {
 			continue
 		}
-		f := inversionFinding(j, pr.small, pr.large, ps, o, first, second)
+		f := inversionFinding(j, ix, pr.small, pr.large, ps, o, first, second)
 		if i, ok := byKey[f.Key]; ok {
 			out[i].addEvidence("also: %s", f.Summary)
 			continue
@@ -96,13 +100,20 @@ func smaller(a, b *Group) bool {
 	return a.ID < b.ID
 }
 
-func memberComm(g *Group, p *Proc) *snapshot.Comm {
-	for _, m := range g.Members {
-		if m.Proc == p {
-			return m.Comm
+// commIndex finds a process's member of a group in O(1): a 100k-rank job has groups of
+// 100k members, and OrderInversion asks for every process of every pair.
+type commIndex map[*Group]map[*Proc]*snapshot.Comm
+
+func (ix commIndex) of(g *Group, p *Proc) *snapshot.Comm {
+	m, ok := ix[g]
+	if !ok {
+		m = make(map[*Proc]*snapshot.Comm, len(g.Members))
+		for _, mb := range g.Members {
+			m[mb.Proc] = mb.Comm
 		}
+		ix[g] = m
 	}
-	return nil
+	return m[p]
 }
 
 // orders is what each process of a set did with one op of a and one of b.
@@ -128,17 +139,17 @@ func (o orders) split(ps []*Proc) (aFirst, bFirst []*Proc) {
 
 // compareOrders compares, for each process, its ops of a and b: at the latest positions
 // all of them reached on both; where those agree, at the newest positions any reached.
-func compareOrders(a, b *Group, ps []*Proc) orders {
+func compareOrders(ix commIndex, a, b *Group, ps []*Proc) orders {
 	minA, minB, maxA, maxB := int64(1<<62), int64(1<<62), int64(0), int64(0)
 	for _, p := range ps {
-		ca, cb := memberComm(a, p), memberComm(b, p)
+		ca, cb := ix.of(a, p), ix.of(b, p)
 		minA, maxA = min(minA, ca.Count), max(maxA, ca.Count)
 		minB, maxB = min(minB, cb.Count), max(maxB, cb.Count)
 	}
 	common := orders{a: a, b: b, posA: minA, posB: minB, vote: map[*Proc]int{}}
 	if minA > 0 && minB > 0 {
 		for _, p := range ps {
-			common.vote[p] = issueOrder(p, memberComm(a, p), minA, memberComm(b, p), minB)
+			common.vote[p] = issueOrder(p, ix.of(a, p), minA, ix.of(b, p), minB)
 		}
 		if first, second := common.split(ps); len(first) > 0 && len(second) > 0 {
 			return common
@@ -146,7 +157,7 @@ func compareOrders(a, b *Group, ps []*Proc) orders {
 	}
 	newest := orders{a: a, b: b, posA: maxA, posB: maxB, vote: map[*Proc]int{}}
 	for _, p := range ps {
-		ca, cb := memberComm(a, p), memberComm(b, p)
+		ca, cb := ix.of(a, p), ix.of(b, p)
 		switch hasA, hasB := ca.Count >= maxA, cb.Count >= maxB; {
 		case hasA && hasB:
 			newest.vote[p] = issueOrder(p, ca, maxA, cb, maxB)
@@ -212,7 +223,7 @@ func siblings(j *Job, small, large *Group) []*Group {
 	return out
 }
 
-func inversionFinding(j *Job, small, large *Group, ps []*Proc, o orders, smallFirst, largeFirst []*Proc) Finding {
+func inversionFinding(j *Job, ix commIndex, small, large *Group, ps []*Proc, o orders, smallFirst, largeFirst []*Proc) Finding {
 	f := Finding{Kind: incident.KindOrderInversion, Severity: incident.SeverityCritical, Comm: small.ID, Seq: o.posA,
 		comms: []string{small.ID, large.ID}}
 	// The usual order: the majority of the ranks sharing both, then of the siblings.
@@ -224,7 +235,7 @@ func inversionFinding(j *Job, small, large *Group, ps []*Proc, o orders, smallFi
 			for _, m := range sib.Members {
 				sp = append(sp, m.Proc)
 			}
-			so := compareOrders(sib, large, sp)
+			so := compareOrders(ix, sib, large, sp)
 			a, b := so.split(sp)
 			usualSmall, usualLarge = usualSmall+len(a), usualLarge+len(b)
 			if len(a) > 0 {
@@ -257,7 +268,7 @@ func inversionFinding(j *Job, small, large *Group, ps []*Proc, o orders, smallFi
 		f.Key = "rank:" + culprits[0].Key()
 	}
 	opText := func(g *Group, p *Proc, pos int64) string {
-		if op := opAt(memberComm(g, p), pos); op != nil {
+		if op := opAt(ix.of(g, p), pos); op != nil {
 			return describeOp(op) + " on communicator " + shortComm(g.ID)
 		}
 		return fmt.Sprintf("its collective %d on communicator %s (not issued yet)", pos, shortComm(g.ID))
@@ -276,7 +287,7 @@ func inversionFinding(j *Job, small, large *Group, ps []*Proc, o orders, smallFi
 		f.Summary = fmt.Sprintf("%s called %s before %s; %s called them the other way round, so each communicator waits for the other (a deadlock where the GPU runs them one after the other, e.g. CUDA_DEVICE_MAX_CONNECTIONS=1)",
 			procNames(culprits), opText(cFirst, c, posOf(cFirst)), opText(cSecond, c, posOf(cSecond)), procNames(usual))
 		for _, p := range culprits {
-			if op := opAt(memberComm(cSecond, p), posOf(cSecond)); op != nil && op.T != 0 {
+			if op := opAt(ix.of(cSecond, p), posOf(cSecond)); op != nil && op.T != 0 {
 				f.FaultAt = op.T.Time()
 			}
 		}
@@ -289,8 +300,8 @@ func inversionFinding(j *Job, small, large *Group, ps []*Proc, o orders, smallFi
 		case -1:
 			first, second = large, small
 		}
-		f.addEvidence("%s: %s, then %s%s", p.Name(), positionText(p, first, posOf(first)), positionText(p, second, posOf(second)),
-			orderSource(p))
+		f.addEvidence("%s: %s, then %s%s", p.Name(), positionText(ix.of(first, p), p, first, posOf(first)),
+			positionText(ix.of(second, p), p, second, posOf(second)), orderSource(p))
 	}
 	for _, e := range sibEvidence {
 		f.addEvidence("%s", e)
@@ -298,9 +309,8 @@ func inversionFinding(j *Job, small, large *Group, ps []*Proc, o orders, smallFi
 	return f
 }
 
-// positionText is "communicator X position N (its call #I)".
-func positionText(p *Proc, g *Group, pos int64) string {
-	c := memberComm(g, p)
+// positionText is "communicator X position N (its call #I)" for the process's member c.
+func positionText(c *snapshot.Comm, p *Proc, g *Group, pos int64) string {
 	s := fmt.Sprintf("communicator %s position %d", shortComm(g.ID), pos)
 	if idx, _ := issueIndex(p, c, pos); idx != 0 {
 		s += fmt.Sprintf(" (its call #%d)", idx)

@@ -62,3 +62,17 @@ func BenchmarkEvaluate4096(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/cycle")
 }
+
+// BenchmarkEvaluate4096Stuck: the same job a minute after every communicator stopped (a hang
+// at scale): the rules that compare communicators pairwise (OrderInversion) do their most.
+func BenchmarkEvaluate4096Stuck(b *testing.B) {
+	now := time.Now()
+	d := &Detector{opts: Options{Rules: detect.DefaultConfig()}, state: bigJob(512, now), lostTimes: map[string][]time.Time{}}
+	d.opts.defaults()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d.evaluateJob("big", now.Add(time.Minute))
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/cycle")
+}
