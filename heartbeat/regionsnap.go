@@ -24,30 +24,59 @@ import (
 // timingWindow is how far back per-op durations are averaged.
 const timingWindow = 30 * time.Second
 
-// windowSamples bounds the samples a window keeps (one per poll).
-const windowSamples = 64
+// windowSamples bounds the samples a window keeps; sampleGap spaces them so that they span
+// timingWindow whatever the polling rate.
+const (
+	windowSamples = 64
+	sampleGap     = 2 * timingWindow / windowSamples
+)
 
-type timedSample struct {
-	at                 time.Time
-	colls, queue, busy uint64
+// window keeps cumulative counters as read at successive polls: the difference between its
+// oldest sample within timingWindow and its newest is what happened in between.
+type window[T any] struct {
+	at [windowSamples]time.Time
+	v  [windowSamples]T
+	n  int
 }
 
-type netSample struct {
-	at        time.Time
-	us, steps uint64
+// add takes a poll's counters. Samples closer than sampleGap to the one before the newest
+// replace the newest, so the ring spans timingWindow even at fast polls.
+func (w *window[T]) add(now time.Time, v T) {
+	if w.n >= 2 && now.Sub(w.at[(w.n-2)%windowSamples]) < sampleGap {
+		w.n--
+	}
+	w.at[w.n%windowSamples], w.v[w.n%windowSamples] = now, v
+	w.n++
 }
 
-// commWindow keeps a communicator's cumulative timing counters over recent polls.
+// span returns the oldest sample within timingWindow of the newest, the newest, and the time
+// between them.
+func (w *window[T]) span() (first, last T, d time.Duration, ok bool) {
+	if w.n < 2 {
+		return first, last, 0, false
+	}
+	newest := (w.n - 1) % windowSamples
+	oldest := newest
+	for back := 1; back < min(w.n, windowSamples); back++ {
+		i := (w.n - 1 - back) % windowSamples
+		if w.at[newest].Sub(w.at[i]) > timingWindow {
+			break
+		}
+		oldest = i
+	}
+	return w.v[oldest], w.v[newest], w.at[newest].Sub(w.at[oldest]), oldest != newest
+}
+
+type timedSample struct{ colls, queue, busy uint64 }
+
+type netSample struct{ us, steps uint64 }
+
+// commWindow keeps a communicator's timing counters, and its send links' network time by
+// peer rank, over recent polls.
 type commWindow struct {
-	colls [windowSamples]timedSample
-	n     int
-	peers map[int]*peerWindow // send direction, by peer rank
+	colls window[timedSample]
+	peers map[int]*window[netSample]
 	seen  time.Time
-}
-
-type peerWindow struct {
-	samples [windowSamples]netSample
-	n       int
 }
 
 // observe takes the region just read into the windows and the issue clock.
@@ -61,20 +90,18 @@ func (rr *rankRegion) observe(now time.Time) {
 		k := commKey{slot: c.Slot, gen: c.Gen}
 		w := rr.windows[k]
 		if w == nil {
-			w = &commWindow{peers: map[int]*peerWindow{}}
+			w = &commWindow{peers: map[int]*window[netSample]{}}
 			rr.windows[k] = w
 		}
 		w.seen = now
-		w.colls[w.n%windowSamples] = timedSample{at: now, colls: c.TimedColls, queue: c.QueueUs, busy: c.BusyUs}
-		w.n++
+		w.colls.add(now, timedSample{colls: c.TimedColls, queue: c.QueueUs, busy: c.BusyUs})
 		for _, p := range c.Peers {
 			pw := w.peers[p.Rank]
 			if pw == nil {
-				pw = &peerWindow{}
+				pw = &window[netSample]{}
 				w.peers[p.Rank] = pw
 			}
-			pw.samples[pw.n%windowSamples] = netSample{at: now, us: p.Send.NetUs, steps: p.Send.NetSteps}
-			pw.n++
+			pw.add(now, netSample{us: p.Send.NetUs, steps: p.Send.NetSteps})
 		}
 	}
 	// Slots finalized (or reused) leave their windows behind: bounded by the plugin's slots.
@@ -85,46 +112,20 @@ func (rr *rankRegion) observe(now time.Time) {
 	}
 }
 
-// oldestWithin returns the index (in ring order) of the oldest of the last n samples taken
-// within timingWindow of the newest, and how many samples that spans.
-func oldestWithin(n int, at func(i int) time.Time) (first, newest int, ok bool) {
-	if n < 2 {
-		return 0, 0, false
-	}
-	newest = (n - 1) % windowSamples
-	first = newest
-	for back := 1; back < min(n, windowSamples); back++ {
-		i := (n - 1 - back) % windowSamples
-		if at(newest).Sub(at(i)) > timingWindow {
-			break
-		}
-		first = i
-	}
-	return first, newest, first != newest
-}
-
 func (w *commWindow) timing() *snapshot.Timing {
-	first, last, ok := oldestWithin(w.n, func(i int) time.Time { return w.colls[i].at })
-	if !ok {
-		return nil
-	}
-	a, b := w.colls[first], w.colls[last]
-	if b.colls <= a.colls || b.busy < a.busy || b.queue < a.queue {
+	a, b, d, ok := w.colls.span()
+	if !ok || b.colls <= a.colls || b.busy < a.busy || b.queue < a.queue {
 		return nil
 	}
 	n := b.colls - a.colls
-	return &snapshot.Timing{N: int64(n), Window: b.at.Sub(a.at).Microseconds(),
-		Busy: int64((b.busy - a.busy) / n), Queue: int64((b.queue - a.queue) / n)}
+	return &snapshot.Timing{N: int64(n), Window: d.Microseconds(), Busy: int64((b.busy - a.busy) / n),
+		Queue: int64((b.queue - a.queue) / n)}
 }
 
 // net is a peer's mean network µs per send step over the window, and the steps it covers.
-func (pw *peerWindow) net() (us, steps int64) {
-	first, last, ok := oldestWithin(pw.n, func(i int) time.Time { return pw.samples[i].at })
-	if !ok {
-		return 0, 0
-	}
-	a, b := pw.samples[first], pw.samples[last]
-	if b.steps <= a.steps || b.us < a.us {
+func net(pw *window[netSample]) (us, steps int64) {
+	a, b, _, ok := pw.span()
+	if !ok || b.steps <= a.steps || b.us < a.us {
 		return 0, 0
 	}
 	n := b.steps - a.steps
@@ -184,7 +185,7 @@ func (rr *rankRegion) completion(c *profile.Comm) *snapshot.Completion {
 				State: proxyStates[pd.State], StateAt: pd.StateAt, P2PIssued: int64(pd.P2PIssued), P2PDone: int64(pd.P2PDone)}
 			if dir.d == snapshot.DirSend && w != nil {
 				if pw := w.peers[p.Rank]; pw != nil {
-					pp.NetUs, pp.NetSteps = pw.net()
+					pp.NetUs, pp.NetSteps = net(pw)
 				}
 			}
 			d.Peers = append(d.Peers, pp)

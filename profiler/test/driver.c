@@ -702,7 +702,8 @@ static void forked(void) {
  *   p2p C FUNC PEER COUNT       issue a Send or Recv (one channel)
  *   start O / end O             op O's kernel channels start / stop
  *   px O PEER SEND NSTEPS CH    a proxy op of op O with PEER (SEND 1 or 0)
- *   step X N UPTO               step N of proxy op X through UPTO of its 3 states, ended at 3
+ *   step X N UPTO [MS]          step N of proxy op X through UPTO of its 3 states, ended at 3
+ *                               (MS milliseconds after its last state: time on the network)
  *   pxend X                     proxy op X ends
  *   run O PEER NSTEPS           op O runs to completion: start, a send and a receive proxy op
  *                               with PEER of NSTEPS steps each, end
@@ -779,9 +780,16 @@ static void script(void) {
       s_end(s_opnum(n1));
     } else if (sscanf(line, "px %d %d %d %d %d", &n1, &n2, &n3, &n4, &c) == 5) {
       s_px_open(s_opnum(n1), n2, n3, n4, c);
-    } else if (sscanf(line, "step %d %d %d", &n1, &n2, &n3) == 3) {
+    } else if ((n4 = 0, sscanf(line, "step %d %d %d %d", &n1, &n2, &n3, &n4)) >= 3) {
       if (n1 < 0 || n1 >= s_npx) fail("script: no proxy op %d", n1);
-      step(s_comm[s_px[n1].comm].ctx, s_px[n1].h, s_px[n1].send, n2, n3);
+      void *ctx = s_comm[s_px[n1].comm].ctx;
+      void *h = step(ctx, s_px[n1].h, s_px[n1].send, n2, n3 >= 3 && n4 > 0 ? 2 : n3);
+      if (n3 >= 3 && n4 > 0) { /* the last state, MS on the network, then the end */
+        state(h, s_px[n1].send ? NW_ST_STEP_SEND_WAIT : NW_ST_STEP_RECV_GPU_WAIT, 0, 0);
+        struct timespec ts = {n4 / 1000, (long)(n4 % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        stop(h);
+      }
     } else if (sscanf(line, "pxend %d", &n1) == 1) {
       if (n1 < 0 || n1 >= s_npx) fail("script: no proxy op %d", n1);
       stop(s_px[n1].h);
