@@ -142,6 +142,9 @@ func (s *Sidecar) pollRegions() {
 				continue
 			}
 			alive, lockErr := profile.Alive(path)
+			if rs.stale(path, fi, reg, alive, lockErr, now, s.opts.KeepExited) {
+				continue
+			}
 			s.applyRegion(path, reg, alive, lockErr, now)
 		}
 	}
@@ -181,6 +184,31 @@ func (rs *regionSet) skip(path string, st fileStamp) {
 		clear(rs.skipped) // bounded: what is forgotten is read and skipped again
 	}
 	rs.skipped[path] = st
+}
+
+// stale says whether a region first seen now belongs to a process that ended long ago (a
+// previous job's, left in /dev/shm): it is left out for good, never reported as a crash. A
+// process that ended within KeepExited (while the sidecar restarted) is still reported.
+func (rs *regionSet) stale(path string, fi fs.FileInfo, reg *profile.Region, alive bool, lockErr error, now time.Time,
+	keep time.Duration) bool {
+	p := reg.Process
+	dead := p.State == profile.ProcExited || (lockErr == nil && !alive)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rr := rs.byPath[path]; !dead || (rr != nil && rr.pid == p.PID && rr.start == p.ProcStartTicks) {
+		return false
+	}
+	last := max(p.Started, p.Exited)
+	for _, c := range reg.Comms {
+		last = max(last, c.LastEvent)
+	}
+	if now.Sub(last.Time()) <= keep {
+		return false
+	}
+	rs.skip(path, stampOf(fi))
+	rs.log.Debug("profiler region of a process that ended long ago: left out", "path", path, "pid", p.PID,
+		"last_activity", last.Time())
+	return true
 }
 
 // leaveOut records a file that cannot be read: said once per file, read again only when

@@ -255,3 +255,29 @@ func TestRegionsThatCannotBeRead(t *testing.T) {
 		t.Fatalf("truncated and garbage files reported %d times, want once each", c)
 	}
 }
+
+// TestStaleRegionLeftOut: regions of processes that ended long before the sidecar came
+// (an earlier job's, left in /dev/shm) are never reported, so never taken for a crash; one
+// that ended within KeepExited of the sidecar's start still is (it crashed while the sidecar
+// restarted), and so is a rank the sidecar saw alive, then dead.
+func TestStaleRegionLeftOut(t *testing.T) {
+	kit := profiletest.Build(t)
+	dir := t.TempDir()
+	old := kit.Start(t, dir, env(0, 2)...)
+	old.Do("init 0 1 2 0", "coll 0 AllReduce 8 1", "start 0")
+	old.Kill()
+	recent := kit.Start(t, dir, env(1, 2)...)
+	recent.Do("init 0 2 2 1", "coll 0 AllReduce 8 1", "start 0")
+	clock := newFakeClock()
+	clock.Add(20 * time.Minute) // the sidecar starts 20 minutes after the first rank was killed
+	s := regionSidecar(t, t.TempDir(), dir, clock, nil)
+	n := waitSnapshot(t, s, "the live region", func(n *snapshot.Node) bool { return procByPID(n, recent.PID) != nil })
+	if p := procByPID(n, old.PID); p != nil {
+		t.Fatalf("a region of a process gone 20 minutes ago is reported: %+v", p)
+	}
+	recent.Kill()
+	waitSnapshot(t, s, "a crash seen by the sidecar", func(n *snapshot.Node) bool {
+		p := procByPID(n, recent.PID)
+		return p != nil && p.State == snapshot.ProcExited
+	})
+}
