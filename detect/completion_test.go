@@ -177,3 +177,14 @@ func TestStuckWaitsReplacesTheGPUGuess(t *testing.T) {
 		t.Fatalf("findings %+v", res.Findings)
 	}
 }
+
+// TestExitedRankStateIsStale: a rank that died with collective 31 on its GPU shows it there
+// for ever; the rank that never issued 31 is not called hung for it (the crash rule judges).
+func TestExitedRankStateIsStale(t *testing.T) {
+	dead := pluginRank(0, 31, 30, 3100*time.Millisecond, 20*time.Millisecond)
+	dead.State, dead.ExitedAt = snapshot.ProcExited, us(3200*time.Millisecond)
+	j := job(20*time.Second, dead, pluginRank(1, 30, 30, 0, 20*time.Millisecond))
+	if fs := append(CompletionHang(j, DefaultConfig()), StuckWaits(j, DefaultConfig())...); len(fs) != 0 {
+		t.Fatalf("a finding from a dead rank's state: %+v", fs)
+	}
+}

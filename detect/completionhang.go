@@ -31,10 +31,11 @@ func (c CompletionConfig) CompletionWindow(g *Group) time.Duration {
 	return w
 }
 
-// onGPU is the collective a member has in flight on its GPU, nil when none.
+// onGPU is the collective a member has in flight on its GPU, nil when none. A process
+// that exited shows its last state for ever: it runs nothing.
 func onGPU(m Member) *snapshot.Flight {
 	d := m.Comm.Done
-	if d == nil || d.InFlight == nil || d.InFlight.P2P || d.InFlight.GPUStart == 0 {
+	if d == nil || d.InFlight == nil || d.InFlight.P2P || d.InFlight.GPUStart == 0 || m.Proc.State == snapshot.ProcExited {
 		return nil
 	}
 	return d.InFlight

@@ -64,7 +64,8 @@ func MeasuredStragglers(j *Job, cfg Config) []Finding {
 	for _, g := range j.Groups {
 		var ts []timed
 		for _, m := range g.Members {
-			if d := m.Comm.Done; d != nil && d.Timing != nil && d.Timing.N >= int64(cfg.MeasuredMinOps) {
+			if d := m.Comm.Done; d != nil && d.Timing != nil && d.Timing.N >= int64(cfg.MeasuredMinOps) &&
+				m.Proc.State != snapshot.ProcExited {
 				ts = append(ts, timed{m, d.Timing})
 			}
 		}
@@ -147,7 +148,7 @@ func SlowLinks(j *Job, cfg Config) []Finding {
 		}
 		var links []link
 		for _, m := range g.Members {
-			if m.Comm.Done == nil {
+			if m.Comm.Done == nil || m.Proc.State == snapshot.ProcExited {
 				continue
 			}
 			for _, pp := range m.Comm.Done.Peers {
