@@ -150,6 +150,8 @@ func kindTitle(k incident.Kind) string {
 		return "Lost node"
 	case incident.KindStuckInFlight:
 		return "Collective stuck in flight"
+	case incident.KindOrderInversion:
+		return "Collectives called in another order"
 	case incident.KindMonitoring:
 		return "Monitoring gap"
 	case incident.KindConfig:

@@ -6,25 +6,30 @@ import "time"
 // embedded inline, so the YAML keys stay the flat names the detector's config file and
 // docs/configuration.md use (rules.hang_floor, not rules.hang.floor).
 type Config struct {
-	HangConfig      `yaml:",inline"`
-	StragglerConfig `yaml:",inline"`
-	LinkConfig      `yaml:",inline"`
-	EventConfig     `yaml:",inline"`
-	LostConfig      `yaml:",inline"`
-	IBConfig        `yaml:",inline"`
-	ConnConfig      `yaml:",inline"`
-	CUDAConfig      `yaml:",inline"`
-	SetupConfig     `yaml:",inline"`
-	RASConfig       `yaml:",inline"`
-	TorchConfig     `yaml:",inline"`
-	ErrorConfig     `yaml:",inline"`
-	TeardownConfig  `yaml:",inline"`
+	HangConfig       `yaml:",inline"`
+	CompletionConfig `yaml:",inline"`
+	DurationConfig   `yaml:",inline"`
+	StragglerConfig  `yaml:",inline"`
+	LinkConfig       `yaml:",inline"`
+	EventConfig      `yaml:",inline"`
+	LostConfig       `yaml:",inline"`
+	IBConfig         `yaml:",inline"`
+	ConnConfig       `yaml:",inline"`
+	CUDAConfig       `yaml:",inline"`
+	SetupConfig      `yaml:",inline"`
+	RASConfig        `yaml:",inline"`
+	TorchConfig      `yaml:",inline"`
+	ErrorConfig      `yaml:",inline"`
+	TeardownConfig   `yaml:",inline"`
 }
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		HangConfig: HangConfig{HangFloor: 10 * time.Second, HangK: 4},
+		HangConfig:       HangConfig{HangFloor: 10 * time.Second, HangK: 4},
+		CompletionConfig: CompletionConfig{CompletionFloor: 3 * time.Second, CompletionK: 10},
+		DurationConfig: DurationConfig{MeasuredLagMin: 20 * time.Millisecond, MeasuredLagFraction: 0.25, MeasuredMinOps: 8,
+			SlowLinkFactor: 3, SlowLinkMinStep: 500 * time.Microsecond, SlowLinkMinSteps: 32},
 		StragglerConfig: StragglerConfig{StragglerMinLag: 20 * time.Millisecond, StragglerFraction: 0.05,
 			StragglerWindow: 64, StragglerMinSamples: 8, StragglerWarmupSteps: 3},
 		LinkConfig:  LinkConfig{XmitWaitPerSecond: 1e6},

@@ -16,6 +16,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	var (
 		stuck, crashes, mism, hangs, p2p, links, setup, cuda, ras, nccl, conns, silent, store []Finding
 		gpu, stragglers, lost, monitoring, diagnostics                                        []Finding
+		inversions, doneHangs, waits, slowLinks, measured                                     []Finding
 		paused                                                                                []string
 	)
 	rules := []func(){
@@ -37,17 +38,23 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		func() { lost = LostNodes(j, cfg) },
 		func() { monitoring = Monitoring(j) },
 		func() { diagnostics = Diagnostics(j) },
+		func() { inversions = OrderInversion(j, cfg) },
+		func() { doneHangs = CompletionHang(j, cfg) },
+		func() { waits = StuckWaits(j, cfg) },
+		func() { slowLinks = SlowLinks(j, cfg) },
+		func() { measured = MeasuredStragglers(j, cfg) },
 	}
 	parallel(len(rules), 1, func(i int) { rules[i]() })
 	fs := findings{
-		crashes: crashes,
-		mism:    mism,
-		stalls:  append(hangs, p2p...),
-		stuck:   stuck,
-		links:   links,
-		errors:  append(append(setup, cuda...), silent...),
-		ras:     ras,
-		nccl:    nccl,
+		crashes:    crashes,
+		mism:       mism,
+		inversions: inversions,
+		stalls:     append(append(doneHangs, hangs...), p2p...),
+		stuck:      append(waits, stuck...),
+		links:      append(links, slowLinks...),
+		errors:     append(append(setup, cuda...), silent...),
+		ras:        ras,
+		nccl:       nccl,
 	}
 	// A connection that could not be opened is the setup's fault; one that broke is a
 	// dead peer's; a unique id never published is a rank that stopped.
@@ -61,7 +68,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 			fs.errors = append(fs.errors, f)
 		}
 	}
-	for _, rule := range [][]Finding{gpu, stragglers, lost, monitoring, diagnostics} {
+	for _, rule := range [][]Finding{gpu, measured, stragglers, lost, monitoring, diagnostics} {
 		fs.rest = append(fs.rest, rule...)
 	}
 	for _, step := range mergeSteps {

@@ -33,6 +33,11 @@ type Finding struct {
 	// exitOnly: a crash known only from the process's exit, which no peer and no launcher
 	// reported as a failure.
 	exitOnly bool
+	// measured marks a finding proven by the profiler plugin's completion state, which
+	// supersedes one inferred from log lines about the same root cause.
+	measured bool
+	// comms are the communicators a finding spans beyond Comm (an order inversion's two).
+	comms []string
 }
 
 // Teardown is a job's teardown: Ranks rank processes on Hosts hosts died between First
@@ -69,9 +74,10 @@ func (f *Finding) Incident(job string, now time.Time) incident.Incident {
 // sortFindings orders findings most severe first, then by kind and key.
 func sortFindings(fs []Finding) {
 	// A setup NCCL cannot work with is found first: everything else follows from it.
-	order := map[incident.Kind]int{incident.KindConfig: 0, incident.KindCrash: 1, incident.KindMismatch: 2, incident.KindHang: 3,
-		incident.KindP2PMismatch: 4, incident.KindStuckInFlight: 5, incident.KindLink: 6, incident.KindGPU: 7,
-		incident.KindLostNode: 8, incident.KindStraggler: 9, incident.KindMonitoring: 10}
+	order := map[incident.Kind]int{incident.KindConfig: 0, incident.KindCrash: 1, incident.KindMismatch: 2,
+		incident.KindOrderInversion: 3, incident.KindHang: 4, incident.KindP2PMismatch: 5, incident.KindStuckInFlight: 6,
+		incident.KindLink: 7, incident.KindGPU: 8, incident.KindLostNode: 9, incident.KindStraggler: 10,
+		incident.KindMonitoring: 11}
 	sort.SliceStable(fs, func(a, b int) bool {
 		if ra, rb := fs[a].Severity.Rank(), fs[b].Severity.Rank(); ra != rb {
 			return ra < rb

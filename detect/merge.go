@@ -9,11 +9,12 @@ import (
 
 // findings holds one evaluation's findings by the part they play in merging.
 type findings struct {
-	crashes []Finding
-	mism    []Finding
-	stalls  []Finding // hangs, then point-to-point mismatches: ranks that stopped
-	stuck   []Finding
-	links   []Finding
+	crashes    []Finding
+	mism       []Finding
+	inversions []Finding // ranks that called two communicators' collectives in another order
+	stalls     []Finding // hangs, then point-to-point mismatches: ranks that stopped
+	stuck      []Finding
+	links      []Finding
 	// errors are the causes NCCL printed itself: the job's setup (GPUs, versions, /dev/shm,
 	// interfaces, connections that could not be opened) and CUDA failures.
 	errors []Finding
@@ -28,10 +29,24 @@ type findings struct {
 // all lists what the steps kept, in the order that settles sortFindings' ties.
 func (fs *findings) all() []Finding {
 	var out []Finding
-	for _, group := range [][]Finding{fs.crashes, fs.mism, fs.stalls, fs.stuck, fs.links, fs.errors, fs.ras, fs.rest} {
+	for _, group := range [][]Finding{fs.crashes, fs.mism, fs.inversions, fs.stalls, fs.stuck, fs.links, fs.errors, fs.ras, fs.rest} {
 		out = append(out, group...)
 	}
 	return out
+}
+
+// mismatchByComm indexes the mismatch findings by communicator.
+func (fs *findings) mismatchByComm() map[string]*Finding {
+	byComm := map[string]*Finding{}
+	for i := range fs.mism {
+		byComm[fs.mism[i].Comm] = &fs.mism[i]
+	}
+	return byComm
+}
+
+// causes are the findings that name a root cause other findings may follow from.
+func (fs *findings) causes() [][]Finding {
+	return [][]Finding{fs.crashes, fs.mism, fs.inversions, fs.stalls, fs.errors}
 }
 
 // A mergeStep moves consequences into the finding of the root cause that explains them.
@@ -41,7 +56,10 @@ type mergeStep func(j *Job, cfg Config, fs *findings)
 var mergeSteps = []mergeStep{
 	rasMeetsTheLogs,               // RAS's skew is checked against the ranks' own logs, then judged with them
 	findTeardown,                  // most ranks dying at once is the job's teardown
+	measuredSupersedesInferred,    // what the plugin measured replaces what logs suggested about one cause
 	mismatchExplainsStalls,        // a mismatch explains the hang and p2p stalls on its communicator
+	mismatchExplainsInversions,    // a rank that skipped or swapped an op is out of step on its communicator, not out of order
+	inversionExplainsStalls,       // an order inversion explains the hangs and stuck collectives of its communicators
 	deathAndStallOfOneRank,        // a death and a stall of one rank are one cause; the order says which
 	hangAbsorbsP2P,                // a hang absorbs the p2p mismatch of the same rank
 	versionsExplainSizes,          // ranks of different NCCL versions disagree on message sizes: one cause
@@ -236,10 +254,7 @@ func torchTimeoutsWithoutCause(j *Job, cfg Config, fs *findings) {
 // ever, so the hang and the point-to-point stall on a mismatched communicator are the
 // mismatch's doing.
 func mismatchExplainsStalls(_ *Job, _ Config, fs *findings) {
-	byComm := map[string]*Finding{}
-	for i := range fs.mism {
-		byComm[fs.mism[i].Comm] = &fs.mism[i]
-	}
+	byComm := fs.mismatchByComm()
 	kept := fs.stalls[:0]
 	for _, f := range fs.stalls {
 		if m := byComm[f.Comm]; m != nil {
@@ -347,7 +362,7 @@ func teardownFoldsIntoItsCause(_ *Job, _ Config, fs *findings) {
 	}
 	inTeardown := func(f *Finding) bool { return len(f.culpritKeys) == 1 && fs.teardown[f.culpritKeys[0]] }
 	var cause *Finding
-	for _, group := range [][]Finding{fs.mism, fs.stalls, fs.crashes, fs.errors, fs.links} {
+	for _, group := range [][]Finding{fs.mism, fs.inversions, fs.stalls, fs.crashes, fs.errors, fs.links} {
 		for i := range group {
 			f := &group[i]
 			if f.Kind == incident.KindCrash && inTeardown(f) || f.FaultAt.After(fs.torn.First) ||
@@ -413,7 +428,7 @@ func earlier(a, b *Finding) bool {
 // consequences: folded into it, never paged again.
 func laterDeathsFoldIntoFirstCause(_ *Job, _ Config, fs *findings) {
 	var first *Finding
-	for _, group := range [][]Finding{fs.mism, fs.stalls, fs.crashes} {
+	for _, group := range [][]Finding{fs.mism, fs.inversions, fs.stalls, fs.crashes} {
 		for i := range group {
 			f := &group[i]
 			if f.FaultAt.IsZero() {
@@ -446,7 +461,7 @@ func laterDeathsFoldIntoFirstCause(_ *Job, _ Config, fs *findings) {
 // reported once, under the one stuck first (then the largest).
 func stuckFollowsItsCause(_ *Job, _ Config, fs *findings) {
 	var causes []*Finding
-	for _, group := range [][]Finding{fs.crashes, fs.mism, fs.stalls, fs.errors} {
+	for _, group := range fs.causes() {
 		for i := range group {
 			causes = append(causes, &group[i])
 		}
@@ -484,7 +499,7 @@ func stuckFollowsItsCause(_ *Job, _ Config, fs *findings) {
 // waiting, which is why those ranks are not the culprits; its lines are quoted in the
 // findings about stopped ranks, saying whose they are.
 func torchTimeoutsAreEvidence(j *Job, _ Config, fs *findings) {
-	for _, group := range [][]Finding{fs.crashes, fs.mism, fs.stalls, fs.errors} {
+	for _, group := range fs.causes() {
 		for i := range group {
 			torchEvidence(j, &group[i])
 		}
@@ -507,6 +522,93 @@ func torchEvidence(j *Job, f *Finding) {
 			}
 			f.addEvidence("PyTorch's watchdog on %s (%s) timed out at its SeqNum %d: %s", p.Name(), role, e.Code, e.Msg)
 			break
+		}
+	}
+}
+
+// measuredSupersedesInferred: a hang the plugin proved (a rank never issued the op its peers
+// run on their GPUs), a stuck collective whose waits it traced, a straggler whose lag it
+// measured on the GPUs, each replaces the finding the log rules drew about the same root
+// cause (same key): one incident, the measured one, with the inferred one as evidence.
+func measuredSupersedesInferred(_ *Job, _ Config, fs *findings) {
+	for _, group := range []*[]Finding{&fs.stalls, &fs.stuck, &fs.rest} {
+		var kept, inferred []Finding
+		for _, f := range *group {
+			if !f.measured && findMeasured(*group, f.Key) != nil {
+				inferred = append(inferred, f)
+				continue
+			}
+			kept = append(kept, f)
+		}
+		for i := range inferred {
+			absorb(findMeasured(kept, inferred[i].Key), &inferred[i])
+		}
+		*group = kept
+	}
+}
+
+func findMeasured(fs []Finding, key string) *Finding {
+	for i := range fs {
+		if fs[i].Key == key && fs[i].measured {
+			return &fs[i]
+		}
+	}
+	return nil
+}
+
+// mismatchExplainsInversions: a rank that skipped a collective is one position behind on
+// that communicator for ever after, so it looks as if it had called the next communicator's
+// op first. The mismatch is the cause; the apparent inversion on its communicator follows.
+func mismatchExplainsInversions(_ *Job, _ Config, fs *findings) {
+	byComm := fs.mismatchByComm()
+	kept := fs.inversions[:0]
+	for _, inv := range fs.inversions {
+		var m *Finding
+		for _, c := range inv.comms {
+			if m == nil {
+				m = byComm[c]
+			}
+		}
+		if m != nil {
+			absorb(m, &inv)
+			continue
+		}
+		kept = append(kept, inv)
+	}
+	fs.inversions = kept
+}
+
+// inversionExplainsStalls: the ranks of two communicators called in opposite orders wait
+// on each other for ever, so the hangs and stuck collectives on those communicators, and the
+// hangs of the inverting ranks, are the inversion's doing.
+func inversionExplainsStalls(_ *Job, _ Config, fs *findings) {
+	for i := range fs.inversions {
+		inv := &fs.inversions[i]
+		on := func(f *Finding) bool {
+			for _, c := range inv.comms {
+				if f.Comm == c {
+					return true
+				}
+			}
+			for _, k := range f.culpritKeys {
+				for _, c := range inv.culpritKeys {
+					if k == c && f.Kind == incident.KindHang {
+						return true
+					}
+				}
+			}
+			return false
+		}
+		for _, group := range []*[]Finding{&fs.stalls, &fs.stuck} {
+			kept := (*group)[:0]
+			for _, f := range *group {
+				if on(&f) {
+					absorb(inv, &f)
+					continue
+				}
+				kept = append(kept, f)
+			}
+			*group = kept
 		}
 	}
 }

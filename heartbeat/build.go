@@ -28,7 +28,7 @@ func (s *Sidecar) snapshot(delta bool) *snapshot.Node {
 		if gone || exited {
 			// Bounded: finished processes leave the snapshot after KeepExited.
 			delete(s.ranks, k)
-			if s.opts.Liveness != nil && r.pid > 0 {
+			if s.opts.Liveness != nil && r.pid > 0 && !s.regions.watches(r.pid) {
 				s.opts.Liveness.Unwatch(r.pid)
 			}
 			continue
@@ -52,9 +52,14 @@ func (s *Sidecar) snapshot(delta bool) *snapshot.Node {
 		Started: snapshot.MicrosOf(s.started), GPUs: gpus, Ports: ports, RAS: ras,
 	}
 	since := now.Add(-s.opts.RecentFor).UnixMicro()
+	starts := make([]uint64, 0, len(ranks))
 	for _, r := range ranks {
 		n.Processes = append(n.Processes, s.renderRank(r, since, gpus, delta))
+		r.mu.Lock()
+		starts = append(starts, r.info.StartTicks)
+		r.mu.Unlock()
 	}
+	n.Processes = s.regions.join(n.Processes, starts, now, s.opts.KeepExited)
 	return n
 }
 

@@ -1,6 +1,7 @@
-// Package heartbeat is the per-node sidecar: it follows every rank's NCCL log, samples the
-// node's GPUs, network ports, NCCL RAS and process liveness, and publishes one snapshot of
-// the node to etcd, at most once a second and only when something changed. Log reading never
+// Package heartbeat is the per-node sidecar: it follows every rank's NCCL log and the NCCL
+// profiler plugin's region of every rank process, samples the node's GPUs, network ports,
+// NCCL RAS and process liveness, and publishes one snapshot of the node to etcd, at most
+// once a second and only when something changed. Log reading never
 // waits on etcd, and no source failing (no GPU driver, etcd down, a malformed line) stops the
 // others.
 package heartbeat
@@ -64,6 +65,9 @@ type Options struct {
 	StdoutPatterns []string
 	// StateDir keeps read offsets and parser checkpoints across restarts ("" = none).
 	StateDir string
+	// ProfilerDirs are the folders where the profiler plugin writes its regions (none: the
+	// plugin is not read). DefaultProfilerDirs gives the plugin's own defaults.
+	ProfilerDirs []string
 
 	GPU      GPUSource
 	Ports    PortSource
@@ -72,7 +76,7 @@ type Options struct {
 	// Publisher is nil for a sidecar that only serves its snapshot over HTTP.
 	Publisher Publisher
 
-	SampleEvery time.Duration // GPU and port sampling (default 1 s)
+	SampleEvery time.Duration // GPU, port and profiler region sampling (default 1 s)
 	RASEvery    time.Duration // RAS polling (default 5 s)
 	// RecentOps caps the ops per communicator a published snapshot carries: those since the
 	// previous snapshot (default 32), at least MinRecentOps (default 4). RecentFor is how
@@ -137,13 +141,14 @@ type Sidecar struct {
 	started time.Time
 	m       *metrics
 
-	mu    sync.Mutex
-	ranks map[rankKey]*rankLog // by file identity
-	torch *torchLog
-	gpus  []snapshot.GPU
-	ports []snapshot.Port
-	ras   *snapshot.RAS
-	seq   uint64
+	mu      sync.Mutex
+	ranks   map[rankKey]*rankLog // by file identity
+	regions *regionSet           // nil without ProfilerDirs; its own lock
+	torch   *torchLog
+	gpus    []snapshot.GPU
+	ports   []snapshot.Port
+	ras     *snapshot.RAS
+	seq     uint64
 
 	encMu    sync.Mutex // guards the last encoded snapshot
 	lastBody []byte
@@ -160,6 +165,9 @@ func New(opts Options) (*Sidecar, error) {
 	}
 	s := &Sidecar{opts: opts, started: opts.Now(), ranks: map[rankKey]*rankLog{}, torch: newTorchLog()}
 	s.m = newMetrics(s, opts.Registerer)
+	if len(opts.ProfilerDirs) > 0 {
+		s.regions = newRegionSet(opts.ProfilerDirs, opts.Logger.With("part", "profiler"))
+	}
 	fopts := follow.Options{
 		// Reading at most every 5 ms under a steady stream keeps each line's read time
 		// within ~5 ms of its write while halving wake-ups, the follower's main cost.
@@ -224,6 +232,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	}
 	if s.opts.RAS != nil {
 		run("ras", s.rasLoop)
+	}
+	if s.regions != nil {
+		run("profiler", s.regionLoop)
 	}
 	if s.opts.Publisher != nil {
 		run("publish", func(ctx context.Context) {
@@ -324,8 +335,23 @@ func (s *Sidecar) rasLoop(ctx context.Context) {
 	}
 }
 
+// regionLoop reads the profiler regions every SampleEvery.
+func (s *Sidecar) regionLoop(ctx context.Context) {
+	t := time.NewTicker(s.opts.SampleEvery)
+	defer t.Stop()
+	for {
+		s.pollRegions()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // processExited is the liveness callback.
 func (s *Sidecar) processExited(pid int, at time.Time) {
+	s.regionExited(pid, at)
 	s.mu.Lock()
 	for _, r := range s.ranks {
 		if r.pid == pid && r.exitedAt.IsZero() {

@@ -22,11 +22,15 @@ const (
 	// KindConfig: the job's setup keeps NCCL from working (two ranks on one GPU, different
 	// NCCL versions, a /dev/shm too small, no usable network interface).
 	KindConfig Kind = "config"
+	// KindOrderInversion: a rank called collectives of two communicators in the other order
+	// than its peers did, so each communicator waits for the other (a deadlock once the GPU
+	// runs them one after the other, as with CUDA_DEVICE_MAX_CONNECTIONS=1).
+	KindOrderInversion Kind = "order_inversion"
 )
 
 // Kinds lists every kind, for renderers and documentation that must name each one.
 var Kinds = []Kind{KindMismatch, KindHang, KindP2PMismatch, KindCrash, KindStraggler, KindLink, KindGPU,
-	KindLostNode, KindStuckInFlight, KindMonitoring, KindConfig}
+	KindLostNode, KindStuckInFlight, KindMonitoring, KindConfig, KindOrderInversion}
 
 // Severity orders incidents for routing and display.
 type Severity string

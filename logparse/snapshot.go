@@ -112,7 +112,8 @@ func (c *Comm) snapshot(o SnapshotOptions) snapshot.Comm {
 
 // SnapshotOp renders an op record.
 func SnapshotOp(r OpRecord) snapshot.Op {
-	op := snapshot.Op{Seq: r.Seq, Op: r.Op.String(), Count: r.Count, Dtype: r.Dtype.String(), T: snapshot.Micros(r.T)}
+	op := snapshot.Op{Seq: r.Seq, Op: r.Op.String(), Count: r.Count, Dtype: r.Dtype.String(), T: snapshot.Micros(r.T),
+		Idx: r.Idx}
 	if r.Op.Reduces() {
 		op.Red = RedOpName(r.RedOp)
 	}

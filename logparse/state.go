@@ -33,6 +33,7 @@ type checkpoint struct {
 	Events          []snapshot.Event `json:"events,omitempty"`
 	EventTotal      int64            `json:"evtotal,omitempty"`
 	Lines           int64            `json:"lines"`
+	Issued          int64            `json:"issued,omitempty"`
 	Kinds           [NumKinds]int64  `json:"kinds"`
 	FirstTime       int64            `json:"first,omitempty"`
 	LastTime        int64            `json:"last,omitempty"`
@@ -75,7 +76,7 @@ func (t *Tracker) MarshalState(keepRecent int) ([]byte, error) {
 		V: stateVersion, Host: t.Host, PID: t.PID, Version: t.Version, TimestampDigits: t.TimestampDigits,
 		LocalRank: t.LocalRank, NNodes: t.NNodes, Network: t.Network, NetDevs: t.NetDevs, IBNone: t.IBNone,
 		BootstrapAddr: t.BootstrapAddr, Transports: t.Transports, Addrs: t.Addrs, LauncherRank: t.LauncherRank,
-		Events: t.Events(), EventTotal: t.eventTotal, Lines: t.Lines, Kinds: t.Kinds,
+		Events: t.Events(), EventTotal: t.eventTotal, Lines: t.Lines, Issued: t.Issued, Kinds: t.Kinds,
 		FirstTime: t.FirstTime, LastTime: t.LastTime, LastWarn: t.lastWarn,
 	}
 	for _, c := range t.all {
@@ -124,6 +125,7 @@ func RestoreTracker(b []byte, opts TrackerOptions) (*Tracker, error) {
 	t.LocalRank, t.NNodes, t.Network, t.NetDevs, t.IBNone = cp.LocalRank, cp.NNodes, cp.Network, cp.NetDevs, cp.IBNone
 	t.BootstrapAddr, t.Transports, t.Addrs, t.LauncherRank = cp.BootstrapAddr, cp.Transports, cp.Addrs, cp.LauncherRank
 	t.eventTotal, t.Lines, t.Kinds, t.FirstTime, t.LastTime, t.lastWarn = cp.EventTotal, cp.Lines, cp.Kinds, cp.FirstTime, cp.LastTime, cp.LastWarn
+	t.Issued = cp.Issued
 	for _, e := range cp.Events {
 		t.keep(e)
 	}

@@ -91,7 +91,11 @@ type Tracker struct {
 	eventTotal int64
 	lastWarn   bool
 
-	Lines     int64
+	Lines int64
+	// Issued counts the process's op lines, collectives and p2p on every communicator: an
+	// op's Idx is its place in this count, its process's issue order (one process's lines
+	// are in the order its calls were made, timestamps or not).
+	Issued    int64
 	Kinds     [NumKinds]int64
 	FirstTime int64 // µs of the first timed line
 	LastTime  int64 // µs of the newest line
@@ -140,6 +144,7 @@ type Comm struct {
 type OpRecord struct {
 	Seq   int64
 	T     int64 // µs
+	Idx   int64 // place in the process's issue order (Tracker.Issued)
 	Count uint64
 	RedOp int64
 	Root  int32
@@ -315,7 +320,8 @@ func (t *Tracker) observeColl(l *Line, ts int64) {
 		t.lastComm = c
 	}
 	c.LastT = ts
-	rec := OpRecord{T: ts, Count: l.Coll.Count, RedOp: l.Coll.RedOp, Root: int32(l.Coll.Root),
+	t.Issued++
+	rec := OpRecord{T: ts, Idx: t.Issued, Count: l.Coll.Count, RedOp: l.Coll.RedOp, Root: int32(l.Coll.Root),
 		Op: l.Coll.Op, Dtype: l.Coll.Datatype}
 	if !l.Coll.Op.Collective() {
 		t.observeP2P(c, l, rec)

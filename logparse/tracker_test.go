@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +179,37 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	}
 	if _, err := RestoreTracker([]byte(`{"v":99}`), opts); err == nil {
 		t.Error("a checkpoint of another version must be refused")
+	}
+}
+
+// TestIssueIndexFollowsLineOrder: every op line, collective or p2p, on any communicator,
+// takes the next place in the process's issue order, so ops of two communicators compare by
+// Idx whether or not the lines carry timestamps.
+func TestIssueIndexFollowsLineOrder(t *testing.T) {
+	tr := trackFile(t, "../testdata/captures/nccl-2.28.9-2xH200/multicomm/nccl.vm.607.log",
+		TrackerOptions{RingSize: 1 << 14, Location: time.UTC})
+	if tr.Issued == 0 || tr.Issued != tr.Kinds[KindColl] {
+		t.Fatalf("issued %d for %d op lines", tr.Issued, tr.Kinds[KindColl])
+	}
+	var ops []OpRecord
+	comms := 0
+	for _, c := range tr.Comms() {
+		if c.Count > 0 {
+			comms++
+		}
+		ops = append(ops, c.Recent()...)
+	}
+	if comms < 2 {
+		t.Fatalf("%d communicators with collectives: the capture should interleave several", comms)
+	}
+	sort.Slice(ops, func(a, b int) bool { return ops[a].Idx < ops[b].Idx })
+	for i := 1; i < len(ops); i++ {
+		if ops[i].Idx == ops[i-1].Idx || ops[i].T < ops[i-1].T {
+			t.Fatalf("ops %+v then %+v: issue order must be unique and follow the lines' time", ops[i-1], ops[i])
+		}
+	}
+	snap := tr.Snapshot(SnapshotOptions{Recent: -1})
+	if last := snap.Comms[0].Last; last == nil || last.Idx == 0 {
+		t.Fatalf("snapshot's last op %+v carries no issue index", last)
 	}
 }

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -44,17 +45,21 @@ __asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
 
 #define NW_API __attribute__((visibility("default")))
 #define NW_PLUGIN_NAME "ncclwatch"
-#define NW_PLUGIN_VERSION "ncclwatch-profiler 1"
+#define NW_PLUGIN_VERSION "ncclwatch-profiler 2"
 
 /* Per communicator: operations tracked until complete (a ring in issue order) and proxy ops
- * in flight. Past either bound new events are counted as dropped, never overwrite. */
+ * in flight. Past the ring a new op shares the newest entry (merged_ops); past the pool a
+ * proxy op is counted as dropped. Nothing is ever overwritten. The pool holds four proxy ops
+ * (two channels, send and receive) per ring entry: a queue of small ops issued far ahead of
+ * the GPU, each posting its proxy ops at launch, stays inside it. */
 #define NW_RING 256
-#define NW_PXPOOL 512
+#define NW_PXPOOL 1024
+#define NW_STEP_SLOTS 8 /* NCCL_STEPS: network steps of one proxy op in flight at once */
 _Static_assert((NW_RING & (NW_RING - 1)) == 0, "ring size is a power of two");
 _Static_assert(NW_RING <= 4096 && NW_PXPOOL <= 4096, "indexes fit the handle's 12 bits");
 _Static_assert(NW_MAX_COMMS <= 255, "comm slot fits the handle's 8 bits");
 
-/* ---- handles: tag(4) | comm slot(8) | index(12) | generation(32) ----------------------- */
+/* ---- handles: step(3) | tag(4) | comm slot(8) | index(12) | generation(32) ------------- */
 
 enum { H_CTX = 1, H_GROUP = 2, H_TASK = 3, H_KCH = 4, H_PXOP = 5, H_STEP = 6, H_DROPPED_CTX = 7 };
 
@@ -68,6 +73,12 @@ static inline uint32_t h_gen(const void *h) { return (uint32_t)((uint64_t)(uintp
 static inline void *h_retag(const void *h, unsigned tag) {
   return (void *)(((uintptr_t)h & ~(uintptr_t)0xF) | tag);
 }
+/* A ProxyStep handle is its proxy op's plus the step's slot in the op's window of steps
+ * (bits 56-58, above the generation), so that overlapping steps keep their own times. */
+static inline void *h_with_step(const void *h, int step) {
+  return (void *)((uintptr_t)h | ((uintptr_t)((unsigned)step % NW_STEP_SLOTS) << 56));
+}
+static inline unsigned h_step(const void *h) { return (unsigned)(((uint64_t)(uintptr_t)h >> 56) % NW_STEP_SLOTS); }
 
 /* ---- private state (static: nothing is allocated) ------------------------------------- */
 
@@ -75,13 +86,15 @@ struct nw_task {
   uint32_t gen; /* bumped when the task leaves the ring */
   uint8_t kind; /* nw_op_kind; NONE when free */
   uint8_t dir;  /* p2p: nw_dir */
-  uint8_t stopped;
-  uint8_t nch; /* kernel channels NCCL announced; 0 unknown */
+  uint16_t open_stops; /* Coll/P2p events not yet stopped: 1, plus one per merged op */
+  uint16_t nch;        /* kernel channels NCCL announced, merged ops' included; 0 unknown */
   uint16_t kch_started;
   uint16_t kch_done;
   uint16_t proxy_open;
   int16_t peer_idx; /* p2p: row in the region's peer table, -1 none */
-  uint32_t plan;    /* Group event (kernel plan) it belongs to; 0 unknown */
+  uint16_t merged;  /* ops issued past the ring that complete with this one */
+  uint32_t plan;    /* Group event (kernel plan) of its newest op; 0 unknown */
+  uint64_t seq_hi;  /* coll: the seq of its newest merged op (op.seq when none) */
   struct nw_op op;
 };
 
@@ -96,6 +109,7 @@ struct nw_pxop {
   uint8_t has_task;
   int32_t nsteps;
   int32_t steps_done;
+  uint32_t send_wait_us[NW_STEP_SLOTS]; /* low bits of when each step in flight reached SendWait, |1; 0 none */
 };
 
 struct nw_comm {
@@ -121,11 +135,12 @@ struct nw_ev {
   int rank;
   uint64_t nccl_seq, count, comm_hash, timer;
   const char *func, *dtype, *algo, *proto;
-  int root_or_peer, nch, pid, channel, nsteps, is_send;
+  int root_or_peer, nch, pid, channel, nsteps, is_send, step;
   int has_comm_hash;
 };
 
 static struct nw_comm g_comms[NW_MAX_COMMS];
+static uint32_t g_issue_seq; /* atomic: the process's issue order across comms (op.proc_seq) */
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct nw_region *g_reg;
 static int g_reg_tried;
@@ -135,6 +150,10 @@ static pid_t g_pid;
 static nw_logger_t g_log;
 static int g_mask;
 static char g_path[512];
+/* The region's file stays open with an exclusive flock for the life of the process: the
+ * kernel drops the lock however the process ends (a SIGKILL, an OOM kill), so a reader that
+ * finds it free knows the region is stale, in any pid namespace. -1: no lock. */
+static int g_lock_fd = -1;
 static char g_disable_msg[160];
 static int g_disable_logged, g_region_logged;
 
@@ -346,7 +365,13 @@ static void region_create(void) {
   int rc = posix_fallocate(fd, 0, (off_t)size);
   void *map = rc == 0 ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
   if (rc == 0 && map == MAP_FAILED) rc = errno;
-  close(fd);
+  /* Nobody else sees the file before the rename, so this never waits. */
+  int locked = rc == 0 && flock(fd, LOCK_EX | LOCK_NB) == 0;
+  if (locked) {
+    g_lock_fd = fd;
+  } else {
+    close(fd);
+  }
   if (rc != 0) {
     char why[160];
     snprintf(why, sizeof why, "cannot size or map %.100s: %s", tmp, strerror(rc));
@@ -380,6 +405,8 @@ static void region_create(void) {
     snprintf(why, sizeof why, "cannot rename region to %.100s: %s", g_path, strerror(errno));
     munmap(map, size);
     unlink(tmp);
+    if (g_lock_fd >= 0) close(g_lock_fd);
+    g_lock_fd = -1;
     disable(why);
     return;
   }
@@ -390,6 +417,10 @@ static void region_create(void) {
  * the parent's region, so it starts over with its own. */
 static void forget_parent_region(void) {
   if (g_reg) munmap(g_reg, sizeof(struct nw_region));
+  /* The lock belongs to the parent's open file: closing our copy of it keeps it held for the
+   * parent (flock drops it only with its last descriptor, or an explicit unlock). */
+  if (g_lock_fd >= 0) close(g_lock_fd);
+  g_lock_fd = -1;
   g_reg = NULL;
   g_reg_tried = 0;
   g_region_logged = 0;
@@ -570,7 +601,7 @@ static struct nw_pxop *pxop_of(struct nw_comm *c, const void *h) {
  * way a kernel of a later plan on the same comm proves this one's kernels finished, since
  * NCCL runs a comm's kernels in launch order. */
 static int task_complete(const struct nw_comm *c, const struct nw_task *t) {
-  if (!t->stopped || t->proxy_open) return 0;
+  if (t->open_stops || t->proxy_open) return 0;
   if (t->plan && c->max_kch_plan && plan_before(t->plan, c->max_kch_plan)) return 1;
   if (t->kind == NW_OP_COLL && t->nch) return t->kch_done >= t->nch;
   return t->kch_started && t->kch_done >= t->kch_started;
@@ -608,11 +639,18 @@ static void retire(struct nw_comm *c, uint64_t now) {
     struct nw_task *t = &c->ring[c->tail % NW_RING];
     if (!task_complete(c, t)) break;
     if (t->kind == NW_OP_COLL) {
-      s->h.coll_done = t->op.seq;
+      s->h.coll_done = t->seq_hi;
+      if (t->op.gpu_start_us && t->op.gpu_start_us >= t->op.issue_us && now >= t->op.gpu_start_us) {
+        s->h.timed_colls++;
+        s->h.queue_us += t->op.gpu_start_us - t->op.issue_us;
+        s->h.busy_us += now - t->op.gpu_start_us;
+      }
+      /* A merged op may finish without its own channel start having been counted. */
+      if (s->h.coll_started < s->h.coll_done) s->h.coll_started = s->h.coll_done;
     } else {
-      s->h.p2p_done++;
+      s->h.p2p_done += 1u + t->merged;
       struct nw_peer_dir *d = peer_dir(c, t->peer_idx, t->dir);
-      if (d) d->p2p_done++;
+      if (d) d->p2p_done += 1u + t->merged;
     }
     if (c->last_tracked && t == &c->ring[(c->head - 1) % NW_RING]) op_counts(&s->h.last, t);
     s->h.last_done_us = now;
@@ -622,6 +660,30 @@ static void retire(struct nw_comm *c, uint64_t now) {
     moved = 1;
   }
   if (moved) publish_inflight(c);
+}
+
+/* Past the ring, a new op joins the newest tracked entry when it is of the same kind (and,
+ * for a p2p, the same peer and direction): NCCL runs a comm's kernels in launch order, so the
+ * entry is complete when every op in it is, and coll_done stays exact instead of stopping
+ * below coll_issued once the queue drains. Its kernel channels and proxy ops count toward the
+ * entry; the plan of the newest op stands for the entry, so only a later plan's kernel
+ * proves it done. An op that cannot join is dropped: counted, and its children ignored. */
+static void *merge(struct nw_comm *c, unsigned slot, const struct nw_op *o, unsigned kind, unsigned dir, int row,
+                   uint64_t seq, uint32_t plan) {
+  struct nw_task *t = &c->ring[(c->head - 1) % NW_RING];
+  if (t->kind != kind || (kind == NW_OP_P2P && (t->dir != dir || t->peer_idx != row)) || t->merged == UINT16_MAX ||
+      t->open_stops == UINT16_MAX) {
+    count_drop(c);
+    return NULL;
+  }
+  t->merged++;
+  t->open_stops++;
+  t->nch = (t->nch && o->nchannels && t->nch <= UINT16_MAX - o->nchannels) ? (uint16_t)(t->nch + o->nchannels) : 0;
+  t->plan = plan;
+  t->seq_hi = seq;
+  c->shm->h.merged_ops++;
+  touched(c, t);
+  return h_make(H_TASK, (unsigned)slot, (unsigned)(t - c->ring), t->gen);
 }
 
 static void *issue(struct nw_comm *c, unsigned slot, const struct nw_ev *e, unsigned kind, uint64_t now) {
@@ -665,21 +727,23 @@ static void *issue(struct nw_comm *c, unsigned slot, const struct nw_ev *e, unsi
   put_str(o.dtype, NW_STR, e->dtype);
   put_str(o.algo, NW_STR, e->algo);
   put_str(o.proto, NW_STR, e->proto);
+  o.proc_seq = __atomic_add_fetch(&g_issue_seq, 1, __ATOMIC_RELAXED);
+  if (!o.proc_seq) o.proc_seq = __atomic_add_fetch(&g_issue_seq, 1, __ATOMIC_RELAXED); /* 0 means unknown */
   s->h.last = o; /* the newest issued, tracked or not */
+  uint32_t plan = (h_tag(e->parent) == H_GROUP && h_slot(e->parent) == slot) ? h_gen(e->parent) : 0;
   c->last_tracked = c->head - c->tail < NW_RING;
-  if (!c->last_tracked) {
-    count_drop(c);
-    return NULL;
-  }
+  if (!c->last_tracked) return merge(c, slot, &o, kind, dir, row, seq, plan);
   unsigned idx = (unsigned)(c->head % NW_RING);
   struct nw_task *t = &c->ring[idx];
   t->kind = (uint8_t)kind;
   t->dir = (uint8_t)dir;
-  t->stopped = 0;
+  t->open_stops = 1;
   t->nch = o.nchannels;
   t->kch_started = t->kch_done = t->proxy_open = 0;
   t->peer_idx = (int16_t)row;
-  t->plan = (h_tag(e->parent) == H_GROUP && h_slot(e->parent) == slot) ? h_gen(e->parent) : 0;
+  t->merged = 0;
+  t->plan = plan;
+  t->seq_hi = seq;
   t->op = o;
   c->head++;
   publish_inflight(c);
@@ -703,6 +767,7 @@ static void *on_proxy_op(struct nw_comm *c, unsigned slot, const struct nw_ev *e
   p->nsteps = e->nsteps > 0 ? e->nsteps : 0;
   p->steps_done = 0;
   p->has_task = 0;
+  memset(p->send_wait_us, 0, sizeof p->send_wait_us);
   /* parentObj is only ours when the op was posted by this process (NCCL tags it with the
    * poster's pid for proxies that serve several processes); 0 means untagged. */
   struct nw_task *t = (e->pid == 0 || e->pid == (int)g_pid) ? task_of(c, e->parent) : NULL;
@@ -780,7 +845,8 @@ static void *start_event(void *ctx, const struct nw_ev *e) {
   }
   case NW_EV_PROXY_STEP:
     /* A step is its proxy op plus a tag: no table entry, validated when it stops. */
-    return (h_tag(e->parent) == H_PXOP && h_slot(e->parent) == slot) ? h_retag(e->parent, H_STEP) : NULL;
+    return (h_tag(e->parent) == H_PXOP && h_slot(e->parent) == slot) ? h_with_step(h_retag(e->parent, H_STEP), e->step)
+                                                                      : NULL;
   case NW_EV_COLL:
   case NW_EV_P2P:
   case NW_EV_PROXY_OP:
@@ -833,7 +899,7 @@ static nw_result_t nw_stop(void *h) {
     unsigned tag = h_tag(h);
     if (tag == H_TASK || tag == H_KCH) {
       struct nw_task *t = task_of(c, h);
-      if (t && tag == H_TASK) t->stopped = 1;
+      if (t && tag == H_TASK && t->open_stops) t->open_stops--;
       if (t && tag == H_KCH && t->kch_done < t->kch_started) t->kch_done++;
       if (t) {
         touched(c, t);
@@ -850,6 +916,12 @@ static nw_result_t nw_stop(void *h) {
           if (d) d->steps_done++;
         }
         if (d) d->last_step_us = now;
+        uint32_t *sw = &p->send_wait_us[h_step(h)];
+        if (*sw && d) {
+          d->net_us += (uint32_t)((uint32_t)now - (*sw & ~1u));
+          d->net_steps++;
+        }
+        *sw = 0;
       }
     }
     s->h.last_event_us = now;
@@ -879,6 +951,10 @@ static nw_result_t nw_state(void *h, int state) {
     d->state_us = now;
     wr_end(s);
   }
+  /* A send step handed to the network: its end will say how long the link took. Private
+   * memory, so no seqlock. */
+  if (p && tag == H_STEP && state == NW_ST_STEP_SEND_WAIT && p->dir == NW_SEND)
+    p->send_wait_us[h_step(h)] = (uint32_t)now | 1u;
   spin_unlock(&c->lock);
   return NW_SUCCESS;
 }
@@ -975,6 +1051,9 @@ static nw_result_t v3_start(void *ctx, void **h, struct nw_descr_v3 *d) {
   case NW_EV_PROXY_OP:
     ev_proxy_op(&ev, &d->proxyOp);
     break;
+  case NW_EV_PROXY_STEP:
+    ev.step = d->proxyStep.step;
+    break;
   case NW_EV_KERNEL_CH:
     ev.channel = d->kernelCh.channelId;
     break;
@@ -991,6 +1070,7 @@ static nw_result_t v4_start(void *ctx, void **h, struct nw_descr_v4 *d) {
   if (!d) return NW_SUCCESS;
   struct nw_ev ev = {.type = d->type, .parent = d->parentObj, .rank = d->rank};
   ev_v4(&ev, &d->coll, &d->p2p, &d->proxyOp, &d->kernelCh);
+  if (ev.type == NW_EV_PROXY_STEP) ev.step = d->proxyStep.step;
   *h = start_event(ctx, &ev);
   return NW_SUCCESS;
 }
@@ -1000,10 +1080,12 @@ static nw_result_t v4_start(void *ctx, void **h, struct nw_descr_v4 *d) {
  * single bit above, so this holds even if a release declared the field 8 bits wide (as v3 and
  * v4 do) and left garbage in the padding. */
 static void *start_v5(void *ctx, uint64_t type, void *parent, int rank, const struct nw_coll_v5 *coll,
-                      const struct nw_p2p_v5 *p2p, const struct nw_proxy_op *op, const struct nw_kernel_ch_v4 *kch) {
+                      const struct nw_p2p_v5 *p2p, const struct nw_proxy_op *op, const int *step,
+                      const struct nw_kernel_ch_v4 *kch) {
   type &= 0xFF;
   struct nw_ev ev = {.type = type, .parent = parent, .rank = rank};
   ev_v4(&ev, &coll->v4, &p2p->v4, op, kch);
+  if (type == NW_EV_PROXY_STEP) ev.step = *step;
   if (type == NW_EV_COLL) ev.parent = coll->parentGroup;
   if (type == NW_EV_P2P) ev.parent = p2p->parentGroup;
   return start_event(ctx, &ev);
@@ -1011,13 +1093,13 @@ static void *start_v5(void *ctx, uint64_t type, void *parent, int rank, const st
 
 static nw_result_t v5_start(void *ctx, void **h, struct nw_descr_v5 *d) {
   if (!h) return NW_SUCCESS;
-  *h = d ? start_v5(ctx, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->kernelCh) : NULL;
+  *h = d ? start_v5(ctx, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh) : NULL;
   return NW_SUCCESS;
 }
 
 static nw_result_t v6_start(void *ctx, void **h, struct nw_descr_v6 *d) {
   if (!h) return NW_SUCCESS;
-  *h = d ? start_v5(ctx, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->kernelCh) : NULL;
+  *h = d ? start_v5(ctx, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh) : NULL;
   return NW_SUCCESS;
 }
 

@@ -1,10 +1,15 @@
 /*
  * The shared-memory region one training process writes and the sidecar maps read-only
- * (Go reader: heartbeat/profile). Layout version 1; fixed-width fields, native byte order
+ * (Go reader: heartbeat/profile). Layout version 2; fixed-width fields, native byte order
  * (little-endian on every supported target), explicit padding, 64-byte aligned slots.
  * heartbeat/profile's layout test compiles profiler/test/layout.c against this file and
  * compares every offset with the Go constants, so the two sides cannot drift: change a field
  * here and bump NW_LAYOUT_VERSION together with the Go side.
+ *
+ * Version 2 (plugin 2) added each op's place in the process's issue order (proc_seq), each
+ * peer direction's network time of send steps (net_us, net_steps), and per comm the ops merged
+ * past the tracking ring (merged_ops) and the summed queue and busy times of completed
+ * collectives (timed_colls, queue_us, busy_us).
  *
  * Concurrency: the header's static part is written before the file is renamed into place.
  * Its counters and flags change later through 8- or 4-byte atomic stores. Each comm slot is
@@ -18,7 +23,7 @@
 #include <stdint.h>
 
 #define NW_MAGIC 0x465250574C43434EULL /* the bytes "NCCLWPRF" read as a little-endian u64 */
-#define NW_LAYOUT_VERSION 1
+#define NW_LAYOUT_VERSION 2
 #define NW_MAX_COMMS 64
 #define NW_MAX_PEERS 64
 #define NW_HEADER_SIZE 4096
@@ -79,7 +84,7 @@ struct nw_op {
   uint8_t kch_started;
   uint8_t kch_done;
   uint32_t proxy_open; /* proxy ops started and not yet stopped */
-  uint32_t pad;
+  uint32_t proc_seq;   /* issue order across every comm of the process (low 32 bits); 0 unknown */
   char func[NW_STR];
   char dtype[NW_STR];
   char algo[NW_STR];
@@ -99,6 +104,10 @@ struct nw_peer_dir {
   uint64_t steps_done;
   uint64_t last_step_us;
   uint64_t state_us; /* time of last_state */
+  /* Send only: µs from a step's SendWait (handed to the network) to its end, summed, and the
+   * steps summed: the link's own time per step, whatever the ranks around it do. */
+  uint64_t net_us;
+  uint64_t net_steps;
   uint16_t channel;  /* channel of the newest proxy op */
   uint8_t last_state; /* last ncclProfilerEventState_t of a step or op (e.g. 20 SendPeerWait) */
   uint8_t pad[5];
@@ -134,7 +143,14 @@ struct nw_comm_hdr {
   uint32_t pad;
   struct nw_op inflight; /* the oldest op not complete; kind NONE when idle */
   struct nw_op last;     /* the newest op issued */
-  uint8_t reserved[120];
+  uint64_t merged_ops;   /* ops issued past the ring: they share the newest entry's completion */
+  /* Completed collectives whose kernel start was seen, and their summed µs from issue to the
+   * kernel's start (queue) and from it to completion (busy): a rank that arrives late waits
+   * least, so its busy time per op is the shortest of its communicator's. */
+  uint64_t timed_colls;
+  uint64_t queue_us;
+  uint64_t busy_us;
+  uint8_t reserved[88];
 };
 
 struct nw_comm_slot {
@@ -151,8 +167,8 @@ _Static_assert(sizeof(struct nw_hdr) == NW_HEADER_SIZE, "header is one page");
 _Static_assert(offsetof(struct nw_hdr, host) == 160, "header strings start at 160");
 _Static_assert(offsetof(struct nw_hdr, reserved) == 448, "header fields end at 448");
 _Static_assert(sizeof(struct nw_op) == 128, "op is 128 bytes");
-_Static_assert(sizeof(struct nw_peer_dir) == 80, "peer direction is 80 bytes");
-_Static_assert(sizeof(struct nw_peer) == 168, "peer is 168 bytes");
+_Static_assert(sizeof(struct nw_peer_dir) == 96, "peer direction is 96 bytes");
+_Static_assert(sizeof(struct nw_peer) == 200, "peer is 200 bytes");
 _Static_assert(sizeof(struct nw_comm_hdr) == 512, "comm header is 512 bytes");
 _Static_assert(sizeof(struct nw_comm_slot) % 64 == 0, "comm slots stay cache-line aligned");
 _Static_assert(offsetof(struct nw_region, comms) == NW_HEADER_SIZE, "slots follow the header");

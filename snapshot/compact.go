@@ -10,9 +10,10 @@ import (
 // Ops and Marks are the bulk of a snapshot (every node writes them every second), so they
 // travel as one compact string each instead of JSON objects: about a third of the size.
 //
-// Ops: entries separated by ';', each "seq,t,op,count,dtype[,red[,root]]". After the first
-// entry seq and t are deltas from the previous entry, and an empty seq delta means +1. Op
-// and datatype names are abbreviated (AR = AllReduce, bf16 = bfloat16, ...).
+// Ops: entries separated by ';', each "seq,t,op,count,dtype[,red[,root[,idx]]]". After the
+// first entry seq, t and idx are deltas from the previous entry, and an empty seq delta means
+// +1. Op and datatype names are abbreviated (AR = AllReduce, bf16 = bfloat16, ...). An entry
+// without idx has none (0); the next entry's idx delta then counts from 0.
 //
 // Marks: entries "seq,digest,t" separated by ';', seq and t as deltas after the first.
 
@@ -50,7 +51,7 @@ func abbrev(m map[string]string, s string) string {
 // MarshalJSON writes the compact string.
 func (ops Ops) MarshalJSON() ([]byte, error) {
 	var b strings.Builder
-	var prevSeq int64
+	var prevSeq, prevIdx int64
 	var prevT Micros
 	for i, o := range ops {
 		if strings.ContainsAny(o.Op+o.Dtype+o.Red, ",;\"\\") {
@@ -74,15 +75,19 @@ func (ops Ops) MarshalJSON() ([]byte, error) {
 		b.WriteString(strconv.FormatUint(o.Count, 10))
 		b.WriteByte(',')
 		b.WriteString(abbrev(dtypeShort, o.Dtype))
-		if o.Red != "" || o.Root != 0 {
+		if o.Red != "" || o.Root != 0 || o.Idx != 0 {
 			b.WriteByte(',')
 			b.WriteString(o.Red)
 		}
-		if o.Root != 0 {
+		if o.Root != 0 || o.Idx != 0 {
 			b.WriteByte(',')
 			b.WriteString(strconv.Itoa(o.Root))
 		}
-		prevSeq, prevT = o.Seq, o.T
+		if o.Idx != 0 {
+			b.WriteByte(',')
+			b.WriteString(strconv.FormatInt(o.Idx-prevIdx, 10))
+		}
+		prevSeq, prevT, prevIdx = o.Seq, o.T, o.Idx
 	}
 	return json.Marshal(b.String())
 }
@@ -90,7 +95,7 @@ func (ops Ops) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads the compact string (or, for older writers, a JSON array of ops).
 func (ops *Ops) UnmarshalJSON(data []byte) error {
 	var plain []Op
-	entries, err := compactEntries(data, &plain, "ops", 5, 7)
+	entries, err := compactEntries(data, &plain, "ops", 5, 8)
 	if err != nil || entries == nil {
 		*ops = plain
 		return err
@@ -112,6 +117,15 @@ func (ops *Ops) UnmarshalJSON(data []byte) error {
 		if len(f) > 6 {
 			if o.Root, err = strconv.Atoi(f[6]); err != nil {
 				return fmt.Errorf("ops entry %d root: %w", i, err)
+			}
+		}
+		if len(f) > 7 {
+			d, err := strconv.ParseInt(f[7], 10, 64)
+			if err != nil {
+				return fmt.Errorf("ops entry %d idx: %w", i, err)
+			}
+			if o.Idx = d; i > 0 {
+				o.Idx += prev.Idx
 			}
 		}
 		*ops = append(*ops, o)

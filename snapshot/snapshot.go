@@ -13,11 +13,13 @@ import (
 
 // SchemaVersion is bumped on any incompatible change; readers reject other versions.
 // 3: typed events (PID, LocalRank and Comm fields instead of values packed into Port and
-// Peer), abort events named comm_abort.
-const SchemaVersion = 3
+// Peer), abort events named comm_abort. 4: ops carry their process issue index (a fourth
+// optional field of the compact ops), and completion state from the profiler plugin.
+const SchemaVersion = 4
 
 // MaxNodeBytes is the hard cap on one encoded node snapshot, far below etcd's 1.5 MiB
-// request limit. Encoders shed detail (recent ops, then warnings) to stay under it.
+// request limit. Encoders shed detail (recent ops, then the plugin's peer rows, then
+// warnings, marks and RAS) to stay under it; counts and ops in flight always stay.
 const MaxNodeBytes = 256 << 10
 
 // Micros is a wall-clock time in microseconds since the Unix epoch; 0 means unknown.
@@ -57,7 +59,8 @@ type Node struct {
 	Stopping bool `json:"stop,omitempty"`
 }
 
-// Process is one rank's process as seen through its NCCL log (and /proc when visible).
+// Process is one rank's process as seen through its NCCL log, the profiler plugin's region,
+// or both (Source), and /proc when visible.
 type Process struct {
 	Host string `json:"host"`
 	PID  int    `json:"pid"`
@@ -86,6 +89,10 @@ type Process struct {
 	Comms      []Comm   `json:"comms,omitempty"`
 	Events     []Event  `json:"ev,omitempty"`  // recent WARN-class events, newest last
 	GPUState   GPUState `json:"gpu,omitempty"` // the state of the GPU this rank runs on
+	// Source says where the state comes from ("" from older sidecars: the log); Plugin is
+	// the profiler plugin's own state when its region was read.
+	Source Source  `json:"src,omitempty"`
+	Plugin *Plugin `json:"plug,omitempty"`
 }
 
 // Comm is one communicator as one rank sees it.
@@ -107,6 +114,8 @@ type Comm struct {
 	P2P    []P2P `json:"p2p,omitempty"`
 	// Waiting is true when this comm holds the rank's newest op and its GPU spins.
 	Waiting bool `json:"wait,omitempty"`
+	// Done is the completion state the profiler plugin recorded (nil without the plugin).
+	Done *Completion `json:"done,omitempty"`
 }
 
 // MarshalJSON leaves out Last when it is the newest of Recent (UnmarshalJSON restores it).
@@ -140,9 +149,13 @@ type Op struct {
 	Op    string `json:"op"`
 	Count uint64 `json:"c"`
 	Dtype string `json:"dt"`
-	Red   string `json:"red,omitempty"`
+	Red   string `json:"red,omitempty"` // "" when the source does not say (the plugin)
 	Root  int    `json:"root,omitempty"`
 	T     Micros `json:"t"`
+	// Idx is the op's place in its process's issue order across all its communicators,
+	// from 1 (0: unknown): the order of its log lines, or the plugin's count. Two ops of
+	// one process compare only within one source.
+	Idx int64 `json:"i,omitempty"`
 }
 
 // Mark is the chained digest of all op signatures up to Seq, and Seq's arrival time.
@@ -224,6 +237,19 @@ func Encode(n *Node) ([]byte, error) {
 		return b, nil
 	}
 	for i := range shed.Processes {
+		for j, c := range shed.Processes[i].Comms {
+			if c.Done != nil && len(c.Done.Peers) > 0 {
+				d := *c.Done
+				d.Peers = nil
+				shed.Processes[i].Comms[j].Done = &d
+			}
+		}
+	}
+	shed.Shed = "recent,peers"
+	if b, err = json.Marshal(&shed); err == nil && len(b) <= MaxNodeBytes {
+		return b, nil
+	}
+	for i := range shed.Processes {
 		shed.Processes[i].Events = nil
 		comms := shed.Processes[i].Comms
 		for j := range comms {
@@ -235,7 +261,7 @@ func Encode(n *Node) ([]byte, error) {
 		r.Comms = nil
 		shed.RAS = &r
 	}
-	shed.Shed = "recent,events,marks,ras"
+	shed.Shed = "recent,peers,events,marks,ras"
 	if b, err = json.Marshal(&shed); err != nil {
 		return nil, fmt.Errorf("encode node snapshot: %w", err)
 	}

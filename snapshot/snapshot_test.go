@@ -65,6 +65,7 @@ func TestCompactRejectsGarbage(t *testing.T) {
 func FuzzOps(f *testing.F) {
 	f.Add(`"1000,1795306000123456,AG,4194304,bf16;,1544,RS,4194304,bf16,sum;8,5000,BC,7,e5m2,,3"`)
 	f.Add(`"5,1,AR,1,f32"`)
+	f.Add(`"5,1,AR,1,f32,sum,0,9;,2,AG,1,bf16,,0,3;1,2,AR,1,f32"`)
 	f.Fuzz(func(t *testing.T, s string) {
 		var ops Ops
 		if json.Unmarshal([]byte(s), &ops) != nil {
@@ -100,5 +101,82 @@ func TestEncodeDecode(t *testing.T) {
 	}
 	if _, err := Decode([]byte(`{"v":1}`)); err == nil {
 		t.Fatal("an older schema must be refused")
+	}
+}
+
+func TestCompactOpsCarryTheIssueIndex(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ops  Ops
+	}{
+		{"every op indexed", Ops{{Seq: 7, Op: "AllReduce", Count: 2, Dtype: "float32", Red: "sum", T: 100, Idx: 20},
+			{Seq: 8, Op: "Broadcast", Count: 2, Dtype: "float32", Root: 3, T: 150, Idx: 23},
+			{Seq: 9, Op: "AllGather", Count: 2, Dtype: "bfloat16", T: 160, Idx: 24}}},
+		{"an op without one between", Ops{{Seq: 1, Op: "AllReduce", Count: 1, Dtype: "float32", T: 1, Idx: 5},
+			{Seq: 2, Op: "AllReduce", Count: 1, Dtype: "float32", T: 2},
+			{Seq: 3, Op: "AllReduce", Count: 1, Dtype: "float32", T: 3, Idx: 9}}},
+		{"none (older writers)", Ops{{Seq: 1, Op: "AllReduce", Count: 1, Dtype: "float32", T: 1}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := json.Marshal(c.ops)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var back Ops
+			if err := json.Unmarshal(b, &back); err != nil {
+				t.Fatalf("%s: %v", b, err)
+			}
+			if !reflect.DeepEqual(back, c.ops) {
+				t.Fatalf("%s read back as %+v", b, back)
+			}
+		})
+	}
+}
+
+// TestEncodeShedsPeersBeforeEvents: a node too large for MaxNodeBytes loses recent ops, then
+// the plugin's peer rows, and only then events; counts and ops in flight always stay.
+func TestEncodeShedsPeersBeforeEvents(t *testing.T) {
+	big := func(peers, events int) *Node {
+		var p Process
+		p.Host, p.PID = "n", 1
+		c := Comm{ID: "0x1", Count: 9, Done: &Completion{Issued: 9, Done: 8,
+			InFlight: &Flight{Op: Op{Seq: 9, Op: "AllReduce", Count: 1, Dtype: "float32", T: 1}, GPUStart: 2}}}
+		for i := 0; i < peers; i++ {
+			c.Done.Peers = append(c.Done.Peers, PeerProgress{Peer: i, Dir: DirSend, Steps: 100, StepsDone: 99,
+				State: ProxySendPeerWait, StateAt: 123456789, LastStep: 123456789, Open: 1})
+		}
+		for i := 0; i < 200; i++ {
+			p.Comms = append(p.Comms, c)
+		}
+		for i := 0; i < events; i++ {
+			p.Events = append(p.Events, Event{Kind: EventWarn, Msg: strings.Repeat("w", MaxMsg)})
+		}
+		return &Node{Job: "j", Node: "n", Processes: []Process{p}}
+	}
+	for _, c := range []struct {
+		name       string
+		node       *Node
+		shed       string
+		peers, evs bool
+	}{
+		{"fits", big(1, 1), "", true, true},
+		{"peers go", big(MaxPeers, 10), "recent,peers", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := Encode(c.node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			comm := n.Processes[0].Comms[0]
+			if n.Shed != c.shed || (len(comm.Done.Peers) > 0) != c.peers || (len(n.Processes[0].Events) > 0) != c.evs ||
+				comm.Done.InFlight == nil || comm.Done.Done != 8 {
+				t.Fatalf("%d bytes, shed %q, %d peers, %d events, done %+v", len(b), n.Shed, len(comm.Done.Peers),
+					len(n.Processes[0].Events), comm.Done)
+			}
+		})
 	}
 }

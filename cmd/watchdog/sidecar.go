@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/ncclwatch/watchdog/heartbeat"
 	"github.com/ncclwatch/watchdog/heartbeat/ibport"
 	"github.com/ncclwatch/watchdog/heartbeat/proc"
 	"github.com/ncclwatch/watchdog/internal/assemble"
@@ -40,6 +41,7 @@ func runSidecar(ctx context.Context, args []string) error {
 	netIfs := fs.String("net-interfaces", "", "comma-separated interfaces to sample (default: physical ones)")
 	rasAddr := fs.String("ras-addr", "127.0.0.1:28028", "NCCL RAS address (empty: off)")
 	stateDir := fs.String("state-dir", "/var/lib/ncclwatch", "where read offsets and parser checkpoints survive restarts (empty: none)")
+	profilerDir := fs.String("profiler-dir", "auto", "comma-separated folders of the NCCL profiler plugin's regions (auto: the folders of --logs, then /dev/shm, as the plugin defaults; empty: off)")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "etcd lease TTL: the node key vanishes this long after the sidecar dies")
 	interval := fs.Duration("publish-interval", time.Second, "shortest time between two etcd writes")
 	pprofOn := fs.Bool("pprof", false, "serve Go profiles at /debug/pprof/ on --http")
@@ -61,11 +63,15 @@ func runSidecar(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cli.Close()
+	profilerDirs := splitList(*profilerDir)
+	if *profilerDir == "auto" {
+		profilerDirs = heartbeat.DefaultProfilerDirs(splitList(*logs))
+	}
 	sc, release, err := assemble.Sidecar(ctx, cli, assemble.SidecarConfig{
 		Job: *job, Node: *node, LogPatterns: splitList(*logs), StdoutPatterns: splitList(*stdoutLogs), StateDir: *stateDir,
 		Publish: assemble.PublishConfig{LeaseTTL: *leaseTTL, Interval: *interval}, NVML: *useNVML, RASAddr: *rasAddr,
 		Ports: true, IBRoot: *ibRoot, NetRoot: *netRoot, NetInterfaces: splitList(*netIfs),
-		CheckPIDs: *checkPIDs, ProcRoot: *procRoot, Logger: log, Registerer: reg,
+		CheckPIDs: *checkPIDs, ProcRoot: *procRoot, Logger: log, Registerer: reg, ProfilerDirs: profilerDirs,
 	})
 	if err != nil {
 		return err
@@ -80,7 +86,8 @@ func runSidecar(ctx context.Context, args []string) error {
 		return err
 	}
 	defer srv.Close()
-	log.Info("sidecar started", "job", *job, "node", sc.Snapshot().Node, "logs", *logs, "etcd", ef.endpoints, "http", *httpAddr)
+	log.Info("sidecar started", "job", *job, "node", sc.Snapshot().Node, "logs", *logs, "profiler_dirs", profilerDirs,
+		"etcd", ef.endpoints, "http", *httpAddr)
 	return sc.Run(ctx)
 }
 

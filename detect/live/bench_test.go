@@ -50,8 +50,7 @@ func bigJob(nodes int, now time.Time) *State {
 // communicators: building the view and running every rule (make bench-detector).
 func BenchmarkEvaluate4096(b *testing.B) {
 	now := time.Now()
-	d := &Detector{opts: Options{Rules: detect.DefaultConfig()}, state: bigJob(512, now), lostTimes: map[string][]time.Time{}}
-	d.opts.defaults()
+	d := bigDetector(now)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -61,4 +60,24 @@ func BenchmarkEvaluate4096(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/cycle")
+}
+
+// BenchmarkEvaluate4096Stuck: the same job a minute after every communicator stopped (a hang
+// at scale): the rules that compare communicators pairwise (OrderInversion) do their most.
+func BenchmarkEvaluate4096Stuck(b *testing.B) {
+	now := time.Now()
+	d := bigDetector(now)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d.evaluateJob("big", now.Add(time.Minute))
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/cycle")
+}
+
+// bigDetector is a detector holding bigJob's 4,096 ranks.
+func bigDetector(now time.Time) *Detector {
+	d := &Detector{opts: Options{Rules: detect.DefaultConfig()}, state: bigJob(512, now), lostTimes: map[string][]time.Time{}}
+	d.opts.defaults()
+	return d
 }

@@ -1,6 +1,6 @@
 package profile
 
-// Byte offsets of layout version 1, mirroring profiler/region.h. TestLayoutMatchesC compiles
+// Byte offsets of layout version 2, mirroring profiler/region.h. TestLayoutMatchesC compiles
 // profiler/test/layout.c and compares every one of them with what gcc computes, so a change on
 // one side without the other fails the tests.
 const (
@@ -8,7 +8,7 @@ const (
 	Magic uint64 = 0x465250574C43434E
 	// LayoutVersion is the only layout this reader decodes; a region of another one is
 	// reported with ErrVersion, never guessed at.
-	LayoutVersion = 1
+	LayoutVersion = 2
 
 	// The defaults of the plugin build; the reader takes the geometry from each header.
 	DefaultMaxComms = 64
@@ -16,8 +16,8 @@ const (
 
 	headerSize  = 4096
 	opSize      = 128
-	peerDirSize = 80
-	peerSize    = 168
+	peerDirSize = 96
+	peerSize    = 200
 	commHdrSize = 512
 	strLen      = 16
 
@@ -69,6 +69,7 @@ const (
 	opKchStarted = 54
 	opKchDone    = 55
 	opProxyOpen  = 56
+	opProcSeq    = 60
 	opFunc       = 64
 	opDtype      = 80
 	opAlgo       = 96
@@ -84,8 +85,10 @@ const (
 	pdStepsDone  = 48
 	pdLastStepUs = 56
 	pdStateUs    = 64
-	pdChannel    = 72
-	pdLastState  = 74
+	pdNetUs      = 72
+	pdNetSteps   = 80
+	pdChannel    = 88
+	pdLastState  = 90
 
 	// struct nw_peer
 	peerRank = 0
@@ -114,4 +117,8 @@ const (
 	chPending       = 128
 	chInflight      = 136
 	chLast          = 264
+	chMergedOps     = 392
+	chTimedColls    = 400
+	chQueueUs       = 408
+	chBusyUs        = 416
 )

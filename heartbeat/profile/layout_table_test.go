@@ -24,11 +24,11 @@ var layoutTable = map[string]int{
 	"op.seq": opSeq, "op.nccl_seq": opNCCLSeq, "op.count": opCount, "op.issue_us": opIssueUs,
 	"op.gpu_start_us": opGPUStartUs, "op.gpu_timer": opGPUTimer, "op.root": opRoot, "op.kind": opKind,
 	"op.nchannels": opNChannels, "op.kch_started": opKchStarted, "op.kch_done": opKchDone,
-	"op.proxy_open": opProxyOpen, "op.func": opFunc, "op.dtype": opDtype, "op.algo": opAlgo, "op.proto": opProto,
+	"op.proxy_open": opProxyOpen, "op.proc_seq": opProcSeq, "op.func": opFunc, "op.dtype": opDtype, "op.algo": opAlgo, "op.proto": opProto,
 
 	"peer_dir.p2p_issued": pdP2PIssued, "peer_dir.p2p_done": pdP2PDone, "peer_dir.p2p_last_us": pdP2PLastUs,
 	"peer_dir.ops_started": pdOpsStarted, "peer_dir.ops_done": pdOpsDone, "peer_dir.steps_total": pdStepsTotal,
-	"peer_dir.steps_done": pdStepsDone, "peer_dir.last_step_us": pdLastStepUs, "peer_dir.state_us": pdStateUs,
+	"peer_dir.steps_done": pdStepsDone, "peer_dir.last_step_us": pdLastStepUs, "peer_dir.state_us": pdStateUs, "peer_dir.net_us": pdNetUs, "peer_dir.net_steps": pdNetSteps,
 	"peer_dir.channel": pdChannel, "peer_dir.last_state": pdLastState,
 
 	"peer.peer": peerRank, "peer.dir": peerDirs,
@@ -40,7 +40,8 @@ var layoutTable = map[string]int{
 	"comm_hdr.p2p_issued": chP2PIssued, "comm_hdr.p2p_done": chP2PDone, "comm_hdr.last_event_us": chLastEventUs,
 	"comm_hdr.last_done_us": chLastDoneUs, "comm_hdr.dropped_events": chDroppedEvents,
 	"comm_hdr.dropped_peers": chDroppedPeers, "comm_hdr.pending": chPending, "comm_hdr.inflight": chInflight,
-	"comm_hdr.last": chLast,
+	"comm_hdr.last": chLast, "comm_hdr.merged_ops": chMergedOps,
+	"comm_hdr.timed_colls": chTimedColls, "comm_hdr.queue_us": chQueueUs, "comm_hdr.busy_us": chBusyUs,
 
 	"comm_slot.peers": commHdrSize, "region.comms": headerSize,
 

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ncclwatch/watchdog/heartbeat/profile/profiletest"
 )
 
 // The plugin tests build profiler/plugin.c and profiler/test/driver.c with gcc, run the
@@ -176,7 +178,11 @@ func settled(t *testing.T, c Comm) Comm {
 	if c.Init == 0 || c.LastEvent == 0 {
 		t.Errorf("comm %s: init %d, last event %d", c.ID, c.Init, c.LastEvent)
 	}
-	c.Init, c.LastEvent, c.LastDone, c.Gen = 0, 0, 0, 0
+	if c.TimedColls > c.CollDone || (c.TimedColls == 0 && (c.BusyUs != 0 || c.QueueUs != 0)) {
+		t.Errorf("comm %s: %d timed collectives of %d done, queue %d µs, busy %d µs", c.ID, c.TimedColls, c.CollDone,
+			c.QueueUs, c.BusyUs)
+	}
+	c.Init, c.LastEvent, c.LastDone, c.Gen, c.QueueUs, c.BusyUs = 0, 0, 0, 0, 0, 0
 	for _, op := range []*Op{c.InFlight, c.Last} {
 		if op == nil {
 			continue
@@ -193,7 +199,11 @@ func settled(t *testing.T, c Comm) Comm {
 			if (d.P2PIssued > 0) != (d.LastP2P != 0) || (d.StepsDone > 0 && d.LastStep == 0) {
 				t.Errorf("comm %s peer %d: times %+v", c.ID, c.Peers[i].Rank, *d)
 			}
-			d.LastP2P, d.LastStep, d.StateAt = 0, 0, 0
+			// The driver's steps take microseconds: a second per step means a broken sum.
+			if (d.NetSteps == 0 && d.NetUs != 0) || d.NetUs > d.NetSteps*1_000_000 {
+				t.Errorf("comm %s peer %d: %d µs of network time for %d steps", c.ID, c.Peers[i].Rank, d.NetUs, d.NetSteps)
+			}
+			d.LastP2P, d.LastStep, d.StateAt, d.NetUs = 0, 0, 0, 0
 		}
 	}
 	return c
@@ -205,7 +215,7 @@ func checkProcess(t *testing.T, p Process, abi int) {
 		t.Errorf("identity not recorded: %+v", p)
 	}
 	if p.ABI != abi || p.Rank != 3 || p.LocalRank != 1 || p.WorldSize != 8 || p.LocalWorldSize != 2 ||
-		p.JobID != "test-job" || p.EventMask != 0x5f || p.Plugin != "ncclwatch-profiler 1" || p.Disabled {
+		p.JobID != "test-job" || p.EventMask != 0x5f || p.Plugin != "ncclwatch-profiler 2" || p.Disabled {
 		t.Errorf("process header: %+v", p)
 	}
 	// The driver is not linked with NCCL, so there is no ncclGetVersion to ask.
@@ -228,6 +238,7 @@ func TestPlugin(t *testing.T) {
 				t.Run(fmt.Sprintf("orders/v%d", ver), func(t *testing.T) { testOrders(t, b, ver) })
 			}
 			t.Run("overflow", func(t *testing.T) { testOverflow(t, b) })
+			t.Run("burst", func(t *testing.T) { testBurst(t, b) })
 			t.Run("threads", func(t *testing.T) { testThreads(t, b, v.ops, v.name == "plain") })
 			t.Run("fork", func(t *testing.T) { testFork(t, b) })
 			t.Run("disabled", func(t *testing.T) { testDisabled(t, b) })
@@ -284,15 +295,16 @@ func testBasic(t *testing.T, b *built, ver int) {
 	}
 	want := Comm{
 		Slot: 0, ID: 0xA1A2A3A4A5A6A7A8, Rank: 1, NRanks: nranks, NNodes: nnodes,
-		CollIssued: 3, CollStarted: 3, CollDone: 2, NCCLSeq: 2, P2PIssued: 3, P2PDone: 2, Pending: 2,
+		CollIssued: 3, CollStarted: 3, CollDone: 2, NCCLSeq: 2, P2PIssued: 3, P2PDone: 2, Pending: 2, TimedColls: 2,
 		InFlight: &Op{Kind: OpColl, Seq: 3, NCCLSeq: 2, Func: "AllReduce", Count: 3000, Datatype: "ncclFloat32",
-			Algo: "RING", Proto: "SIMPLE", NChannels: 2, KernelChStarted: 2, ProxyOpen: 2, GPUTimer: timer},
-		Last: &Op{Kind: OpP2P, Seq: 2, Func: "Send", Count: 8192, Datatype: "ncclInt8", Root: 3, NChannels: p2pCh},
+			Algo: "RING", Proto: "SIMPLE", NChannels: 2, KernelChStarted: 2, ProxyOpen: 2, GPUTimer: timer, ProcSeq: 5},
+		Last: &Op{Kind: OpP2P, Seq: 2, Func: "Send", Count: 8192, Datatype: "ncclInt8", Root: 3, NChannels: p2pCh, ProcSeq: 6},
 		Peers: []Peer{
-			{Rank: 2, Send: PeerDir{ProxyOps: 3, ProxyOpsDone: 2, Steps: 12, StepsDone: 9, State: StateSendPeerWait}},
+			// Network steps: every send step that reached SendWait and ended (4 + 4 + 1).
+			{Rank: 2, Send: PeerDir{ProxyOps: 3, ProxyOpsDone: 2, Steps: 12, StepsDone: 9, State: StateSendPeerWait, NetSteps: 9}},
 			{Rank: 0, Recv: PeerDir{ProxyOps: 3, ProxyOpsDone: 2, Steps: 12, StepsDone: 8, State: StateRecvWait, Channel: 1}},
 			{Rank: 3,
-				Send: PeerDir{P2PIssued: 2, P2PDone: 1, ProxyOps: 1, ProxyOpsDone: 1, Steps: 2, StepsDone: 2, State: StateSendWait, Channel: 3},
+				Send: PeerDir{P2PIssued: 2, P2PDone: 1, ProxyOps: 1, ProxyOpsDone: 1, Steps: 2, StepsDone: 2, State: StateSendWait, Channel: 3, NetSteps: 2},
 				Recv: PeerDir{P2PIssued: 1, P2PDone: 1, ProxyOps: 1, ProxyOpsDone: 1, Steps: 2, StepsDone: 2, State: StateRecvGPUWait, Channel: 3}},
 		},
 	}
@@ -336,10 +348,10 @@ func testOverflow(t *testing.T, b *built) {
 	b.run(t, dir, "overflow", 5, 0)
 	r := oneRegion(t, dir)
 	p := r.Process
-	// 6 comms past 64 slots (each dropping a Group and a Coll), 44 collectives past the ring
-	// of 256, 88 proxy ops past the pool of 512; 6 peers past 64 rows, once at the p2p and
-	// once at its proxy op.
-	if p.DroppedComms != 6 || p.DroppedEvents != 12+44+88 || p.DroppedPeers != 12 || p.CommsInited != 71 ||
+	// 6 comms past 64 slots (each dropping a Group and a Coll), a send past a ring full of
+	// collectives, 76 proxy ops past the pool of 1024; 6 peers past 64 rows, once at the p2p
+	// and once at its proxy op. The 44 collectives past the ring are merged, not dropped.
+	if p.DroppedComms != 6 || p.DroppedEvents != 12+1+76 || p.DroppedPeers != 12 || p.CommsInited != 71 ||
 		p.CommsFinalized != 61 {
 		t.Errorf("process: %+v", p)
 	}
@@ -353,16 +365,52 @@ func testOverflow(t *testing.T, b *built) {
 	if c := byID[0x9000]; len(c.Peers) != 64 || c.DroppedPeers != 12 || c.P2PIssued != 70 || c.P2PDone != 70 {
 		t.Errorf("peer overflow: %d peers, %d dropped, p2p %d/%d", len(c.Peers), c.DroppedPeers, c.P2PDone, c.P2PIssued)
 	}
-	if c := byID[0x9001]; c.CollIssued != 300 || c.CollDone != 0 || c.Pending != 256 || c.DroppedEvents != 44 ||
-		c.InFlight == nil || c.InFlight.Seq != 1 || c.Last == nil || c.Last.Seq != 300 {
+	if c := byID[0x9001]; c.CollIssued != 300 || c.CollDone != 0 || c.Pending != 256 || c.MergedOps != 44 ||
+		c.DroppedEvents != 1 || c.InFlight == nil || c.InFlight.Seq != 1 || c.Last == nil || c.Last.Kind != OpP2P ||
+		c.P2PIssued != 1 {
 		t.Errorf("ring overflow:\n%s", dump(c))
 	}
-	if c := byID[0x9002]; c.DroppedEvents != 88 || c.InFlight == nil || c.InFlight.ProxyOpen != 512 ||
-		len(c.Peers) != 1 || c.Peers[0].Send.ProxyOps != 256 || c.Peers[0].Recv.ProxyOps != 256 {
+	if c := byID[0x9002]; c.DroppedEvents != 76 || c.InFlight == nil || c.InFlight.ProxyOpen != 1024 ||
+		len(c.Peers) != 1 || c.Peers[0].Send.ProxyOps != 512 || c.Peers[0].Recv.ProxyOps != 512 {
 		t.Errorf("proxy pool overflow:\n%s", dump(c))
 	}
 	if c := byID[0x9999]; c.Slot != 3 || c.CollDone != 1 {
 		t.Errorf("a comm after finalizes should take the first freed slot (3) and run: %s", dump(c))
+	}
+}
+
+// testBurst replays the smoke run's pattern (300 small all-reduces queued ahead of the GPU,
+// each with its send and receive proxy op posted at launch), in which the first plugin
+// dropped 132 events and left coll_done below coll_issued once the queue drained. Now nothing
+// is dropped while queued, and everything completes.
+func testBurst(t *testing.T, b *built) {
+	for _, c := range []struct {
+		done                         int
+		collDone, pending, inFlight  uint64
+		sendOpen, stepsDone, netStep uint64
+	}{
+		{done: 0, collDone: 0, pending: 256, inFlight: 1, sendOpen: 300},
+		{done: 100, collDone: 100, pending: 156, inFlight: 101, sendOpen: 200, stepsDone: 100, netStep: 100},
+		{done: 300, collDone: 300, sendOpen: 0, stepsDone: 300, netStep: 300},
+	} {
+		dir := t.TempDir()
+		b.run(t, dir, "burst", 5, c.done)
+		r := oneRegion(t, dir)
+		if r.Process.DroppedEvents != 0 || len(r.Comms) != 1 {
+			t.Fatalf("burst %d: dropped %d, %d comms", c.done, r.Process.DroppedEvents, len(r.Comms))
+		}
+		m := r.Comms[0]
+		s := m.Peers[0].Send
+		switch {
+		case m.CollIssued != 300 || m.CollDone != c.collDone || uint64(m.Pending) != c.pending || m.MergedOps != 44 ||
+			(c.done > 0) != (m.TimedColls > 0):
+			t.Errorf("burst %d: %s", c.done, dump(m))
+		case (c.inFlight == 0) != (m.InFlight == nil) || (m.InFlight != nil && m.InFlight.Seq != c.inFlight):
+			t.Errorf("burst %d: in flight %+v, want seq %d", c.done, m.InFlight, c.inFlight)
+		case s.ProxyOps != 300 || s.OpenProxyOps() != c.sendOpen || s.StepsDone != c.stepsDone || s.NetSteps != c.netStep ||
+			m.Peers[0].Recv.ProxyOps != 300:
+			t.Errorf("burst %d: peer %+v", c.done, m.Peers[0])
+		}
 	}
 }
 
@@ -548,5 +596,23 @@ func TestPluginCost(t *testing.T) {
 		if err != nil || ns > 5000 {
 			t.Errorf("%s: %v", line, err)
 		}
+	}
+}
+
+// TestRegionLockTellsALiveProcess: a region whose process runs is locked; once the process
+// is killed (its header still says running) the lock is gone.
+func TestRegionLockTellsALiveProcess(t *testing.T) {
+	rank := profiletest.Build(t).Start(t, t.TempDir())
+	rank.Do("init 0 77 2 0", "coll 0 AllReduce 8 1")
+	if alive, err := Alive(rank.Path()); err != nil || !alive {
+		t.Fatalf("running process: alive %v, %v", alive, err)
+	}
+	rank.Kill()
+	r, err := Read(rank.Path())
+	if err != nil || r.Process.State != ProcRunning {
+		t.Fatalf("a killed process's region should still say running: %+v, %v", r, err)
+	}
+	if alive, err := Alive(rank.Path()); err != nil || alive {
+		t.Fatalf("killed process: alive %v, %v", alive, err)
 	}
 }

@@ -205,7 +205,16 @@ type Comm struct {
 	LastDone      snapshot.Micros `json:"last_done,omitempty"`
 	DroppedEvents uint64          `json:"dropped_events,omitempty"`
 	DroppedPeers  uint64          `json:"dropped_peers,omitempty"`
-	Pending       int             `json:"pending"` // operations tracked and not complete
+	// MergedOps counts ops issued while the plugin's ring of tracked ops was full: each
+	// shares the newest tracked op's completion, so the counters stay exact.
+	MergedOps uint64 `json:"merged_ops,omitempty"`
+	// TimedColls counts completed collectives whose kernel start was seen; QueueUs sums
+	// their µs from issue to the kernel's start, BusyUs from that start to completion. A rank
+	// that arrives late at its collectives waits least: its busy time per op is the shortest.
+	TimedColls uint64 `json:"timed_colls,omitempty"`
+	QueueUs    uint64 `json:"queue_us,omitempty"`
+	BusyUs     uint64 `json:"busy_us,omitempty"`
+	Pending    int    `json:"pending"` // operations tracked and not complete
 	// InFlight is the oldest operation not complete (nil when none); Last the newest issued.
 	InFlight *Op    `json:"in_flight,omitempty"`
 	Last     *Op    `json:"last,omitempty"`
@@ -241,6 +250,10 @@ type Op struct {
 	Issued          snapshot.Micros `json:"issued"`
 	GPUStarted      snapshot.Micros `json:"gpu_started,omitempty"` // host time its first kernel channel was seen running
 	GPUTimer        uint64          `json:"gpu_timer,omitempty"`   // GPU globaltimer (ns) at that start, ABI v4+
+	// ProcSeq is the op's place in the issue order of the whole process, across its
+	// communicators (the low 32 bits of a counter; 0 unknown): which of two ops on two
+	// communicators this process called first.
+	ProcSeq uint32 `json:"proc_seq,omitempty"`
 }
 
 // Peer is what a communicator did with one other rank.
@@ -263,7 +276,12 @@ type PeerDir struct {
 	LastStep     snapshot.Micros `json:"last_step,omitempty"`
 	State        ProxyState      `json:"state,omitempty"`
 	StateAt      snapshot.Micros `json:"state_at,omitempty"`
-	Channel      int             `json:"channel"`
+	// NetUs and NetSteps (send only) sum the time network steps took from being handed to
+	// the network (SendWait) to their end, and those steps: the link's own time per step,
+	// whatever the ranks around it do.
+	NetUs    uint64 `json:"net_us,omitempty"`
+	NetSteps uint64 `json:"net_steps,omitempty"`
+	Channel  int    `json:"channel"`
 }
 
 // OpenProxyOps is how many proxy ops with the peer in this direction are still running.
@@ -436,6 +454,10 @@ func decodeComm(s []byte, slot, maxPeers int) (Comm, error) {
 		LastDone:      snapshot.Micros(u64(s, chLastDoneUs)),
 		DroppedEvents: u64(s, chDroppedEvents),
 		DroppedPeers:  u64(s, chDroppedPeers),
+		MergedOps:     u64(s, chMergedOps),
+		TimedColls:    u64(s, chTimedColls),
+		QueueUs:       u64(s, chQueueUs),
+		BusyUs:        u64(s, chBusyUs),
 		Pending:       int(u32(s, chPending)),
 		InFlight:      decodeOp(s[chInflight : chInflight+opSize]),
 		Last:          decodeOp(s[chLast : chLast+opSize]),
@@ -473,6 +495,7 @@ func decodeOp(b []byte) *Op {
 		Issued:          snapshot.Micros(u64(b, opIssueUs)),
 		GPUStarted:      snapshot.Micros(u64(b, opGPUStartUs)),
 		GPUTimer:        u64(b, opGPUTimer),
+		ProcSeq:         u32(b, opProcSeq),
 	}
 }
 
@@ -488,6 +511,8 @@ func decodePeerDir(b []byte) PeerDir {
 		LastStep:     snapshot.Micros(u64(b, pdLastStepUs)),
 		State:        ProxyState(b[pdLastState]),
 		StateAt:      snapshot.Micros(u64(b, pdStateUs)),
+		NetUs:        u64(b, pdNetUs),
+		NetSteps:     u64(b, pdNetSteps),
 		Channel:      int(le.Uint16(b[pdChannel:])),
 	}
 }

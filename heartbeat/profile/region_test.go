@@ -128,7 +128,7 @@ func TestDecodeTable(t *testing.T) {
 		}},
 		{name: "bad magic", edit: func(m *image) { m.b[0] ^= 0xff }, wantErr: ErrNotRegion},
 		{name: "zeros", edit: func(m *image) { clear(m.b) }, wantErr: ErrNotRegion},
-		{name: "other version", edit: func(m *image) { le.PutUint32(m.b[hdrLayoutVersion:], 2) }, wantErr: ErrVersion},
+		{name: "other version", edit: func(m *image) { le.PutUint32(m.b[hdrLayoutVersion:], 1) }, wantErr: ErrVersion},
 		{name: "other version, short file", edit: func(m *image) { le.PutUint32(m.b[hdrLayoutVersion:], 9) },
 			cut: 16, wantErr: ErrVersion},
 		{name: "empty", cut: -1, wantErr: ErrTruncated},
@@ -216,7 +216,7 @@ func TestVersionErrorSaysBoth(t *testing.T) {
 	le.PutUint32(m.b[hdrLayoutVersion:], 3)
 	_, err := Decode(m.b)
 	var ve *VersionError
-	if !errors.As(err, &ve) || ve.Version != 3 || !strings.Contains(err.Error(), "3 (this reader knows 1)") {
+	if !errors.As(err, &ve) || ve.Version != 3 || !strings.Contains(err.Error(), "3 (this reader knows 2)") {
 		t.Fatalf("err %v", err)
 	}
 }
@@ -226,7 +226,7 @@ func TestScanAndRead(t *testing.T) {
 	good := newImage(2, 1)
 	good.comm(0, 0xabc)
 	other := newImage(1, 1)
-	le.PutUint32(other.b[hdrLayoutVersion:], 2)
+	le.PutUint32(other.b[hdrLayoutVersion:], 1) // the first plugin's layout
 	files := map[string][]byte{
 		FileName("vm", 10):                  good.b,
 		FileName("vm", 11):                  good.b[:headerSize+5],

@@ -44,6 +44,9 @@ type SidecarConfig struct {
 	StdoutPatterns []string
 	// StateDir keeps read offsets and parser checkpoints across restarts ("" = none).
 	StateDir string
+	// ProfilerDirs are the folders of the NCCL profiler plugin's regions (none: the plugin
+	// is not read; heartbeat.DefaultProfilerDirs gives the plugin's own defaults).
+	ProfilerDirs []string
 	// PollLogs polls the logs instead of using inotify (tests, odd filesystems).
 	PollLogs bool
 	// SampleEvery is the GPU and port sampling period (default 1 s).
@@ -109,7 +112,7 @@ func Sidecar(ctx context.Context, cli *clientv3.Client, cfg SidecarConfig) (sc *
 	}
 	opts := heartbeat.Options{
 		Job: cfg.Job, Node: cfg.Node, LogPatterns: cfg.LogPatterns, StdoutPatterns: cfg.StdoutPatterns,
-		StateDir: cfg.StateDir, PollLogs: cfg.PollLogs, SampleEvery: cfg.SampleEvery,
+		StateDir: cfg.StateDir, ProfilerDirs: cfg.ProfilerDirs, PollLogs: cfg.PollLogs, SampleEvery: cfg.SampleEvery,
 		Logger: log, Registerer: cfg.Registerer,
 	}
 	if err := buildinfo.Register(cfg.Registerer, buildinfo.Read(cfg.Version)); err != nil {

@@ -5,8 +5,8 @@
  *
  *   driver PLUGIN.so SCENARIO VERSION [N]
  *
- * with NCCLWATCH_PROFILER_DIR set. Scenarios: basic, orders, threads, bench, overflow,
- * disabled, fork. Prints "ok" on success; anything the driver can check by itself (masks,
+ * with NCCLWATCH_PROFILER_DIR set. Scenarios: basic, orders, threads, bench, overflow, burst,
+ * disabled, fork, script. Prints "ok" on success; anything the driver can check by itself (masks,
  * handles) fails with exit status 1, what is in the region is the Go test's job.
  */
 #define _GNU_SOURCE
@@ -597,8 +597,9 @@ static void bench(int n) {
          (double)dt / (double)(calls_per * (uint64_t)n), (double)dt / n);
 }
 
-/* Past every bound: 70 comms for 64 slots, 70 peers for 64 rows, 300 unfinished ops for a
- * ring of 256, 600 open proxy ops for a pool of 512. */
+/* Past every bound: 70 comms for 64 slots, 70 peers for 64 rows, 300 unfinished collectives
+ * for a ring of 256 (the last 44 share the 256th entry) and then a send that cannot share it,
+ * 1100 open proxy ops for a pool of 1024. */
 static void overflow(void) {
   void *ctx[70];
   for (int i = 0; i < 70; i++) ctx[i] = init(0x9000 + (uint64_t)i, 1, 128, 0, WANT_MASK);
@@ -609,22 +610,58 @@ static void overflow(void) {
     if (coll(ctx[i], NULL, 0, 0, "AllReduce", 1, 1)) fail("a dropped comm got a Coll handle");
   }
   for (int peer = 0; peer < 70; peer++) full_p2p(ctx[0], 0, "Send", peer + 1, 1);
+  void *last = NULL;
   for (int i = 0; i < 300; i++) {
     void *g = group(ctx[1]);
     void *c = coll(ctx[1], g, 0, (uint64_t)i, "AllReduce", 1, 1);
-    if ((i < 256) != (c != NULL)) fail("op %d: handle %p", i, c);
+    if (!c) fail("op %d: no handle", i);
+    if (i >= 256 && last && c != last) fail("op %d past the ring did not share the newest entry", i);
+    last = c;
     stop(c);
     stop(g);
   }
+  void *g1 = group(ctx[1]);
+  if (p2p(ctx[1], g1, 0, "Send", 1, 1, 1)) fail("a send past a ring full of collectives got a handle");
+  stop(g1);
   void *g = group(ctx[2]);
   void *c = coll(ctx[2], g, 0, 0, "AllReduce", 1, 1);
-  for (int i = 0; i < 600; i++) {
+  for (int i = 0; i < 1100; i++) {
     void *op = pxop(ctx[2], c, 1, i & 1, 2, i % 32);
-    if ((i < 512) != (op != NULL)) fail("proxy op %d: handle %p", i, op);
+    if ((i < 1024) != (op != NULL)) fail("proxy op %d: handle %p", i, op);
   }
   for (int i = 3; i < 70; i++) fin(ctx[i]);
   void *late = init(0x9999, 1, 2, 0, WANT_MASK); /* lands in a slot freed above */
   full_coll(late, 0x9999, 0, 1, 1, 1, 1);
+}
+
+/* The smoke run's pattern (docs/validation-runs/2026-11-23-plugin-smoke: 126-128 events
+ * dropped per rank with the first plugin): PyTorch issues 300 small all-reduces back to back
+ * while each takes milliseconds on the GPU over NET/Socket, and NCCL posts each one's send and
+ * receive proxy ops at launch. The queue thus holds 300 ops and 600 proxy ops before the first
+ * completes; the first plugin tracked 256 ops and 512 proxy ops and dropped the rest
+ * (44 + 88 = 132, less the few the GPU finished during the burst). Then `done` ops run in
+ * order: kernel channel, one network step each way, proxy ops and channel stop. */
+static void burst(int done) {
+  const uint64_t id = 0xB0257;
+  enum { N = 300 };
+  void *ctx = init(id, 2, 2, 0, WANT_MASK);
+  static void *task[N], *send[N], *recv[N];
+  for (int i = 0; i < N; i++) {
+    void *g = group(ctx);
+    task[i] = coll(ctx, g, id, (uint64_t)i, "AllReduce", 1024, 1);
+    stop(task[i]);
+    stop(g);
+    send[i] = pxop(ctx, task[i], 1, 1, 1, 0);
+    recv[i] = pxop(ctx, task[i], 1, 0, 1, 0);
+  }
+  for (int i = 0; i < done && i < N; i++) {
+    void *k = kch(ctx, task[i], 0, 100 + (uint64_t)i);
+    step(ctx, send[i], 1, 0, 3);
+    step(ctx, recv[i], 0, 0, 3);
+    stop(send[i]);
+    stop(recv[i]);
+    kch_stop(k, 200 + (uint64_t)i);
+  }
 }
 
 /* Recording off (NCCLWATCH_PROFILER=0 or an unusable directory): NCCL gets mask 0 and
@@ -656,6 +693,133 @@ static void forked(void) {
   full_coll(ctx, 0xF0, 1, 1, 1, 1, 1);
 }
 
+/* A rank under the tests' control: commands on stdin, one per line, the process alive until
+ * stdin ends (a test kills it to play a crash). Ops and proxy ops are numbered in the order
+ * the script creates them, from 0.
+ *
+ *   init C ID NRANKS RANK       communicator C (0-15)
+ *   coll C FUNC COUNT NCH       issue a collective (its Group and Coll stop at once, as in 2.28)
+ *   p2p C FUNC PEER COUNT       issue a Send or Recv (one channel)
+ *   start O / end O             op O's kernel channels start / stop
+ *   px O PEER SEND NSTEPS CH    a proxy op of op O with PEER (SEND 1 or 0)
+ *   step X N UPTO [MS]          step N of proxy op X through UPTO of its 3 states, ended at 3
+ *                               (MS milliseconds after its last state: time on the network)
+ *   pxend X                     proxy op X ends
+ *   run O PEER NSTEPS           op O runs to completion: start, a send and a receive proxy op
+ *                               with PEER of NSTEPS steps each, end
+ *   sleep MS
+ *   fin C
+ *   sync                        print "sync N": everything above is in the region
+ */
+enum { S_COMMS = 16, S_OPS = 8192, S_PX = 16384, S_CH = 8 };
+static struct {
+  void *ctx;
+  uint64_t id;
+} s_comm[S_COMMS];
+static struct {
+  int comm, nch;
+  void *task, *kch[S_CH];
+} s_op[S_OPS];
+static struct {
+  int comm, send;
+  void *h;
+} s_px[S_PX];
+static int s_nops, s_npx;
+
+static int s_opnum(int o) {
+  if (o < 0 || o >= s_nops) fail("script: no op %d", o);
+  return o;
+}
+
+static void s_start(int o) {
+  for (int i = 0; i < s_op[o].nch; i++)
+    s_op[o].kch[i] = kch(s_comm[s_op[o].comm].ctx, s_op[o].task, i, 1000 + (uint64_t)o);
+}
+
+static void s_end(int o) {
+  for (int i = 0; i < s_op[o].nch; i++)
+    if (s_op[o].kch[i]) kch_stop(s_op[o].kch[i], 2000 + (uint64_t)o);
+}
+
+static int s_px_open(int o, int peer, int send, int nsteps, int ch) {
+  if (s_npx == S_PX) fail("script: too many proxy ops");
+  int x = s_npx++;
+  s_px[x].comm = s_op[o].comm;
+  s_px[x].send = send;
+  s_px[x].h = pxop(s_comm[s_op[o].comm].ctx, s_op[o].task, peer, send, nsteps, ch);
+  return x;
+}
+
+static void script(void) {
+  char line[256], a[64];
+  int syncs = 0;
+  while (fgets(line, sizeof line, stdin)) {
+    int c, n1, n2, n3, n4;
+    unsigned long long id;
+    if (sscanf(line, "init %d %llx %d %d", &c, &id, &n1, &n2) == 4) {
+      if (c < 0 || c >= S_COMMS) fail("script: comm %d", c);
+      s_comm[c].id = id;
+      s_comm[c].ctx = init(id, 1, n1, n2, WANT_MASK);
+    } else if (sscanf(line, "coll %d %63s %d %d", &c, a, &n1, &n2) == 4 ||
+               sscanf(line, "p2p %d %63s %d %d", &c, a, &n3, &n1) == 4) {
+      int is_p2p = line[0] == 'p';
+      if (c < 0 || c >= S_COMMS || !s_comm[c].ctx || s_nops == S_OPS) fail("script: %s", line);
+      int o = s_nops++;
+      void *g = group(s_comm[c].ctx);
+      static char funcs[S_OPS][16];
+      snprintf(funcs[o], sizeof funcs[o], "%.15s", a);
+      s_op[o].comm = c;
+      s_op[o].nch = is_p2p ? 1 : (n2 < 1 ? 1 : n2 > S_CH ? S_CH : n2);
+      s_op[o].task = is_p2p ? p2p(s_comm[c].ctx, g, s_comm[c].id, funcs[o], n3, (uint64_t)n1, 1)
+                            : coll(s_comm[c].ctx, g, s_comm[c].id, (uint64_t)o, funcs[o], (uint64_t)n1, s_op[o].nch);
+      stop(s_op[o].task);
+      stop(g);
+    } else if (sscanf(line, "start %d", &n1) == 1) {
+      s_start(s_opnum(n1));
+    } else if (sscanf(line, "end %d", &n1) == 1) {
+      s_end(s_opnum(n1));
+    } else if (sscanf(line, "px %d %d %d %d %d", &n1, &n2, &n3, &n4, &c) == 5) {
+      s_px_open(s_opnum(n1), n2, n3, n4, c);
+    } else if ((n4 = 0, sscanf(line, "step %d %d %d %d", &n1, &n2, &n3, &n4)) >= 3) {
+      if (n1 < 0 || n1 >= s_npx) fail("script: no proxy op %d", n1);
+      void *ctx = s_comm[s_px[n1].comm].ctx;
+      void *h = step(ctx, s_px[n1].h, s_px[n1].send, n2, n3 >= 3 && n4 > 0 ? 2 : n3);
+      if (n3 >= 3 && n4 > 0) { /* the last state, MS on the network, then the end */
+        state(h, s_px[n1].send ? NW_ST_STEP_SEND_WAIT : NW_ST_STEP_RECV_GPU_WAIT, 0, 0);
+        struct timespec ts = {n4 / 1000, (long)(n4 % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        stop(h);
+      }
+    } else if (sscanf(line, "pxend %d", &n1) == 1) {
+      if (n1 < 0 || n1 >= s_npx) fail("script: no proxy op %d", n1);
+      stop(s_px[n1].h);
+    } else if (sscanf(line, "run %d %d %d", &n1, &n2, &n3) == 3) {
+      int o = s_opnum(n1);
+      s_start(o);
+      int sx = s_px_open(o, n2, 1, n3, 0), rx = s_px_open(o, n2, 0, n3, 0);
+      for (int i = 0; i < n3; i++) {
+        step(s_comm[s_op[o].comm].ctx, s_px[sx].h, 1, i, 3);
+        step(s_comm[s_op[o].comm].ctx, s_px[rx].h, 0, i, 3);
+      }
+      stop(s_px[sx].h);
+      stop(s_px[rx].h);
+      s_end(o);
+    } else if (sscanf(line, "sleep %d", &n1) == 1) {
+      struct timespec ts = {n1 / 1000, (long)(n1 % 1000) * 1000000L};
+      nanosleep(&ts, NULL);
+    } else if (sscanf(line, "fin %d", &c) == 1) {
+      if (c < 0 || c >= S_COMMS || !s_comm[c].ctx) fail("script: %s", line);
+      fin(s_comm[c].ctx);
+      s_comm[c].ctx = NULL;
+    } else if (!strncmp(line, "sync", 4)) {
+      printf("sync %d\n", ++syncs);
+      fflush(stdout);
+    } else if (line[0] != '\n' && line[0] != '#') {
+      fail("script: cannot read %s", line);
+    }
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) fail("usage: driver PLUGIN.so SCENARIO VERSION [N]");
   mypid = getpid();
@@ -667,6 +831,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "threads")) threads(4, n);
   else if (!strcmp(s, "bench")) bench(n);
   else if (!strcmp(s, "overflow")) overflow();
+  else if (!strcmp(s, "burst")) burst(n);
+  else if (!strcmp(s, "script")) script();
   else if (!strcmp(s, "disabled")) disabled();
   else if (!strcmp(s, "fork")) forked();
   else fail("unknown scenario %s", s);

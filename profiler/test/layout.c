@@ -80,6 +80,7 @@ int main(void) {
   OFF("op", struct nw_op, kch_started);
   OFF("op", struct nw_op, kch_done);
   OFF("op", struct nw_op, proxy_open);
+  OFF("op", struct nw_op, proc_seq);
   OFF("op", struct nw_op, func);
   OFF("op", struct nw_op, dtype);
   OFF("op", struct nw_op, algo);
@@ -94,6 +95,8 @@ int main(void) {
   OFF("peer_dir", struct nw_peer_dir, steps_done);
   OFF("peer_dir", struct nw_peer_dir, last_step_us);
   OFF("peer_dir", struct nw_peer_dir, state_us);
+  OFF("peer_dir", struct nw_peer_dir, net_us);
+  OFF("peer_dir", struct nw_peer_dir, net_steps);
   OFF("peer_dir", struct nw_peer_dir, channel);
   OFF("peer_dir", struct nw_peer_dir, last_state);
 
@@ -122,6 +125,10 @@ int main(void) {
   OFF("comm_hdr", struct nw_comm_hdr, pending);
   OFF("comm_hdr", struct nw_comm_hdr, inflight);
   OFF("comm_hdr", struct nw_comm_hdr, last);
+  OFF("comm_hdr", struct nw_comm_hdr, merged_ops);
+  OFF("comm_hdr", struct nw_comm_hdr, timed_colls);
+  OFF("comm_hdr", struct nw_comm_hdr, queue_us);
+  OFF("comm_hdr", struct nw_comm_hdr, busy_us);
 
   OFF("comm_slot", struct nw_comm_slot, peers);
   OFF("region", struct nw_region, comms);

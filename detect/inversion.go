@@ -1,0 +1,345 @@
+package detect
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// OrderInversion finds ranks that called the collectives of two stuck communicators in the
+// other order than their peers: rank 1 calls its world AllReduce before its tensor-parallel
+// one, the others the tensor-parallel one first. Each communicator then waits for a rank
+// that waits in the other: a deadlock wherever the GPU runs the two one after the other
+// (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron sets it). Every rank has issued both ops and
+// none is behind, so the hang rules see nothing, and the collectives look stuck in flight.
+//
+// One process's calls are ordered by its issue index (Op.Idx): the order of its log lines,
+// timestamps or not, or the plugin's per-process count. Two ops are compared where every
+// process sharing both communicators issued both (the latest such positions), else at the
+// newest positions, where a process that issued one and not yet the other called that one
+// first. The minority order is the culprit's. Two ranks alone (a tensor-parallel pair inside
+// the world) are a tie, broken by the sibling groups of the smaller communicator (same size,
+// other ranks, inside the larger one), which show the usual order; without them the finding
+// names both and says it is a tie.
+func OrderInversion(j *Job, cfg Config) []Finding {
+	var stuck []*Group
+	isStuck := map[*Group]bool{}
+	for _, g := range j.Groups {
+		if len(g.Members) < 2 {
+			continue
+		}
+		if ok, _ := stalled(j, g, cfg.HangConfig); ok || completionStuck(j, g, cfg) {
+			stuck = append(stuck, g)
+			isStuck[g] = true
+		}
+	}
+	if len(stuck) < 2 {
+		return nil
+	}
+	ix := commIndex{}
+	// Pairs of stuck communicators and the processes that share them.
+	type pair struct{ small, large *Group }
+	shared := map[pair][]*Proc{}
+	var pairs []pair
+	procGroups := map[*Proc][]*Group{}
+	for _, g := range stuck {
+		for _, m := range g.Members {
+			if gs := procGroups[m.Proc]; len(gs) < maxPairComms {
+				procGroups[m.Proc] = append(gs, g)
+			}
+		}
+	}
+	for _, p := range j.Procs {
+		gs := procGroups[p]
+		for i := range gs {
+			for k := i + 1; k < len(gs); k++ {
+				pr := pair{gs[i], gs[k]}
+				if smaller(gs[k], gs[i]) {
+					pr = pair{gs[k], gs[i]}
+				}
+				if _, ok := shared[pr]; !ok {
+					pairs = append(pairs, pr)
+				}
+				shared[pr] = append(shared[pr], p)
+			}
+		}
+	}
+	byKey := map[string]int{}
+	var out []Finding
+	for _, pr := range pairs {
+		ps := shared[pr]
+		if len(ps) < 2 {
+			continue
+		}
+		o := compareOrders(ix, pr.small, pr.large, ps)
+		first, second := o.split(ps)
+		if len(first) == 0 || len(second) == 0 {
+			continue
+		}
+		f := inversionFinding(j, ix, pr.small, pr.large, ps, o, first, second)
+		if i, ok := byKey[f.Key]; ok {
+			out[i].addEvidence("also: %s", f.Summary)
+			continue
+		}
+		byKey[f.Key] = len(out)
+		out = append(out, f)
+	}
+	return out
+}
+
+// maxPairComms bounds the stuck communicators of one process compared pairwise.
+const maxPairComms = 32
+
+func smaller(a, b *Group) bool {
+	if a.NRanks != b.NRanks {
+		return a.NRanks < b.NRanks
+	}
+	return a.ID < b.ID
+}
+
+// commIndex finds a process's member of a group in O(1): a 100k-rank job has groups of
+// 100k members, and OrderInversion asks for every process of every pair.
+type commIndex map[*Group]map[*Proc]*snapshot.Comm
+
+func (ix commIndex) of(g *Group, p *Proc) *snapshot.Comm {
+	m, ok := ix[g]
+	if !ok {
+		m = make(map[*Proc]*snapshot.Comm, len(g.Members))
+		for _, mb := range g.Members {
+			m[mb.Proc] = mb.Comm
+		}
+		ix[g] = m
+	}
+	return m[p]
+}
+
+// orders is what each process of a set did with one op of a and one of b.
+type orders struct {
+	a, b       *Group
+	posA, posB int64
+	// vote: +1 the process called a's op first, -1 b's, 0 unknown.
+	vote map[*Proc]int
+}
+
+// split returns the processes that called a's op first and those that called b's first.
+func (o orders) split(ps []*Proc) (aFirst, bFirst []*Proc) {
+	for _, p := range ps {
+		switch o.vote[p] {
+		case 1:
+			aFirst = append(aFirst, p)
+		case -1:
+			bFirst = append(bFirst, p)
+		}
+	}
+	return aFirst, bFirst
+}
+
+// compareOrders compares, for each process, its ops of a and b: at the latest positions
+// all of them reached on both; where those agree, at the newest positions any reached.
+func compareOrders(ix commIndex, a, b *Group, ps []*Proc) orders {
+	minA, minB, maxA, maxB := int64(1<<62), int64(1<<62), int64(0), int64(0)
+	for _, p := range ps {
+		ca, cb := ix.of(a, p), ix.of(b, p)
+		minA, maxA = min(minA, ca.Count), max(maxA, ca.Count)
+		minB, maxB = min(minB, cb.Count), max(maxB, cb.Count)
+	}
+	common := orders{a: a, b: b, posA: minA, posB: minB, vote: map[*Proc]int{}}
+	if minA > 0 && minB > 0 {
+		for _, p := range ps {
+			common.vote[p] = issueOrder(p, ix.of(a, p), minA, ix.of(b, p), minB)
+		}
+		if first, second := common.split(ps); len(first) > 0 && len(second) > 0 {
+			return common
+		}
+	}
+	newest := orders{a: a, b: b, posA: maxA, posB: maxB, vote: map[*Proc]int{}}
+	for _, p := range ps {
+		ca, cb := ix.of(a, p), ix.of(b, p)
+		switch hasA, hasB := ca.Count >= maxA, cb.Count >= maxB; {
+		case hasA && hasB:
+			newest.vote[p] = issueOrder(p, ca, maxA, cb, maxB)
+		case hasA:
+			newest.vote[p] = 1
+		case hasB:
+			newest.vote[p] = -1
+		}
+	}
+	return newest
+}
+
+// issueOrder is +1 when the process issued ca's op at sa before cb's op at sb, -1 after, 0
+// when their issue indexes are not both known in one numbering.
+func issueOrder(p *Proc, ca *snapshot.Comm, sa int64, cb *snapshot.Comm, sb int64) int {
+	ia, pa := issueIndex(p, ca, sa)
+	ib, pb := issueIndex(p, cb, sb)
+	switch {
+	case ia == 0 || ib == 0 || pa != pb || ia == ib:
+		return 0
+	case ia < ib:
+		return 1
+	}
+	return -1
+}
+
+// issueIndex is the issue index of a communicator's op at seq, and whether it is the
+// plugin's numbering (the log's otherwise): a process's comm ops come from its log unless
+// it has none, its ops in flight always from the plugin.
+func issueIndex(p *Proc, c *snapshot.Comm, seq int64) (int64, bool) {
+	if o := opAt(c, seq); o != nil && o.Idx != 0 {
+		return o.Idx, p.Source == snapshot.SourcePlugin
+	}
+	if d := c.Done; d != nil && d.InFlight != nil && !d.InFlight.P2P && d.InFlight.Seq == seq && d.InFlight.Idx != 0 {
+		return d.InFlight.Idx, true
+	}
+	return 0, false
+}
+
+// siblings are the groups of the small one's size, inside the large one, sharing no
+// process with the small one: the other tensor-parallel groups of the same world.
+func siblings(j *Job, small, large *Group) []*Group {
+	inLarge, inSmall := map[*Proc]bool{}, map[*Proc]bool{}
+	for _, m := range large.Members {
+		inLarge[m.Proc] = true
+	}
+	for _, m := range small.Members {
+		inSmall[m.Proc] = true
+	}
+	var out []*Group
+	for _, g := range j.Groups {
+		if g == small || g == large || g.NRanks != small.NRanks || len(g.Members) < 2 {
+			continue
+		}
+		ok := true
+		for _, m := range g.Members {
+			ok = ok && inLarge[m.Proc] && !inSmall[m.Proc]
+		}
+		if ok {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+func inversionFinding(j *Job, ix commIndex, small, large *Group, ps []*Proc, o orders, smallFirst, largeFirst []*Proc) Finding {
+	f := Finding{Kind: incident.KindOrderInversion, Severity: incident.SeverityCritical, Comm: small.ID, Seq: o.posA,
+		comms: []string{small.ID, large.ID}}
+	// The usual order: the majority of the ranks sharing both, then of the siblings.
+	usualSmall, usualLarge := len(smallFirst), len(largeFirst)
+	var sibEvidence []string
+	if usualSmall == usualLarge {
+		for _, sib := range siblings(j, small, large) {
+			var sp []*Proc
+			for _, m := range sib.Members {
+				sp = append(sp, m.Proc)
+			}
+			so := compareOrders(ix, sib, large, sp)
+			a, b := so.split(sp)
+			usualSmall, usualLarge = usualSmall+len(a), usualLarge+len(b)
+			if len(a) > 0 {
+				sibEvidence = append(sibEvidence, fmt.Sprintf("%s, in the sibling communicator %s, called theirs before %s",
+					procNames(a), shortComm(sib.ID), shortComm(large.ID)))
+			}
+			if len(b) > 0 {
+				sibEvidence = append(sibEvidence, fmt.Sprintf("%s, in the sibling communicator %s, called %s first",
+					procNames(b), shortComm(sib.ID), shortComm(large.ID)))
+			}
+		}
+	}
+	culprits, usual := largeFirst, smallFirst
+	cFirst, cSecond := large, small
+	if usualLarge > usualSmall {
+		culprits, usual = smallFirst, largeFirst
+		cFirst, cSecond = small, large
+	}
+	tie := usualSmall == usualLarge
+	if tie {
+		culprits = append(append([]*Proc(nil), smallFirst...), largeFirst...)
+	}
+	for _, p := range culprits {
+		f.Culprits = append(f.Culprits, p.Culprit())
+		f.culpritKeys = append(f.culpritKeys, p.Key())
+	}
+	f.Victims = len(ps) - len(culprits)
+	f.Key = "inversion:" + small.ID + ":" + large.ID
+	if len(culprits) == 1 {
+		f.Key = "rank:" + culprits[0].Key()
+	}
+	opText := func(g *Group, p *Proc, pos int64) string {
+		if op := opAt(ix.of(g, p), pos); op != nil {
+			return describeOp(op) + " on communicator " + shortComm(g.ID)
+		}
+		return fmt.Sprintf("its collective %d on communicator %s (not issued yet)", pos, shortComm(g.ID))
+	}
+	posOf := func(g *Group) int64 {
+		if g == o.a {
+			return o.posA
+		}
+		return o.posB
+	}
+	if tie {
+		f.Summary = fmt.Sprintf("%s called the collectives of communicators %s and %s in opposite orders, so each communicator waits for the other (a deadlock where the GPU runs them one after the other, e.g. CUDA_DEVICE_MAX_CONNECTIONS=1); which order is wrong cannot be told: no other rank shares both and no sibling group shows the usual one",
+			procNames(smallFirst)+" and "+procNames(largeFirst), shortComm(small.ID), shortComm(large.ID))
+	} else {
+		c := culprits[0]
+		f.Summary = fmt.Sprintf("%s called %s before %s; %s called them the other way round, so each communicator waits for the other (a deadlock where the GPU runs them one after the other, e.g. CUDA_DEVICE_MAX_CONNECTIONS=1)",
+			procNames(culprits), opText(cFirst, c, posOf(cFirst)), opText(cSecond, c, posOf(cSecond)), procNames(usual))
+		for _, p := range culprits {
+			if op := opAt(ix.of(cSecond, p), posOf(cSecond)); op != nil && op.T != 0 {
+				f.FaultAt = op.T.Time()
+			}
+		}
+	}
+	for _, p := range ps {
+		first, second := small, large
+		switch o.vote[p] {
+		case 0:
+			continue
+		case -1:
+			first, second = large, small
+		}
+		f.addEvidence("%s: %s, then %s%s", p.Name(), positionText(ix.of(first, p), p, first, posOf(first)),
+			positionText(ix.of(second, p), p, second, posOf(second)), orderSource(p))
+	}
+	for _, e := range sibEvidence {
+		f.addEvidence("%s", e)
+	}
+	return f
+}
+
+// positionText is "communicator X position N (its call #I)" for the process's member c.
+func positionText(c *snapshot.Comm, p *Proc, g *Group, pos int64) string {
+	s := fmt.Sprintf("communicator %s position %d", shortComm(g.ID), pos)
+	if idx, _ := issueIndex(p, c, pos); idx != 0 {
+		s += fmt.Sprintf(" (its call #%d)", idx)
+	} else if c.Count < pos {
+		s += " (not issued yet)"
+	}
+	return s
+}
+
+func orderSource(p *Proc) string {
+	if p.Source == snapshot.SourcePlugin {
+		return ", in the order the profiler plugin counted its calls"
+	}
+	return ", in the order of its log lines"
+}
+
+// procNames is "rank 1 (host pid 7)" or "ranks 0, 2 and 3".
+func procNames(ps []*Proc) string {
+	if len(ps) == 1 {
+		return ps[0].Name()
+	}
+	ranks := make([]int, 0, len(ps))
+	for _, p := range ps {
+		ranks = append(ranks, p.Rank)
+	}
+	sort.Ints(ranks)
+	parts := make([]string, len(ranks))
+	for i, r := range ranks {
+		parts[i] = fmt.Sprint(r)
+	}
+	return "ranks " + strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
