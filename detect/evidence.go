@@ -66,11 +66,18 @@ func gpuOf(j *Job, p *Proc) *snapshot.GPU {
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
 		if p.BusID != "" && strings.EqualFold(strings.TrimLeft(g.BusID, "0"), strings.TrimLeft(p.BusID, "0")) {
+			if g.T != 0 && !j.Now.IsZero() && j.Now.Sub(g.T.Time()) > staleGPUSample {
+				return nil // what a stuck sampler last saw is not what the GPU does now
+			}
 			return g
 		}
 	}
 	return nil
 }
+
+// staleGPUSample: GPUs are sampled every second; a sample this old means the sampler (or
+// the node's publishing) stalled, and a rule must not read a pause as a spin from it.
+const staleGPUSample = 5 * time.Second
 
 func describeGPU(g *snapshot.GPU) string {
 	s := fmt.Sprintf("%d%% util, %.0f W", g.Util, g.PowerW)

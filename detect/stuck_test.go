@@ -28,3 +28,20 @@ func TestStuckInFlightVersusPause(t *testing.T) {
 		t.Fatalf("a pause must produce no finding: %+v", res.Findings)
 	}
 }
+
+func TestStuckInFlightIgnoresStaleGPUSamples(t *testing.T) {
+	cfg := DefaultConfig()
+	j := job(30*time.Second, rank(0, 30, 100*time.Millisecond, 0, nil), rank(1, 30, 100*time.Millisecond, 0, nil))
+	j.Nodes = map[string]*snapshot.Node{"node0": gpuNode("node0", "waiting"), "node1": gpuNode("node1", "waiting")}
+	for _, n := range j.Nodes {
+		n.GPUs[0].T = us(20 * time.Second) // 10 s old: the sampler stalled
+	}
+	if fs, _ := StuckInFlight(j, cfg); len(fs) != 0 {
+		t.Fatalf("a stalled sampler's last 'waiting' must not page: %+v", fs)
+	}
+	for _, n := range j.Nodes {
+		n.GPUs[0].T = us(29 * time.Second)
+	}
+	fs, _ := StuckInFlight(j, cfg)
+	only(t, fs, incident.KindStuckInFlight)
+}
