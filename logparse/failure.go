@@ -254,6 +254,34 @@ func parseCudaFailure(l *Line) {
 	l.Detail = r
 }
 
+// parseRankConflict reads the bootstrap root's complaints about the ranks that check in:
+// "Bootstrap Root : rank 1 of 8 ranks has already checked in" and "Bootstrap Root : mismatch
+// in rank count from procs 8 : 16".
+func parseRankConflict(l *Line) {
+	m := l.Msg
+	l.Kind = KindRankConflict
+	l.Fatal = true
+	l.Ranks = [2]int{-1, -1}
+	s := scanner{b: m}
+	if s.skipTo("Root : rank ") {
+		l.Ranks[0], _ = s.int()
+		if s.lit(" of ") {
+			l.Code, _ = s.int()
+		}
+		return
+	}
+	if s.skipTo("from procs ") {
+		start := s.i
+		a, ok1 := s.int()
+		s.lit(" : ")
+		b, ok2 := s.int()
+		if ok1 && ok2 {
+			l.Code = max(a, b)
+			l.Detail = m[start:s.i]
+		}
+	}
+}
+
 // parseProxyFailure reads the proxy's errors and the ranks they name: "Proxy Call to rank 9
 // failed (Connect)", "[Proxy Service 9] Failed to execute operation Connect from rank 9,
 // retcode 2", "[Service thread] Error encountered progressing operation=Connect, res=2".

@@ -128,7 +128,8 @@ func fastPrefix(b []byte, l *Line) ([]byte, bool) {
 func trimRight(b []byte) []byte {
 	for len(b) > 0 {
 		switch b[len(b)-1] {
-		case '\n', '\r', ' ', '\t', 0:
+		case '\n', '\r', ' ', '\t', 0, '`':
+			// A backtick: the end of a line a poster quoted as markdown code.
 			b = b[:len(b)-1]
 			continue
 		}
@@ -159,6 +160,14 @@ func stripLauncher(b []byte, l *Line) []byte {
 // stripOne removes one launcher prefix from the start of b.
 func stripOne(b []byte, l *Line) ([]byte, bool) {
 	switch c := b[0]; {
+	case c == '`' || c == '>':
+		// What a poster's markdown adds: a code fence or an inline-code quote glued to the
+		// line ("```host:pid:tid ...", "`file.cc:12 NCCL WARN ...`"), a blockquote "> ".
+		k := 0
+		for k < len(b) && k < 8 && b[k] == c {
+			k++
+		}
+		return b[k:], true
 	case c == '[':
 		return stripBracket(b, l)
 	case isDigit(c):
@@ -236,9 +245,13 @@ func stripBracket(b []byte, l *Line) ([]byte, bool) {
 		l.LauncherRank = r
 		return b[k+2:], true
 	case b[k] == ']' && j == 1 && k+1 < len(b) && b[k+1] == ' ':
-		// "[3] " rank tag; "[3] NCCL INFO" is NCCL's own device field of a line whose
-		// host:pid:tid was cut away.
-		if hasPrefix(b[k+2:], "NCCL ") && !hasPrefix(b[k+2:], "NCCL version ") {
+		// "[3] " rank tag; "[3] NCCL INFO" and "[3] misc/socket.cc:71 NCCL WARN" are
+		// NCCL's own device field of a line whose host:pid:tid was cut away.
+		rest := b[k+2:]
+		if hasPrefix(rest, "NCCL ") && !hasPrefix(rest, "NCCL version ") {
+			return b, false
+		}
+		if sp := bytes.IndexByte(rest, ' '); sp > 0 && sourceLoc(rest[:sp]) && hasPrefix(rest[sp+1:], "NCCL ") {
 			return b, false
 		}
 		l.LauncherRank = r
@@ -481,6 +494,15 @@ func loosePrefix(p []byte, l *Line) bool {
 	if len(p) == 0 {
 		return true
 	}
+	if tok := p[bytes.LastIndexByte(p, ' ')+1:]; sourceLoc(tok) {
+		// "misc/socket.cc:71": where NCCL warned from, not a host:pid.
+		c := bytes.LastIndexByte(tok, ':')
+		l.File, l.FileLn = tok[:c], 0
+		if ln, ok := atoi(tok[c+1:]); ok {
+			l.FileLn = ln
+		}
+		p = trimSpace(p[:len(p)-len(tok)])
+	}
 	if len(p) > 2 && p[len(p)-1] == ']' {
 		if o := bytes.LastIndexByte(p, '['); o >= 0 {
 			if d, ok := atoiSigned(p[o+1 : len(p)-1]); ok {
@@ -499,6 +521,25 @@ func loosePrefix(p []byte, l *Line) bool {
 	// Anything else before "NCCL <LEVEL>" must be short: a label, not a sentence that
 	// happens to mention NCCL.
 	return len(p) <= 48
+}
+
+// sourceLoc reports a "file.cc:123" token: a C/C++/CUDA source file and its line (NCCL and
+// RCCL print where a WARN or an error breadcrumb comes from).
+func sourceLoc(t []byte) bool {
+	c := bytes.LastIndexByte(t, ':')
+	if c <= 2 || c+1 >= len(t) {
+		return false
+	}
+	if _, ok := atoi(t[c+1:]); !ok {
+		return false
+	}
+	name := t[:c]
+	for _, ext := range [...]string{".cc", ".c", ".h", ".cu", ".cpp", ".hpp", ".cuh"} {
+		if len(name) > len(ext) && string(name[len(name)-len(ext):]) == ext {
+			return true
+		}
+	}
+	return false
 }
 
 func hasLetter(b []byte) bool {
@@ -535,7 +576,7 @@ func hostPidTid(t []byte) ([]byte, int, int, bool) {
 		return nil, 0, 0, false
 	}
 	host := t[:c1]
-	if bytes.IndexByte(host, ':') >= 0 || bytes.IndexByte(host, '[') >= 0 {
+	if bytes.IndexByte(host, ':') >= 0 || bytes.IndexByte(host, '[') >= 0 || bytes.IndexByte(host, '`') >= 0 {
 		return nil, 0, 0, false
 	}
 	return host, pid, tid, true
