@@ -60,7 +60,7 @@ func CUDA(j *Job, cfg Config) []Finding {
 	for _, p := range j.Procs {
 		var mine *failure
 		for _, e := range p.Events {
-			if e.Kind != snapshot.EventCudaError || !recentEvent(j, cfg.EventConfig, int64(e.T)) {
+			if e.Kind != snapshot.EventCudaError || !recentEvent(j, cfg.EventConfig, int64(e.T)) || echoed(j, p, e) {
 				continue
 			}
 			if mine != nil {

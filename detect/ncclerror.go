@@ -88,6 +88,9 @@ func NCCLErrors(j *Job, cfg Config) []Finding {
 	return []Finding{f}
 }
 
+// silentKey starts the keys of SilentInitFailure's findings.
+const silentKey = "silent-init:"
+
 // SilentInitFailure reads NCCL's error breadcrumbs ("misc/socket.cc:564 -> 2") when NCCL
 // warned of nothing: an error that propagated while a process set up its communicators,
 // and none of them finished, says where init failed (some socket failures print no WARN).
@@ -102,7 +105,7 @@ func SilentInitFailure(j *Job, _ Config) []Finding {
 				continue
 			}
 			f := Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{p.Culprit()},
-				culpritKeys: []string{p.Key()}, Key: "nccl-error:" + p.Key()}
+				culpritKeys: []string{p.Key()}, Key: silentKey + p.Key()}
 			f.Summary = fmt.Sprintf("%s failed to initialize NCCL without a warning: %s, first in %s%s",
 				p.Name(), ncclResultWords(e.Code), orUnknown(e.Src), breadcrumbArea(e.Src))
 			f.addEvidence("%s: %s", p.Name(), e.Msg)

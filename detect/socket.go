@@ -31,7 +31,7 @@ func Connections(j *Job, cfg Config) []Finding {
 	var connects, breaks []failure
 	for _, p := range j.Procs {
 		for _, e := range p.Events {
-			if !recentEvent(j, cfg.EventConfig, int64(e.T)) {
+			if !recentEvent(j, cfg.EventConfig, int64(e.T)) || echoed(j, p, e) {
 				continue
 			}
 			switch e.Kind {
@@ -77,6 +77,8 @@ func Connections(j *Job, cfg Config) []Finding {
 			why = fmt.Sprintf("%s is a loopback, link-local or container-bridge address no other host can reach: NCCL picked the wrong interface; set NCCL_SOCKET_IFNAME to the interface the hosts share", peerIP(first.e.Peer))
 		} else if strings.Contains(first.e.Detail, "refused") {
 			why = "nothing listened at that address: the peer's process was not up (it failed before listening: look at its log) or a firewall rejects the port"
+		} else if a := strayInterface(first.p); a != "" {
+			why = fmt.Sprintf("NCCL on %s uses %s too, a link-local or container-bridge address no other host can reach (a veth, docker or virbr interface): set NCCL_SOCKET_IFNAME to the interface the hosts share", first.p.Host, a)
 		}
 		f := Finding{Kind: incident.KindConfig, Severity: incident.SeverityCritical, Culprits: culprits,
 			Key: "connect:" + first.p.Key(), Victims: len(reporters)}
@@ -151,6 +153,21 @@ func Connections(j *Job, cfg Config) []Finding {
 		out = append(out, *byPeer[k])
 	}
 	return out
+}
+
+// strayInterface is an address of a process's own that no other host can reach, when NCCL
+// listed it among several ("Using [0]eno1:10.0.0.5<0> [1]veth1a2b:fe80::1%veth1a2b<0>"):
+// NCCL may hand it to its peers, whose connects then time out.
+func strayInterface(p *Proc) string {
+	if len(p.Addrs) < 2 {
+		return ""
+	}
+	for _, a := range p.Addrs {
+		if loopback(a + "<0>") {
+			return a
+		}
+	}
+	return ""
 }
 
 func breakReason(e snapshot.Event) string {
