@@ -275,6 +275,15 @@ func (fr *fileReader) apply(raw []byte) {
 		}
 		fr.torchLine(l)
 	case l.Host != nil:
+		if at, ok := paddedAt(l.Msg); ok {
+			// A terminal's copy: whole lines padded with spaces to its width, newlines lost.
+			cut := cap(raw) - cap(l.Msg) + at
+			rest := append([]byte(nil), raw[cut:]...)
+			st.Lines--
+			fr.apply(raw[:cut])
+			fr.apply(rest)
+			return
+		}
 		if at, ok := fr.mergedAt(l); ok {
 			fr.splitMerged(raw, l, at)
 			return
@@ -398,6 +407,69 @@ func (fr *fileReader) mergedAt(l *logparse.Line) (int, bool) {
 			return sp + at, true
 		}
 	}
+}
+
+// paddedAt finds a whole NCCL prefix ("host:pid:tid [dev] NCCL INFO|WARN") after a run of
+// spaces inside a message: the next line of a terminal copy that padded each line to its
+// width and lost the newline. The host need not be known: the spaces and the full prefix
+// are evidence enough.
+func paddedAt(m []byte) (int, bool) {
+	off := 0
+	for {
+		i := bytes.Index(m[off:], []byte("   "))
+		if i < 0 {
+			return 0, false
+		}
+		i += off
+		j := i
+		for j < len(m) && m[j] == ' ' {
+			j++
+		}
+		off = j
+		sp := bytes.IndexByte(m[j:], ' ')
+		if sp < 0 {
+			return 0, false
+		}
+		if _, _, _, ok := hostPidTid(m[j : j+sp]); !ok {
+			continue
+		}
+		rest := m[j+sp+1:]
+		if len(rest) > 0 && rest[0] == '[' {
+			if e := bytes.IndexByte(rest, ']'); e > 0 && e < 8 && e+1 < len(rest) {
+				rest = rest[e+2:]
+			}
+		}
+		if bytes.HasPrefix(rest, []byte("NCCL INFO")) || bytes.HasPrefix(rest, []byte("NCCL WARN")) {
+			return j, true
+		}
+		// Source location first: "host:pid:tid [dev] file.cc:12 NCCL WARN".
+		if k := bytes.IndexByte(rest, ' '); k > 0 && bytes.HasPrefix(rest[k+1:], []byte("NCCL WARN")) {
+			return j, true
+		}
+	}
+}
+
+// hostPidTid splits "host:pid:tid" with a host of hostname characters.
+func hostPidTid(t []byte) (string, int, int, bool) {
+	c2 := bytes.LastIndexByte(t, ':')
+	if c2 <= 0 {
+		return "", 0, 0, false
+	}
+	c1 := bytes.LastIndexByte(t[:c2], ':')
+	if c1 < 0 {
+		return "", 0, 0, false
+	}
+	pid, err1 := strconv.Atoi(string(t[c1+1 : c2]))
+	tid, err2 := strconv.Atoi(string(t[c2+1:]))
+	if err1 != nil || err2 != nil {
+		return "", 0, 0, false
+	}
+	for _, c := range t[:c1] {
+		if !(c == '-' || c == '.' || c == '_' || (c >= '0' && c <= '9') || (c|0x20 >= 'a' && c|0x20 <= 'z')) {
+			return "", 0, 0, false
+		}
+	}
+	return string(t[:c1]), pid, tid, true
 }
 
 // glueAt finds where "host:pid:tid" starts in a token that may carry another line's text
