@@ -46,13 +46,13 @@ func parseSocketFailure(l *Line) {
 		// maintainers trace this to different NCCL versions or settings between ranks.
 		l.Kind = KindNetSizeMismatch
 		if s := (scanner{b: m}); s.skipTo("peer ") {
-			l.Text = s.word()
+			l.Text = s.peer()
 		}
 	case contains(m, "Call to recv") || contains(m, "Call to send"):
 		// "socketProgressOpt: Call to recv from 10.0.0.7<43125> failed : Connection reset by peer"
 		s := scanner{b: m}
 		if s.skipTo("recv from ") || s.skipTo("send to ") {
-			l.Text = s.word()
+			l.Text = s.peer()
 		}
 		l.Detail = reasonAfter(m)
 		l.Fatal = true
@@ -78,7 +78,7 @@ func parseConnectFailure(l *Line, fatal bool) {
 	for _, p := range []string{"Connect to ", "connect to "} {
 		if i := index(m, p); i >= 0 {
 			s := scanner{b: m, i: i + len(p)}
-			l.Text = s.word()
+			l.Text = s.peer()
 			break
 		}
 	}

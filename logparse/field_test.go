@@ -39,6 +39,8 @@ func TestFieldFormats(t *testing.T) {
 			"kind=coll_mismatch file=init.cc:1247 rank=39 fatal=true"},
 		{"quoted source location", "`init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 39.`",
 			"kind=coll_mismatch file=init.cc:1247 rank=39 fatal=true"},
+		{"quoted inside a sentence", "Key error message `gpu7:4242:4243 [2] include/socket.h:423 NCCL WARN Net : Connection closed by remote peer 10.1.0.8<20368>` which",
+			`kind=conn_closed_remote host=gpu7 pid=4242 tid=4243 dev=2 file=include/socket.h:423 text="10.1.0.8<20368>"`},
 		{"dev and source location", "[0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got completion with error 4, opcode 0, len 32694, vendor err 81",
 			"kind=ib_completion file=transport/net_ib.cc:818 peer= status=4 hca="},
 		{"a sentence mentioning NCCL is not an NCCL line", "we wrote this long sentence to explain why the run failed with NCCL WARN in it", "kind=unknown"},

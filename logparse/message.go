@@ -546,7 +546,7 @@ func parseIBCompletion(l *Line) {
 	l.Kind = KindIBCompletion
 	l.Fatal = true
 	if s.lit("from peer ") {
-		l.Text = s.word()
+		l.Text = s.peer()
 		s.space()
 	}
 	if !s.lit("with ") {
@@ -610,7 +610,7 @@ func parseConnClosedRemote(l *Line) {
 	s := scanner{b: l.Msg}
 	s.skipTo("Connection closed by remote peer ")
 	l.Kind = KindConnClosedRemote
-	l.Text = s.word()
+	l.Text = s.peer()
 	// NCCL warns of it when the connection was needed; at INFO it is an expected close.
 	l.Fatal = l.Level == LevelWarn
 }

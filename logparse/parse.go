@@ -450,7 +450,8 @@ func parsePrefix(p []byte, l *Line) bool {
 	for end > 0 && n < 5 {
 		start := bytes.LastIndexByte(p[:end], ' ') + 1
 		tok := p[start:end]
-		if host, pid, tid, ok := hostPidTid(tok); ok {
+		if host, pid, tid, ok := hostPidTid(bytes.TrimLeft(tok, "`")); ok {
+			// A backtick: the line was quoted as inline code inside a poster's sentence.
 			l.Host, l.PID, l.TID = host, pid, tid
 			for i := n - 1; i >= 0; i-- {
 				t := tokens[i]

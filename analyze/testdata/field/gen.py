@@ -729,6 +729,14 @@ def field14c():
     files["ras.txt"] = ["$ ncclras", "```"] + ras_dead_report("2.26.2", "12.6", "5.002s", "10.10.63.2", 6302, 0, 2, "4e1c0a3b77d2f301").split("\n")[:-1] + ["```"]
     write("ras_text_fenced", files, {"exit": 1, "kind": "crash", "rank": 2, "say": ["dead"]})
 
+    # 50. The failing line quoted as inline code inside the poster's sentence, the log below
+    # it in a fence.
+    p = P("gw-a17", 30932, 0, 0, 2, "10.21.0.135", version="2.10.3+cuda10.2", net="Socket")
+    lines = ["The master fails with `%s` so the worker must have dropped." % p.warn("include/socket.h:423", "Net : Connection closed by remote peer 10.21.0.136<20368>", tid=p.pid + 61)[1],
+             "", "```bash"] + p.init(old=True, complete=False)[:9] + ["```"]
+    write("posted_quote_in_sentence", {"master.txt": lines},
+          {"exit": 1, "kind": "crash", "host": "10.21.0.136", "findings": 1, "say": ["from gw-a17 pid 30932"]})
+
 
 if __name__ == "__main__":
     main()
