@@ -109,8 +109,11 @@ func Connections(j *Job, cfg Config) []Finding {
 		}
 		return out
 	}
-	// Connections broke: the peer they lead to went away. Group by the peer's host.
+	// Connections broke: the peer they lead to went away. Group by the peer's host; a
+	// process's later breaks with other peers follow its first (its proxy and its other
+	// connections close once one failed).
 	byPeer := map[string]*Finding{}
+	firstOf := map[*Proc]*Finding{}
 	var order []string
 	for _, b := range breaks {
 		host := book.host(b.e.Peer)
@@ -122,6 +125,10 @@ func Connections(j *Job, cfg Config) []Finding {
 			continue
 		}
 		f := byPeer[name]
+		if first := firstOf[b.p]; f == nil && first != nil {
+			first.addEvidence("then %s: %s", b.p.Name(), b.e.Msg)
+			continue
+		}
 		if f == nil {
 			culprit := incident.Culprit{Rank: -1, Host: name}
 			var keys []string
@@ -148,6 +155,9 @@ func Connections(j *Job, cfg Config) []Finding {
 		}
 		f.Victims++
 		f.addEvidence("%s: %s", b.p.Name(), b.e.Msg)
+		if firstOf[b.p] == nil {
+			firstOf[b.p] = f
+		}
 	}
 	for _, k := range order {
 		out = append(out, *byPeer[k])

@@ -737,6 +737,15 @@ def field14c():
     write("posted_quote_in_sentence", {"master.txt": lines},
           {"exit": 1, "kind": "crash", "host": "10.21.0.136", "findings": 1, "say": ["from gw-a17 pid 30932"]})
 
+    # 51. A process's first broken connection, then its own proxy's connection closing: one
+    # cause, the peer of the first.
+    p = P("p4-st-31", 18306, 1, 9, 16, "10.200.31.5", version="2.14.3+cuda11.7")
+    lines = p.warn("misc/socket.cc:518", "Net : Call to recv from 10.200.84.17<58355> failed : Broken pipe", tid=p.pid + 214)[1:]
+    lines += p.crumbs("misc/socket.cc:535", "transport/net_socket.cc:368", "include/net.h:26", "proxy.cc:991", tid=p.pid + 214)
+    lines += p.warn("proxy.cc:1119", "[Proxy Service 9] Failed to execute operation Connect from rank 9, retcode 6", tid=p.pid + 214)[1:]
+    lines += p.warn("misc/socket.cc:538", "Net : Connection closed by remote peer p4-st-31.cluster-7f0c.internal<47861>", tid=p.pid + 175)[1:]
+    write("peer_broken_then_own_closed", {"rank9.log": lines}, {"exit": 1, "kind": "crash", "host": "10.200.84.17", "findings": 1})
+
 
 if __name__ == "__main__":
     main()
