@@ -101,13 +101,7 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 	opsLogged := anyOpLogged(j)
 	for _, r := range causes {
 		p, e := r.p, r.e
-		stage := e.Stage
-		if !opsLogged && (stage == snapshot.StageReady || len(p.Comms) == 0) {
-			// No op line anywhere (COLL not logged, a posted excerpt): past init, or with no
-			// communicator known, when the error came is not known.
-			stage = snapshot.StageUnknown
-		}
-		c := ibCauseOf(e.Code, stage)
+		c := ibCauseOf(e.Code, knownStage(opsLogged, p, e))
 		peerHost := book.host(e.Peer)
 		var key string
 		var culprit incident.Culprit
@@ -180,6 +174,16 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 		f.culpritKeys = appendUnique(f.culpritKeys, r.p.Key())
 	}
 	return []Finding{f}
+}
+
+// knownStage is the stage of an event where the logs can tell it: with no op line anywhere
+// (COLL not logged, a posted excerpt), an event past init, or of a process with no
+// communicator known, may have come at any time.
+func knownStage(opsLogged bool, p *Proc, e snapshot.Event) snapshot.Stage {
+	if !opsLogged && (e.Stage == snapshot.StageReady || len(p.Comms) == 0) {
+		return snapshot.StageUnknown
+	}
+	return e.Stage
 }
 
 // anyOpLogged reports whether any process of the job logged a collective or send/receive:

@@ -746,6 +746,16 @@ def field14c():
     lines += p.warn("misc/socket.cc:538", "Net : Connection closed by remote peer p4-st-31.cluster-7f0c.internal<47861>", tid=p.pid + 175)[1:]
     write("peer_broken_then_own_closed", {"rank9.log": lines}, {"exit": 1, "kind": "crash", "host": "10.200.84.17", "findings": 1})
 
+    # 52. Only the failure posted: CUDA out of memory at the launch path, no Init or op line,
+    # so when it came is not known.
+    p = P("vm-12-3-ubuntu", 418, 3, 3, 8, "10.12.3.4", version="2.19.3+cuda12.3")
+    lines = []
+    for _ in range(3):
+        lines += p.warn("enqueue.cc:43", "Cuda failure 'out of memory'", tid=p.pid + 102)
+        lines += p.warn("enqueue.cc:54", "Cuda failure 'invalid resource handle'", tid=p.pid + 102)
+    write("cuda_oom_excerpt", {"tp-worker.log": lines}, {"exit": 1, "kind": "gpu", "host": "vm-12-3-ubuntu", "findings": 1,
+                                                         "say": ["out of memory"], "avoid": ["during initialization"]})
+
 
 if __name__ == "__main__":
     main()
