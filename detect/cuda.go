@@ -104,7 +104,7 @@ func CUDA(j *Job, cfg Config) []Finding {
 			who = fmt.Sprintf("%d ranks on %s", n, fl.first.Host)
 		}
 		when := stageWords(knownStage(opsLogged, fl.first, fl.ev))
-		if fl.first.PID != 0 && knownStage(opsLogged, fl.first, fl.ev) == snapshot.StageUnknown {
+		if fl.first.Lines > 0 && knownStage(opsLogged, fl.first, fl.ev) == snapshot.StageUnknown {
 			when = "when, these lines do not show"
 		}
 		fl.f.Summary = fmt.Sprintf("%s: CUDA failed inside NCCL with '%s' (%s): %s", who, fl.text, when,

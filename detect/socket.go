@@ -114,6 +114,7 @@ func Connections(j *Job, cfg Config) []Finding {
 	// connections close once one failed).
 	byPeer := map[string]*Finding{}
 	firstOf := map[*Proc]*Finding{}
+	opsLogged := anyOpLogged(j)
 	var order []string
 	for _, b := range breaks {
 		host := book.host(b.e.Peer)
@@ -139,11 +140,20 @@ func Connections(j *Job, cfg Config) []Finding {
 			f = &Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{culprit},
 				culpritKeys: keys, Key: "peer:" + name}
 			when := "mid-run: the process there died (crash, OOM kill, or an abort after its own error; its log says which)"
-			switch b.e.Stage {
+			stage := b.e.Stage
+			if b.p.Lines > 0 && knownStage(opsLogged, b.p, b.e) == snapshot.StageUnknown {
+				// NCCL's own line, but nothing dates it: say what is certain.
+				stage, when = snapshot.StageUnknown, "(when, these lines do not show): the process there went away or failed first (its log holds the first error)"
+			}
+			switch stage {
 			case snapshot.StageInit:
 				when = "while the ranks were initializing: the process there failed during init (its log holds the first error)"
-			case snapshot.StageReady, snapshot.StageUnknown:
+			case snapshot.StageReady:
 				when = "after the ranks had initialized: the process there went away (crash, OOM kill, or an abort after its own error)"
+			case snapshot.StageUnknown:
+				if b.p.Lines == 0 {
+					when = "after the ranks had initialized: the process there went away (crash, OOM kill, or an abort after its own error)"
+				}
 			}
 			who := describeHost(book, host, name)
 			f.Summary = fmt.Sprintf("the connection from %s to %s broke (%s) %s", b.p.Name(), who, breakReason(b.e), when)
