@@ -275,16 +275,16 @@ func (fr *fileReader) apply(raw []byte) {
 		}
 		fr.torchLine(l)
 	case l.Host != nil:
-		if at, ok := paddedAt(l.Msg); ok {
-			// A terminal's copy: whole lines padded with spaces to its width, newlines lost.
-			cut := cap(raw) - cap(l.Msg) + at
-			rest := append([]byte(nil), raw[cut:]...)
-			st.Lines--
-			fr.apply(raw[:cut])
-			fr.apply(rest)
-			return
-		}
-		if at, ok := fr.mergedAt(l); ok {
+		if at, padded, ok := fr.mergedAt(l); ok {
+			if padded {
+				// A terminal's copy: the first line is whole, read both.
+				cut := cap(raw) - cap(l.Msg) + at
+				rest := append([]byte(nil), raw[cut:]...)
+				st.Lines--
+				fr.apply(raw[:cut])
+				fr.apply(rest)
+				return
+			}
 			fr.splitMerged(raw, l, at)
 			return
 		}
@@ -376,21 +376,28 @@ func looksLikeCollHead(m []byte) bool {
 	return c > 0 && c < 16 && bytes.HasPrefix(m[c:], []byte(": opCount")) || (c > 0 && c < 16 && len(m) < c+12 && bytes.HasPrefix([]byte(": opCount"), m[c:]))
 }
 
-// mergedAt finds a second NCCL prefix inside a line's message: two writers' lines glued
-// together. It returns the index in the message where the second line's host starts. It
-// runs on every line, so it looks for the rare 'N' first: per-op messages have none.
-func (fr *fileReader) mergedAt(l *logparse.Line) (int, bool) {
+// mergedAt finds a second NCCL prefix inside a line's message and returns the index in the
+// message where the second line starts. padded says how the two met: a terminal's copy
+// padded the first, whole line with spaces and lost the newline (then the host need not be
+// known: the spaces and the full prefix are evidence enough), else two writers' lines were
+// glued and the first one is cut (its host glued to the second's, found among the known
+// processes with that pid). It runs on every line, so it looks for the rare 'N' first:
+// per-op messages have none.
+func (fr *fileReader) mergedAt(l *logparse.Line) (at int, padded, ok bool) {
 	m := l.Msg
 	off := 0
 	for {
 		i := bytes.IndexByte(m[off:], 'N')
 		if i < 0 {
-			return 0, false
+			return 0, false, false
 		}
 		i += off
 		off = i + 1
 		if i == 0 || m[i-1] != ' ' || !(bytes.HasPrefix(m[i:], []byte("NCCL INFO")) || bytes.HasPrefix(m[i:], []byte("NCCL WARN"))) {
 			continue
+		}
+		if at, ok := paddedAt(m, i); ok {
+			return at, true, true
 		}
 		// Before it: "host:pid:tid [dev] " (the dev may be absent), the host glued to the
 		// first line's text.
@@ -404,49 +411,27 @@ func (fr *fileReader) mergedAt(l *logparse.Line) (int, bool) {
 		}
 		sp := bytes.LastIndexByte(m[:j], ' ') + 1
 		if at, ok := fr.glueAt(m[sp:j]); ok {
-			return sp + at, true
+			return sp + at, false, true
 		}
 	}
 }
 
-// paddedAt finds a whole NCCL prefix ("host:pid:tid [dev] NCCL INFO|WARN") after a run of
-// spaces inside a message: the next line of a terminal copy that padded each line to its
-// width and lost the newline. The host need not be known: the spaces and the full prefix
-// are evidence enough.
-func paddedAt(m []byte) (int, bool) {
-	off := 0
-	for {
-		i := bytes.Index(m[off:], []byte("   "))
-		if i < 0 {
+// paddedAt reads back from "NCCL INFO|WARN" at i over "[dev] " and "file:line " to a whole
+// "host:pid:tid" token after a run of spaces, and returns where that token starts.
+func paddedAt(m []byte, i int) (int, bool) {
+	j := i
+	for k := 0; k < 3 && j > 0; k++ {
+		end := j - 1
+		if m[end] != ' ' {
 			return 0, false
 		}
-		i += off
-		j := i
-		for j < len(m) && m[j] == ' ' {
-			j++
+		start := bytes.LastIndexByte(m[:end], ' ') + 1
+		if _, _, _, ok := hostPidTid(m[start:end]); ok {
+			return start, start >= 3 && m[start-1] == ' ' && m[start-2] == ' ' && m[start-3] == ' '
 		}
-		off = j
-		sp := bytes.IndexByte(m[j:], ' ')
-		if sp < 0 {
-			return 0, false
-		}
-		if _, _, _, ok := hostPidTid(m[j : j+sp]); !ok {
-			continue
-		}
-		rest := m[j+sp+1:]
-		if len(rest) > 0 && rest[0] == '[' {
-			if e := bytes.IndexByte(rest, ']'); e > 0 && e < 8 && e+1 < len(rest) {
-				rest = rest[e+2:]
-			}
-		}
-		if bytes.HasPrefix(rest, []byte("NCCL INFO")) || bytes.HasPrefix(rest, []byte("NCCL WARN")) {
-			return j, true
-		}
-		// Source location first: "host:pid:tid [dev] file.cc:12 NCCL WARN".
-		if k := bytes.IndexByte(rest, ' '); k > 0 && bytes.HasPrefix(rest[k+1:], []byte("NCCL WARN")) {
-			return j, true
-		}
+		j = start
 	}
+	return 0, false
 }
 
 // hostPidTid splits "host:pid:tid" with a host of hostname characters.
