@@ -757,6 +757,17 @@ def field14c():
     write("cuda_oom_excerpt", {"tp-worker.log": lines}, {"exit": 1, "kind": "gpu", "host": "vm-12-3-ubuntu", "findings": 1,
                                                          "say": ["out of memory"], "avoid": ["during initialization"]})
 
+    # 53. NCCL 2.18: a NET/Socket connect fails without a WARN of its own (breadcrumbs only),
+    # then the proxy reports the failed Connect and the connection closes; the poster
+    # replaced the host name.
+    p = P("<host_a>", 9922, 3, 11, 16, "10.31.0.9", version="2.18.6+cuda12.1", net="Socket")
+    lines = [p.info("Channel 00/0 : 3[3] -> 11[3] [send] via NET/Socket/0", p.pid + 67)]
+    lines += p.crumbs("misc/socket.cc:567", "misc/socket.cc:586", "transport/net_socket.cc:336", "transport/net.cc:592", "proxy.cc:1306", code=2, tid=p.pid + 236)
+    lines += p.warn("proxy.cc:1485", "[Service thread] Error encountered progressing operation=Connect, res=2, closing connection", tid=p.pid + 236)
+    lines += p.warn("proxy.cc:1519", "[Proxy Service 11] Failed to execute operation Connect from rank 11, retcode 2", tid=p.pid + 236)
+    lines += p.warn("misc/socket.cc:49", "socketProgress: Connection closed by remote peer <host_b>.ibnet<53735>", tid=p.pid + 227)
+    write("silent_socket_then_proxy_error", {"rank11.log": lines}, {"exit": 1, "kind": "crash", "findings": 1, "say": ["sockets"]})
+
 
 if __name__ == "__main__":
     main()
