@@ -32,6 +32,7 @@ func TestFieldFormats(t *testing.T) {
 		{"no prefix at all", "NCCL INFO Using network IB", `kind=using_network text="IB"`},
 		{"host:pid without tid", "gpu7:4242 [1] NCCL INFO Using network IB", `kind=using_network host=gpu7 pid=4242 tid=0 dev=1 text="IB"`},
 		// What posting a log adds: markdown around it, NCCL's prefix cut down to where it warned.
+		{"terminal colours", "\x1b[31m" + info + "\x1b[0m", want + ` text="IB"`},
 		{"fence glued to the first line", "```" + info, want + ` text="IB"`},
 		{"inline code quote", "`" + info + "`", want + ` text="IB"`},
 		{"blockquote", "> " + info, want + ` text="IB"`},
@@ -108,7 +109,7 @@ func FuzzLauncherPrefix(f *testing.F) {
 	for _, p := range []string{"[1,6]<stdout>:", "Fri Aug 11 12:31:45 2023[1,6]<stdout>:", " 6: ", "node07: ",
 		"2023-08-11T12:31:45.123456789Z ", "2023-08-11T12:31:45+02:00 ", "[default3]:", "[rank3]:", "[3] ", "", ":",
 		"[1,", "Mon Jan  2 03:04:05 2023", "0: [rank0]: ", "```", "`", "> ", ">> [0] ", "[0] misc/socket.cc:71 ",
-		"init.cc:1247 ", "(pid=3817959) ", "[0m "} {
+		"init.cc:1247 ", "(pid=3817959) ", "[0m ", "\x1b[0m ", "\x1b[1;31m", "\x1b["} {
 		f.Add([]byte(p))
 	}
 	const line = "gpu7:4242:4243 [2] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 8 datatype 7 op 0 root 0 comm 0xabc [nranks=4] stream (nil)"

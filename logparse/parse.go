@@ -127,6 +127,15 @@ func fastPrefix(b []byte, l *Line) ([]byte, bool) {
 
 func trimRight(b []byte) []byte {
 	for len(b) > 0 {
+		if b[len(b)-1] == 'm' {
+			// A terminal colour reset ("\x1b[0m") a console left at the end of the line.
+			if e := bytes.LastIndexByte(b[max(len(b)-8, 0):], 0x1b); e >= 0 {
+				if at := max(len(b)-8, 0) + e; ansiEnd(b[at:]) == len(b)-at {
+					b = b[:at]
+					continue
+				}
+			}
+		}
 		switch b[len(b)-1] {
 		case '\n', '\r', ' ', '\t', 0, '`':
 			// A backtick: the end of a line a poster quoted as markdown code.
@@ -160,6 +169,12 @@ func stripLauncher(b []byte, l *Line) []byte {
 // stripOne removes one launcher prefix from the start of b.
 func stripOne(b []byte, l *Line) ([]byte, bool) {
 	switch c := b[0]; {
+	case c == 0x1b:
+		// A terminal colour code ("\x1b[32m") a console kept.
+		if n := ansiEnd(b); n > 0 {
+			return b[n:], true
+		}
+		return b, false
 	case c == '`' || c == '>':
 		// What a poster's markdown adds: a code fence or an inline-code quote glued to the
 		// line ("```host:pid:tid ...", "`file.cc:12 NCCL WARN ...`"), a blockquote "> ".
@@ -204,6 +219,24 @@ func stripOne(b []byte, l *Line) ([]byte, bool) {
 		return stripHostLabel(b)
 	}
 	return b, false
+}
+
+// ansiEnd is the length of the ANSI SGR sequence ("\x1b[0m", "\x1b[1;31m") b starts with,
+// 0 when it starts with none.
+func ansiEnd(b []byte) int {
+	if len(b) < 3 || b[0] != 0x1b || b[1] != '[' {
+		return 0
+	}
+	for k := 2; k < len(b) && k < 12; k++ {
+		switch c := b[k]; {
+		case c == 'm':
+			return k + 1
+		case isDigit(c) || c == ';':
+		default:
+			return 0
+		}
+	}
+	return 0
 }
 
 // stripTag removes a collector's "[name]:" tag ("[trainer3]:", "[worker-0|2]:"): a word
