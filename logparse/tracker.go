@@ -203,7 +203,7 @@ func (t *Tracker) Observe(raw []byte, readAt time.Time) *Line {
 // Apply applies a line parsed by the caller (who routed it to this process).
 func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 	t.Lines++
-	if l.Kind == KindUnknown && t.lastWarn {
+	if l.Kind == KindUnknown && t.lastWarn && !otherOutput(raw) {
 		l.Kind = KindContinuation
 	}
 	t.Kinds[l.Kind]++
@@ -556,6 +556,18 @@ func appendTransportKey(b []byte, ch Channel) []byte {
 		tr = tr[:i]
 	}
 	return append(b, tr...)
+}
+
+// otherOutput reports a line that is not the rest of a WARN though it follows one: a
+// markdown fence, the application's or PyTorch's own output (glog "[E ...]", tracebacks).
+func otherOutput(raw []byte) bool {
+	b := trimSpace(raw)
+	for _, p := range [...]string{"```", "[E", "[W", "[I", "Traceback", "terminate called", "File \"", "what():", "#"} {
+		if hasPrefix(b, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // crumbHandled drops the newest event, error breadcrumbs without a WARN, when their thread
