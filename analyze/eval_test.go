@@ -14,7 +14,8 @@ import (
 )
 
 // fieldExpect is what a case under testdata/field/cases must produce: the exit code, and for a
-// finding its kind, the culprit it names and words of its summary.
+// finding its kind, the culprit it names, words its summary must hold and words it must not
+// (a wrong stage, a misread rank), and, where set, how many findings (one per root cause).
 type fieldExpect struct {
 	Exit      int      `json:"exit"`
 	Kind      string   `json:"kind"`
@@ -23,6 +24,8 @@ type fieldExpect struct {
 	Port      string   `json:"port"`
 	NoCulprit bool     `json:"no_culprit"`
 	Say       []string `json:"say"`
+	Avoid     []string `json:"avoid"`
+	Findings  *int     `json:"findings"`
 }
 
 func (e fieldExpect) String() string {
@@ -82,6 +85,9 @@ func TestFieldCases(t *testing.T) {
 			if rep.ExitCode != want.Exit {
 				problems = append(problems, fmt.Sprintf("exit %d, want %d", rep.ExitCode, want.Exit))
 			}
+			if want.Findings != nil && len(rep.Findings) != *want.Findings {
+				problems = append(problems, fmt.Sprintf("%d findings, want %d (one per root cause)", len(rep.Findings), *want.Findings))
+			}
 			if len(rep.Findings) > 0 {
 				f := rep.Findings[0]
 				var rank *int
@@ -129,6 +135,11 @@ func checkFinding(f FindingReport, want fieldExpect) []string {
 	for _, s := range want.Say {
 		if !strings.Contains(f.Summary, s) {
 			p = append(p, fmt.Sprintf("summary lacks %q: %s", s, f.Summary))
+		}
+	}
+	for _, s := range want.Avoid {
+		if strings.Contains(f.Summary, s) {
+			p = append(p, fmt.Sprintf("summary says %q: %s", s, f.Summary))
 		}
 	}
 	return p

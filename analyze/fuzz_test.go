@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +27,8 @@ func FuzzConsole(f *testing.F) {
 	}
 	f.Add([]byte("[rank1]: Last error:\n[rank1]: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000\n"))
 	f.Add([]byte("Last error:\n"))
+	// A terminal copy: lines padded to its width, newlines lost.
+	f.Add([]byte("h:1:2 [0] NCCL INFO proxy.cc:1 -> 6" + strings.Repeat(" ", 80) + "h:1:2 [0] NCCL INFO proxy.cc:2 -> 6 [Progress Thread]" + strings.Repeat(" ", 40) + "h:1:2 [0] x.c:3 NCCL WARN NET/I\n"))
 	f.Fuzz(func(t *testing.T, console []byte) {
 		rep, err := Analyze(context.Background(), []string{Stdin}, Options{Location: time.UTC, Rules: detect.DefaultConfig(),
 			Stdin: bytes.NewReader(console)})

@@ -227,8 +227,9 @@ func sniff(head []byte) (content, string) {
 		return contentBinary, why
 	}
 	t := bytes.TrimLeft(head, " \t\r\n")
-	// Our captures and some users put a comment line before the reply.
-	for bytes.HasPrefix(t, []byte("#")) {
+	// Our captures and some users put a comment line before the reply; posted reports
+	// start with a markdown fence or the shell prompt that ran ncclras.
+	for bytes.HasPrefix(t, []byte("#")) || bytes.HasPrefix(t, []byte("```")) || bytes.HasPrefix(t, []byte("$ ")) {
 		i := bytes.IndexByte(t, '\n')
 		if i < 0 {
 			break

@@ -275,7 +275,16 @@ func (fr *fileReader) apply(raw []byte) {
 		}
 		fr.torchLine(l)
 	case l.Host != nil:
-		if at, ok := fr.mergedAt(l); ok {
+		if at, padded, ok := fr.mergedAt(l); ok {
+			if padded {
+				// A terminal's copy: the first line is whole, read both.
+				cut := cap(raw) - cap(l.Msg) + at
+				rest := append([]byte(nil), raw[cut:]...)
+				st.Lines--
+				fr.apply(raw[:cut])
+				fr.apply(rest)
+				return
+			}
 			fr.splitMerged(raw, l, at)
 			return
 		}
@@ -367,21 +376,28 @@ func looksLikeCollHead(m []byte) bool {
 	return c > 0 && c < 16 && bytes.HasPrefix(m[c:], []byte(": opCount")) || (c > 0 && c < 16 && len(m) < c+12 && bytes.HasPrefix([]byte(": opCount"), m[c:]))
 }
 
-// mergedAt finds a second NCCL prefix inside a line's message: two writers' lines glued
-// together. It returns the index in the message where the second line's host starts. It
-// runs on every line, so it looks for the rare 'N' first: per-op messages have none.
-func (fr *fileReader) mergedAt(l *logparse.Line) (int, bool) {
+// mergedAt finds a second NCCL prefix inside a line's message and returns the index in the
+// message where the second line starts. padded says how the two met: a terminal's copy
+// padded the first, whole line with spaces and lost the newline (then the host need not be
+// known: the spaces and the full prefix are evidence enough), else two writers' lines were
+// glued and the first one is cut (its host glued to the second's, found among the known
+// processes with that pid). It runs on every line, so it looks for the rare 'N' first:
+// per-op messages have none.
+func (fr *fileReader) mergedAt(l *logparse.Line) (at int, padded, ok bool) {
 	m := l.Msg
 	off := 0
 	for {
 		i := bytes.IndexByte(m[off:], 'N')
 		if i < 0 {
-			return 0, false
+			return 0, false, false
 		}
 		i += off
 		off = i + 1
 		if i == 0 || m[i-1] != ' ' || !(bytes.HasPrefix(m[i:], []byte("NCCL INFO")) || bytes.HasPrefix(m[i:], []byte("NCCL WARN"))) {
 			continue
+		}
+		if at, ok := paddedAt(m, i); ok {
+			return at, true, true
 		}
 		// Before it: "host:pid:tid [dev] " (the dev may be absent), the host glued to the
 		// first line's text.
@@ -395,9 +411,50 @@ func (fr *fileReader) mergedAt(l *logparse.Line) (int, bool) {
 		}
 		sp := bytes.LastIndexByte(m[:j], ' ') + 1
 		if at, ok := fr.glueAt(m[sp:j]); ok {
-			return sp + at, true
+			return sp + at, false, true
 		}
 	}
+}
+
+// paddedAt reads back from "NCCL INFO|WARN" at i over "[dev] " and "file:line " to a whole
+// "host:pid:tid" token after a run of spaces, and returns where that token starts.
+func paddedAt(m []byte, i int) (int, bool) {
+	j := i
+	for k := 0; k < 3 && j > 0; k++ {
+		end := j - 1
+		if m[end] != ' ' {
+			return 0, false
+		}
+		start := bytes.LastIndexByte(m[:end], ' ') + 1
+		if _, _, _, ok := hostPidTid(m[start:end]); ok {
+			return start, start >= 3 && m[start-1] == ' ' && m[start-2] == ' ' && m[start-3] == ' '
+		}
+		j = start
+	}
+	return 0, false
+}
+
+// hostPidTid splits "host:pid:tid" with a host of hostname characters.
+func hostPidTid(t []byte) (string, int, int, bool) {
+	c2 := bytes.LastIndexByte(t, ':')
+	if c2 <= 0 {
+		return "", 0, 0, false
+	}
+	c1 := bytes.LastIndexByte(t[:c2], ':')
+	if c1 < 0 {
+		return "", 0, 0, false
+	}
+	pid, err1 := strconv.Atoi(string(t[c1+1 : c2]))
+	tid, err2 := strconv.Atoi(string(t[c2+1:]))
+	if err1 != nil || err2 != nil {
+		return "", 0, 0, false
+	}
+	for _, c := range t[:c1] {
+		if !(c == '-' || c == '.' || c == '_' || (c >= '0' && c <= '9') || (c|0x20 >= 'a' && c|0x20 <= 'z')) {
+			return "", 0, 0, false
+		}
+	}
+	return string(t[:c1]), pid, tid, true
 }
 
 // glueAt finds where "host:pid:tid" starts in a token that may carry another line's text

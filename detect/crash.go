@@ -38,6 +38,8 @@ func Crash(j *Job, cfg Config) []Finding {
 		reported bool
 	}
 	deaths := map[string]*death{}
+	// launched are the deaths the launcher named: the first worker it saw fail on a node.
+	launched := map[string]bool{}
 	var order []string
 	note := func(p *Proc, when int64, strong, reported bool, format string, args ...any) {
 		k := p.Key()
@@ -60,8 +62,8 @@ func Crash(j *Job, cfg Config) []Finding {
 	missing := map[string]*Proc{}
 	byPID := map[int][]*Proc{}
 	for _, p := range j.Procs {
-		if p.LocalRank >= 0 {
-			byHostLocal[p.Host+"/"+strconv.Itoa(p.LocalRank)] = p
+		if local := localOf(j, p); local >= 0 {
+			byHostLocal[p.Host+"/"+strconv.Itoa(local)] = p
 		}
 		byPID[p.PID] = append(byPID[p.PID], p)
 	}
@@ -76,6 +78,11 @@ func Crash(j *Job, cfg Config) []Finding {
 			switch e.Kind {
 			case snapshot.EventConnClosedLocal:
 				lr := e.LocalRank
+				if lr < 0 {
+					// "localRank -1": a connection that never said who it was (a port
+					// scanner, a stray client), not a rank of the job.
+					continue
+				}
 				dead := byHostLocal[p.Host+"/"+strconv.Itoa(lr)]
 				if dead == nil {
 					// The survivors name a local rank whose own log is not here: it died
@@ -103,6 +110,7 @@ func Crash(j *Job, cfg Config) []Finding {
 					}
 				}
 				for _, dead := range deadOnes {
+					launched[dead.Key()] = true
 					note(dead, int64(e.T), true, true, "the launcher reported local_rank %d (pid %d) failed with exit code %d%s", e.LocalRank, pid, e.Code, exitWords(e.Code))
 				}
 			}
@@ -112,11 +120,30 @@ func Crash(j *Job, cfg Config) []Finding {
 		return nil
 	}
 	ix := memberships(j)
+	// launchedOn is the death on host the launcher named, nil when none or several.
+	launchedOn := func(host string) *death {
+		var found *death
+		for k := range launched {
+			if d := deaths[k]; d != nil && d.proc.Host == host {
+				if found != nil && found != d {
+					return nil
+				}
+				found = d
+			}
+		}
+		return found
+	}
 	var out []Finding
 	failed := failureSeen(j)
 	for _, k := range order {
 		d := deaths[k]
 		if timedOutItself(d.proc) {
+			continue
+		}
+		if first := launchedOn(d.proc.Host); first != nil && !d.strong && !launched[k] {
+			// The launcher stops the other workers of a node once one fails; their
+			// closed connections are that teardown, and the one it named is the cause.
+			first.evidence = append(first.evidence, fmt.Sprintf("then %s closed its connections (the launcher stops the other workers once one fails)", d.proc.Name()))
 			continue
 		}
 		if !d.strong && !failed && ix.mostBehind(d.proc) == nil {
@@ -162,6 +189,20 @@ func launchedClean(p *Proc) bool {
 		}
 	}
 	return false
+}
+
+// localOf is a process's local rank: from its comm info line, else its CUDA device when
+// its host's processes each have their own (launchers give local rank N the GPU N).
+func localOf(j *Job, p *Proc) int {
+	if p.LocalRank >= 0 || p.CudaDev < 0 || p.Host == "" {
+		return p.LocalRank
+	}
+	for _, q := range j.Procs {
+		if q != p && q.Host == p.Host && q.CudaDev == p.CudaDev {
+			return -1
+		}
+	}
+	return p.CudaDev
 }
 
 // launchedLocal finds the process a launcher's failure line means by its local rank when

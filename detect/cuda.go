@@ -60,7 +60,7 @@ func CUDA(j *Job, cfg Config) []Finding {
 	for _, p := range j.Procs {
 		var mine *failure
 		for _, e := range p.Events {
-			if e.Kind != snapshot.EventCudaError || !recentEvent(j, cfg.EventConfig, int64(e.T)) {
+			if e.Kind != snapshot.EventCudaError || !recentEvent(j, cfg.EventConfig, int64(e.T)) || echoed(j, p, e) {
 				continue
 			}
 			if mine != nil {
@@ -96,13 +96,18 @@ func CUDA(j *Job, cfg Config) []Finding {
 		}
 	}
 	var out []Finding
+	opsLogged := anyOpLogged(j)
 	for _, k := range order {
 		fl := found[k]
 		who := fl.first.Name()
 		if n := len(fl.f.culpritKeys); n > 1 {
 			who = fmt.Sprintf("%d ranks on %s", n, fl.first.Host)
 		}
-		fl.f.Summary = fmt.Sprintf("%s: CUDA failed inside NCCL with '%s' (%s): %s", who, fl.text, stageWords(fl.ev.Stage),
+		when := stageWords(knownStage(opsLogged, fl.first, fl.ev))
+		if fl.first.Lines > 0 && knownStage(opsLogged, fl.first, fl.ev) == snapshot.StageUnknown {
+			when = "when, these lines do not show"
+		}
+		fl.f.Summary = fmt.Sprintf("%s: CUDA failed inside NCCL with '%s' (%s): %s", who, fl.text, when,
 			cudaCause(fl.text, fl.ev.Src))
 		out = append(out, fl.f)
 	}

@@ -20,6 +20,26 @@ func recentEvent(j *Job, cfg EventConfig, t int64) bool {
 	return j.Now.Sub(snapshot.Micros(t).Time()) <= cfg.EventMaxAge
 }
 
+// echoed reports an event of PyTorch's rank-less output (its quote of NCCL's last WARN,
+// "Last error: ...") that a process's own NCCL log also holds: one error, reported once,
+// under the process that printed it.
+func echoed(j *Job, p *Proc, e snapshot.Event) bool {
+	if p.PID != 0 {
+		return false
+	}
+	for _, q := range j.Procs {
+		if q.PID == 0 {
+			continue
+		}
+		for _, o := range q.Events {
+			if o.Kind == e.Kind && o.Code == e.Code && o.Peer == e.Peer && o.Detail == e.Detail {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // failureSeen reports whether anything in the job says it failed: an error NCCL or PyTorch
 // printed, a launcher's non-zero exit, an aborted communicator, an init that did not
 // complete, ranks whose collective counts differ. Without any, closed connections are what
@@ -31,7 +51,8 @@ func failureSeen(j *Job) bool {
 			case snapshot.EventIBCompletion, snapshot.EventCudaError, snapshot.EventShmError, snapshot.EventDuplicateGPU,
 				snapshot.EventVersionMismatch, snapshot.EventNoInterface, snapshot.EventCollMismatch,
 				snapshot.EventNetSizeMismatch, snapshot.EventRASPeerDead, snapshot.EventCommAbort, snapshot.EventTorchTimeout,
-				snapshot.EventTorchNCCLError, snapshot.EventTorchTerminate, snapshot.EventProxyError, snapshot.EventTorchStore:
+				snapshot.EventTorchNCCLError, snapshot.EventTorchTerminate, snapshot.EventProxyError, snapshot.EventTorchStore,
+				snapshot.EventRankConflict:
 				return true
 			case snapshot.EventLauncherExit:
 				if e.Code != 0 {

@@ -27,6 +27,10 @@ type ibCause struct {
 func ibCauseOf(status int, stage snapshot.Stage) ibCause {
 	switch status {
 	case snapshot.IBRetryExc:
+		if stage == snapshot.StageUnknown {
+			return ibCause{what: "transport retries exhausted (the peer did not answer)",
+				why: "the link, the fabric or the peer's node failed (NCCL_IB_TIMEOUT too short makes a congested fabric look the same); if it came as the job started, the NICs cannot reach each other over RDMA at all (on RoCE check NCCL_IB_GID_INDEX and NCCL_IB_TC; test with ib_write_bw between the two hosts)"}
+		}
 		if stage == snapshot.StageInit || stage == snapshot.StageReady || stage == snapshot.StageFirst {
 			// Before any op: the queue pairs connected over sockets, but no RDMA packet
 			// ever got through.
@@ -67,7 +71,7 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 	var causes, flushes []report
 	for _, p := range j.Procs {
 		for _, e := range p.Events {
-			if e.Kind != snapshot.EventIBCompletion || !recentEvent(j, cfg.EventConfig, int64(e.T)) {
+			if e.Kind != snapshot.EventIBCompletion || !recentEvent(j, cfg.EventConfig, int64(e.T)) || echoed(j, p, e) {
 				continue
 			}
 			if e.Code == snapshot.IBWRFlushErr {
@@ -94,9 +98,10 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 	}
 	found := map[string]*Finding{}
 	var order []string
+	opsLogged := anyOpLogged(j)
 	for _, r := range causes {
 		p, e := r.p, r.e
-		c := ibCauseOf(e.Code, e.Stage)
+		c := ibCauseOf(e.Code, knownStage(opsLogged, p, e))
 		peerHost := book.host(e.Peer)
 		var key string
 		var culprit incident.Culprit
@@ -169,6 +174,29 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 		f.culpritKeys = appendUnique(f.culpritKeys, r.p.Key())
 	}
 	return []Finding{f}
+}
+
+// knownStage is the stage of an event where the logs can tell it: with no op line anywhere
+// (COLL not logged, a posted excerpt), an event past init, or of a process with no
+// communicator known, may have come at any time.
+func knownStage(opsLogged bool, p *Proc, e snapshot.Event) snapshot.Stage {
+	if !opsLogged && (e.Stage == snapshot.StageReady || len(p.Comms) == 0) {
+		return snapshot.StageUnknown
+	}
+	return e.Stage
+}
+
+// anyOpLogged reports whether any process of the job logged a collective or send/receive:
+// then a process without one had not reached its first op.
+func anyOpLogged(j *Job) bool {
+	for _, p := range j.Procs {
+		for _, c := range p.Comms {
+			if c.Count > 0 || len(c.Recent) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // hcaWords names the HCA of an error for a sentence: " HCA mlx5_3:1", or the process's

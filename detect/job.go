@@ -52,6 +52,9 @@ func (p *Proc) Name() string {
 		return fmt.Sprintf("rank %d", p.Rank)
 	case p.Rank >= 0:
 		return fmt.Sprintf("rank %d (%s pid %d)", p.Rank, p.Host, p.PID)
+	case p.PID == 0 && p.LocalRank < 0 && p.Lines > 0:
+		// NCCL lines whose "host:pid:tid" prefix the poster or a collector cut away.
+		return "a rank (its lines carry no host:pid)"
 	case p.PID == 0 && p.LocalRank < 0:
 		return "a rank (PyTorch's output does not say which)"
 	case p.LocalRank >= 0:

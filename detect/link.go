@@ -43,7 +43,9 @@ func networkFallback(j *Job) []Finding {
 		if p.Network != "" {
 			nets[p.Network]++
 		}
-		if p.Network == "IB" {
+		if p.Network == "IB" && len(p.NetDevs) > 0 {
+			// A log without its "NET/IB : Using [0]mlx5_0:1/IB ..." line (cut, or joined
+			// late) says nothing of the devices.
 			devs[len(p.NetDevs)]++
 		}
 	}
@@ -78,7 +80,7 @@ func networkFallback(j *Job) []Finding {
 			}
 		}
 		for _, p := range j.Procs {
-			if p.Network == "IB" && len(p.NetDevs) < usual {
+			if p.Network == "IB" && len(p.NetDevs) > 0 && len(p.NetDevs) < usual {
 				f := Finding{Kind: incident.KindLink, Severity: incident.SeverityWarning,
 					Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{p.Key()}, Key: "link:" + p.Key() + ":devices"}
 				f.Summary = fmt.Sprintf("%s sees %d IB devices where its peers see %d: an HCA or port is missing on %s",

@@ -64,6 +64,7 @@ var mergeSteps = []mergeStep{
 	hangAbsorbsP2P,                // a hang absorbs the p2p mismatch of the same rank
 	versionsExplainSizes,          // ranks of different NCCL versions disagree on message sizes: one cause
 	teardownFoldsIntoItsCause,     // the teardown is one line of evidence of what came before it
+	silentInitEchoesAnError,       // an init that failed without a WARN echoes the error another process printed
 	errorsExplainFailures,         // an error NCCL printed explains the deaths, stalls and init hangs that follow it
 	laterDeathsFoldIntoFirstCause, // deaths after the job's first root cause are its consequences
 	stuckFollowsItsCause,          // a stuck collective follows a culprit or a link fault on its nodes, else all are one cause
@@ -192,6 +193,35 @@ func errorsExplainFailures(_ *Job, _ Config, fs *findings) {
 		rest = append(rest, f)
 	}
 	fs.rest = rest
+}
+
+// silentInitEchoesAnError: a process whose init failed with breadcrumbs and no WARN is its
+// own cause only when nothing else is; when another process printed the error (a setup
+// NCCL cannot work with, a connection it could not open, a link that failed), the silent
+// ones failed from it, and they become deaths that the next step folds into it.
+func silentInitEchoesAnError(_ *Job, _ Config, fs *findings) {
+	var silent, other []Finding
+	for _, f := range fs.errors {
+		if strings.HasPrefix(f.Key, silentKey) {
+			silent = append(silent, f)
+		} else {
+			other = append(other, f)
+		}
+	}
+	if len(silent) == 0 || (len(other) == 0 && !criticalLink(fs.links)) {
+		return
+	}
+	fs.errors = other
+	fs.crashes = append(fs.crashes, silent...)
+}
+
+func criticalLink(links []Finding) bool {
+	for _, f := range links {
+		if f.Severity == incident.SeverityCritical {
+			return true
+		}
+	}
+	return false
 }
 
 // versionsExplainSizes: two ends that disagree on a message size is what ranks running

@@ -88,21 +88,29 @@ func NCCLErrors(j *Job, cfg Config) []Finding {
 	return []Finding{f}
 }
 
+// silentKey starts the keys of SilentInitFailure's findings.
+const silentKey = "silent-init:"
+
 // SilentInitFailure reads NCCL's error breadcrumbs ("misc/socket.cc:564 -> 2") when NCCL
 // warned of nothing: an error that propagated while a process set up its communicators,
 // and none of them finished, says where init failed (some socket failures print no WARN).
 // It is a cause: the init hang it leaves is its consequence.
 func SilentInitFailure(j *Job, _ Config) []Finding {
 	for _, p := range j.Procs {
-		if len(p.Comms) > 0 && !allInInit(p) || warned(p) {
+		if len(p.Comms) > 0 && !allInInit(p) {
 			continue
 		}
 		for _, e := range p.Events {
+			if warning(e) {
+				// A WARN before the breadcrumbs: they are its path, and the rule that
+				// reads the WARN reports it. WARNs after them are their consequences.
+				break
+			}
 			if e.Kind != snapshot.EventBreadcrumb || e.Code == 0 || e.Stage != snapshot.StageInit {
 				continue
 			}
 			f := Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{p.Culprit()},
-				culpritKeys: []string{p.Key()}, Key: "nccl-error:" + p.Key()}
+				culpritKeys: []string{p.Key()}, Key: silentKey + p.Key()}
 			f.Summary = fmt.Sprintf("%s failed to initialize NCCL without a warning: %s, first in %s%s",
 				p.Name(), ncclResultWords(e.Code), orUnknown(e.Src), breadcrumbArea(e.Src))
 			f.addEvidence("%s: %s", p.Name(), e.Msg)
@@ -112,15 +120,11 @@ func SilentInitFailure(j *Job, _ Config) []Finding {
 	return nil
 }
 
-// warned reports a process that logged a WARN-class error: then its breadcrumbs are that
-// error's path, and the rule that reads the WARN reports it.
-func warned(p *Proc) bool {
-	for _, e := range p.Events {
-		if e.Fatal {
-			return true
-		}
-	}
-	return false
+// warning reports a WARN-class error a rule reads. The proxy's "Failed to execute operation
+// Connect" only reports that an operation failed; its cause is what the breadcrumbs before
+// it say.
+func warning(e snapshot.Event) bool {
+	return e.Fatal && e.Kind != snapshot.EventProxyError
 }
 
 func allInInit(p *Proc) bool {

@@ -17,8 +17,8 @@ type SetupConfig struct {
 
 // Setup finds what in the job's setup keeps NCCL from working, with the fix NCCL's
 // maintainers give: two ranks on one GPU, ranks running different NCCL versions (NCCL's own
-// check, or the version lines), a /dev/shm too small or not shared, no usable socket
-// interface, InfiniBand verbs that fail while connecting (rails, RoCE addressing, pinned
+// check, or the version lines), two processes given one rank, a /dev/shm too small or not
+// shared, no usable socket interface, InfiniBand verbs that fail while connecting (rails, RoCE addressing, pinned
 // memory, the peer-memory module).
 func Setup(j *Job, cfg Config) []Finding {
 	quote := max(cfg.SetupEvidence, 1)
@@ -80,11 +80,28 @@ func Setup(j *Job, cfg Config) []Finding {
 					}
 					return f
 				})
+			case snapshot.EventRankConflict:
+				add("config:ranks", p, e, func() *Finding {
+					f := &Finding{Kind: incident.KindConfig, Severity: incident.SeverityCritical}
+					if len(e.Ranks) > 0 {
+						f.Culprits = rankCulprits(j, p, e.Ranks)
+						f.Summary = fmt.Sprintf("rank %d checked in twice at NCCL's bootstrap root (a job of %d ranks): two processes were given rank %d; the launch started more processes than the job's size (a scheduler's tasks and the framework's own spawning both, a wrong --nproc_per_node or --ntasks-per-node) or another job uses the same master address and port",
+							e.Ranks[0], e.Code, e.Ranks[0])
+					} else {
+						f.Culprits = []incident.Culprit{p.Culprit()}
+						f.Summary = fmt.Sprintf("the processes that reached NCCL's bootstrap root on %s disagree on the job's size (%s): they were launched with different world sizes, or two jobs share the master address and port", orUnknown(p.Host), orUnknown(e.Detail))
+					}
+					return f
+				})
 			case snapshot.EventNoInterface:
 				add("config:ifname:"+p.Host, p, e, func() *Finding {
 					f := &Finding{Kind: incident.KindConfig, Severity: incident.SeverityCritical,
 						Culprits: []incident.Culprit{p.Culprit()}}
-					f.Summary = fmt.Sprintf("NCCL on %s found no usable network interface for its sockets: NCCL_SOCKET_IFNAME names an interface that host does not have (or excludes every one); set it to an interface all hosts share", p.Host)
+					on := "a host these lines do not name"
+					if p.Host != "" && p.Host != "?" {
+						on = p.Host
+					}
+					f.Summary = fmt.Sprintf("NCCL on %s found no usable network interface for its sockets: NCCL_SOCKET_IFNAME names an interface that host does not have (or excludes every one); set it to an interface all hosts share", on)
 					return f
 				})
 			case snapshot.EventIBSetup:

@@ -31,7 +31,7 @@ func Connections(j *Job, cfg Config) []Finding {
 	var connects, breaks []failure
 	for _, p := range j.Procs {
 		for _, e := range p.Events {
-			if !recentEvent(j, cfg.EventConfig, int64(e.T)) {
+			if !recentEvent(j, cfg.EventConfig, int64(e.T)) || echoed(j, p, e) {
 				continue
 			}
 			switch e.Kind {
@@ -77,6 +77,8 @@ func Connections(j *Job, cfg Config) []Finding {
 			why = fmt.Sprintf("%s is a loopback, link-local or container-bridge address no other host can reach: NCCL picked the wrong interface; set NCCL_SOCKET_IFNAME to the interface the hosts share", peerIP(first.e.Peer))
 		} else if strings.Contains(first.e.Detail, "refused") {
 			why = "nothing listened at that address: the peer's process was not up (it failed before listening: look at its log) or a firewall rejects the port"
+		} else if a := strayInterface(first.p); a != "" {
+			why = fmt.Sprintf("NCCL on %s uses %s too, a link-local or container-bridge address no other host can reach (a veth, docker or virbr interface): set NCCL_SOCKET_IFNAME to the interface the hosts share", first.p.Host, a)
 		}
 		f := Finding{Kind: incident.KindConfig, Severity: incident.SeverityCritical, Culprits: culprits,
 			Key: "connect:" + first.p.Key(), Victims: len(reporters)}
@@ -107,8 +109,12 @@ func Connections(j *Job, cfg Config) []Finding {
 		}
 		return out
 	}
-	// Connections broke: the peer they lead to went away. Group by the peer's host.
+	// Connections broke: the peer they lead to went away. Group by the peer's host; a
+	// process's later breaks with other peers follow its first (its proxy and its other
+	// connections close once one failed).
 	byPeer := map[string]*Finding{}
+	firstOf := map[*Proc]*Finding{}
+	opsLogged := anyOpLogged(j)
 	var order []string
 	for _, b := range breaks {
 		host := book.host(b.e.Peer)
@@ -120,6 +126,10 @@ func Connections(j *Job, cfg Config) []Finding {
 			continue
 		}
 		f := byPeer[name]
+		if first := firstOf[b.p]; f == nil && first != nil {
+			first.addEvidence("then %s: %s", b.p.Name(), b.e.Msg)
+			continue
+		}
 		if f == nil {
 			culprit := incident.Culprit{Rank: -1, Host: name}
 			var keys []string
@@ -130,11 +140,20 @@ func Connections(j *Job, cfg Config) []Finding {
 			f = &Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{culprit},
 				culpritKeys: keys, Key: "peer:" + name}
 			when := "mid-run: the process there died (crash, OOM kill, or an abort after its own error; its log says which)"
-			switch b.e.Stage {
+			stage := b.e.Stage
+			if b.p.Lines > 0 && knownStage(opsLogged, b.p, b.e) == snapshot.StageUnknown {
+				// NCCL's own line, but nothing dates it: say what is certain.
+				stage, when = snapshot.StageUnknown, "(when, these lines do not show): the process there went away or failed first (its log holds the first error)"
+			}
+			switch stage {
 			case snapshot.StageInit:
 				when = "while the ranks were initializing: the process there failed during init (its log holds the first error)"
-			case snapshot.StageReady, snapshot.StageUnknown:
+			case snapshot.StageReady:
 				when = "after the ranks had initialized: the process there went away (crash, OOM kill, or an abort after its own error)"
+			case snapshot.StageUnknown:
+				if b.p.Lines == 0 {
+					when = "after the ranks had initialized: the process there went away (crash, OOM kill, or an abort after its own error)"
+				}
 			}
 			who := describeHost(book, host, name)
 			f.Summary = fmt.Sprintf("the connection from %s to %s broke (%s) %s", b.p.Name(), who, breakReason(b.e), when)
@@ -146,11 +165,29 @@ func Connections(j *Job, cfg Config) []Finding {
 		}
 		f.Victims++
 		f.addEvidence("%s: %s", b.p.Name(), b.e.Msg)
+		if firstOf[b.p] == nil {
+			firstOf[b.p] = f
+		}
 	}
 	for _, k := range order {
 		out = append(out, *byPeer[k])
 	}
 	return out
+}
+
+// strayInterface is an address of a process's own that no other host can reach, when NCCL
+// listed it among several ("Using [0]eno1:10.0.0.5<0> [1]veth1a2b:fe80::1%veth1a2b<0>"):
+// NCCL may hand it to its peers, whose connects then time out.
+func strayInterface(p *Proc) string {
+	if len(p.Addrs) < 2 {
+		return ""
+	}
+	for _, a := range p.Addrs {
+		if loopback(a + "<0>") {
+			return a
+		}
+	}
+	return ""
 }
 
 func breakReason(e snapshot.Event) string {

@@ -34,6 +34,7 @@ var eventKinds = [NumKinds]snapshot.EventKind{
 	KindVersionMismatch:  snapshot.EventVersionMismatch,
 	KindIBSetup:          snapshot.EventIBSetup,
 	KindTorchStore:       snapshot.EventTorchStore,
+	KindRankConflict:     snapshot.EventRankConflict,
 }
 
 // EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when
@@ -71,7 +72,7 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 		e.Comm = string(l.Torch.PG)
 	case KindIBAsync:
 		e.Detail = string(l.Text)
-	case KindDuplicateGPU, KindVersionMismatch, KindProxyError, KindTorchStore:
+	case KindDuplicateGPU, KindVersionMismatch, KindProxyError, KindTorchStore, KindRankConflict:
 		// Their readers set both slots, -1 where the line names no rank.
 		for _, r := range l.Ranks {
 			if r >= 0 {

@@ -46,13 +46,13 @@ func parseSocketFailure(l *Line) {
 		// maintainers trace this to different NCCL versions or settings between ranks.
 		l.Kind = KindNetSizeMismatch
 		if s := (scanner{b: m}); s.skipTo("peer ") {
-			l.Text = s.word()
+			l.Text = s.peer()
 		}
 	case contains(m, "Call to recv") || contains(m, "Call to send"):
 		// "socketProgressOpt: Call to recv from 10.0.0.7<43125> failed : Connection reset by peer"
 		s := scanner{b: m}
 		if s.skipTo("recv from ") || s.skipTo("send to ") {
-			l.Text = s.word()
+			l.Text = s.peer()
 		}
 		l.Detail = reasonAfter(m)
 		l.Fatal = true
@@ -78,7 +78,7 @@ func parseConnectFailure(l *Line, fatal bool) {
 	for _, p := range []string{"Connect to ", "connect to "} {
 		if i := index(m, p); i >= 0 {
 			s := scanner{b: m, i: i + len(p)}
-			l.Text = s.word()
+			l.Text = s.peer()
 			break
 		}
 	}
@@ -252,6 +252,34 @@ func parseCudaFailure(l *Line) {
 		}
 	}
 	l.Detail = r
+}
+
+// parseRankConflict reads the bootstrap root's complaints about the ranks that check in:
+// "Bootstrap Root : rank 1 of 8 ranks has already checked in" and "Bootstrap Root : mismatch
+// in rank count from procs 8 : 16".
+func parseRankConflict(l *Line) {
+	m := l.Msg
+	l.Kind = KindRankConflict
+	l.Fatal = true
+	l.Ranks = [2]int{-1, -1}
+	s := scanner{b: m}
+	if s.skipTo("Root : rank ") {
+		l.Ranks[0], _ = s.int()
+		if s.lit(" of ") {
+			l.Code, _ = s.int()
+		}
+		return
+	}
+	if s.skipTo("from procs ") {
+		start := s.i
+		a, ok1 := s.int()
+		s.lit(" : ")
+		b, ok2 := s.int()
+		if ok1 && ok2 {
+			l.Code = max(a, b)
+			l.Detail = m[start:s.i]
+		}
+	}
 }
 
 // parseProxyFailure reads the proxy's errors and the ranks they name: "Proxy Call to rank 9

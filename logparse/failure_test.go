@@ -65,6 +65,12 @@ func TestFailureLines(t *testing.T) {
 		{"version mismatch", w + "Mismatched NCCL version detected : rank 4 version 21903 rank 0 version 22105",
 			`kind=version_mismatch host=gpu-a pid=5120 tid=5190 dev=1 file=misc/socket.cc:480 ranks=4,0 detail="21903 rank 0 version 22105"`},
 
+		{"rank checked in twice", w + "Bootstrap Root : rank 1 of 8 ranks has already checked in",
+			`kind=rank_conflict host=gpu-a pid=5120 tid=5190 dev=1 file=misc/socket.cc:480 rank=1 nranks=8 detail=""`},
+		{"ranks disagree on the size", w + "Bootstrap Root : mismatch in rank count from procs 8 : 16",
+			`kind=rank_conflict host=gpu-a pid=5120 tid=5190 dev=1 file=misc/socket.cc:480 rank=-1 nranks=16 detail="8 : 16"`},
+		{"stray client on the proxy", w + "[Service thread] Unknown command 66326 from localRank -1", `kind=warn host=gpu-a pid=5120 tid=5190 dev=1 file=misc/socket.cc:480`},
+
 		// CUDA inside NCCL.
 		{"cuda oom", w + "Cuda failure 'out of memory'",
 			`kind=cuda_error host=gpu-a pid=5120 tid=5190 dev=1 file=misc/socket.cc:480 code=0 error="out of memory"`},
@@ -175,7 +181,9 @@ func FuzzFailureMessage(f *testing.F) {
 		"Mismatched NCCL version detected : rank 4 version 21903 rank 0 version 22105", "Cuda failure 700 'x'", "Cuda failure '",
 		"Error while attaching to shared memory segment /dev/shm/x", "Call to ibv_modify_qp failed with 110 x, on dev mlx5_1:1",
 		"NET/IB : Got completion with error 4, opcode 0", "NET/IB: Got completion from peer a<1> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=x",
-		"Proxy Call to rank 9 failed (", "[Proxy Service 9] Failed to execute operation Connect from rank", "Message truncated : peer"} {
+		"Proxy Call to rank 9 failed (", "[Proxy Service 9] Failed to execute operation Connect from rank", "Message truncated : peer",
+		"Bootstrap Root : rank 1 of 8 ranks has already checked in", "Bootstrap Root : mismatch in rank count from procs 8 : ",
+		"[Service thread] Unknown command 7 from localRank -1"} {
 		f.Add([]byte(m))
 	}
 	f.Fuzz(func(t *testing.T, msg []byte) {

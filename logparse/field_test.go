@@ -31,6 +31,19 @@ func TestFieldFormats(t *testing.T) {
 		{"no pid:tid, dev only", "[0] NCCL INFO Using network IB", `kind=using_network text="IB"`},
 		{"no prefix at all", "NCCL INFO Using network IB", `kind=using_network text="IB"`},
 		{"host:pid without tid", "gpu7:4242 [1] NCCL INFO Using network IB", `kind=using_network host=gpu7 pid=4242 tid=0 dev=1 text="IB"`},
+		// What posting a log adds: markdown around it, NCCL's prefix cut down to where it warned.
+		{"terminal colours", "\x1b[31m" + info + "\x1b[0m", want + ` text="IB"`},
+		{"fence glued to the first line", "```" + info, want + ` text="IB"`},
+		{"inline code quote", "`" + info + "`", want + ` text="IB"`},
+		{"blockquote", "> " + info, want + ` text="IB"`},
+		{"source location without host:pid", "init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 39.",
+			"kind=coll_mismatch file=init.cc:1247 rank=39 fatal=true"},
+		{"quoted source location", "`init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 39.`",
+			"kind=coll_mismatch file=init.cc:1247 rank=39 fatal=true"},
+		{"quoted inside a sentence", "Key error message `gpu7:4242:4243 [2] include/socket.h:423 NCCL WARN Net : Connection closed by remote peer 10.1.0.8<20368>` which",
+			`kind=conn_closed_remote host=gpu7 pid=4242 tid=4243 dev=2 file=include/socket.h:423 text="10.1.0.8<20368>"`},
+		{"dev and source location", "[0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got completion with error 4, opcode 0, len 32694, vendor err 81",
+			"kind=ib_completion file=transport/net_ib.cc:818 peer= status=4 hca="},
 		{"a sentence mentioning NCCL is not an NCCL line", "we wrote this long sentence to explain why the run failed with NCCL WARN in it", "kind=unknown"},
 		{"warning label is not a host", "WARNING:torch.distributed.run:", "kind=unknown"},
 		{"python error label stripped", "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3", `kind=torch_nccl_error result=2 version="2.10.3"`},
@@ -95,7 +108,8 @@ func itoa(v int) string {
 func FuzzLauncherPrefix(f *testing.F) {
 	for _, p := range []string{"[1,6]<stdout>:", "Fri Aug 11 12:31:45 2023[1,6]<stdout>:", " 6: ", "node07: ",
 		"2023-08-11T12:31:45.123456789Z ", "2023-08-11T12:31:45+02:00 ", "[default3]:", "[rank3]:", "[3] ", "", ":",
-		"[1,", "Mon Jan  2 03:04:05 2023", "0: [rank0]: "} {
+		"[1,", "Mon Jan  2 03:04:05 2023", "0: [rank0]: ", "```", "`", "> ", ">> [0] ", "[0] misc/socket.cc:71 ",
+		"init.cc:1247 ", "(pid=3817959) ", "[0m ", "\x1b[0m ", "\x1b[1;31m", "\x1b["} {
 		f.Add([]byte(p))
 	}
 	const line = "gpu7:4242:4243 [2] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 8 datatype 7 op 0 root 0 comm 0xabc [nranks=4] stream (nil)"

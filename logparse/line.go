@@ -1,4 +1,4 @@
-// Package logparse turns NCCL (2.18-2.30) and PyTorch ProcessGroupNCCL log lines into typed
+// Package logparse turns NCCL (2.4-2.30, RCCL) and PyTorch ProcessGroupNCCL log lines into typed
 // events, and tracks per process what they say: communicators, sequence positions, recent
 // ops, point-to-point counters and warnings.
 //
@@ -57,6 +57,7 @@ const (
 	KindVersionMismatch // Mismatched NCCL version detected : rank A version X rank B version Y
 	KindIBSetup         // an ibv_* call failed outside the data path, a device could not be opened
 	KindTorchStore      // PyTorch could not get NCCL's unique id from a rank through its store
+	KindRankConflict    // Bootstrap Root : rank R of N ranks has already checked in
 	NumKinds
 )
 
@@ -93,6 +94,7 @@ var kindNames = [NumKinds]string{
 	KindVersionMismatch:  string(snapshot.EventVersionMismatch),
 	KindIBSetup:          string(snapshot.EventIBSetup),
 	KindTorchStore:       string(snapshot.EventTorchStore),
+	KindRankConflict:     string(snapshot.EventRankConflict),
 }
 
 func (k Kind) String() string {

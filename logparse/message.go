@@ -502,12 +502,18 @@ func parseWarn(l *Line) {
 			l.Kind = KindConnClosedLocal
 			l.LocalRk = r
 		}
+	case hasPrefix(m, "Bootstrap Root : ") && (contains(m, "has already checked in") || contains(m, "mismatch in rank count")):
+		parseRankConflict(l)
 	case isShmFailure(m):
 		parseShmFailure(l)
 	case isSocketFailure(m):
 		parseSocketFailure(l)
 	case contains(m, "Connection closed by remote peer "):
 		parseConnClosedRemote(l)
+	case contains(m, "from localRank -1"):
+		// "[Service thread] Unknown command 66326 from localRank -1": something that is not
+		// a rank (a port scanner, a stray client) connected to the proxy's socket, which
+		// drops it: a plain WARN, no failure of the job.
 	case hasPrefix(m, "[Service thread]") || hasPrefix(m, "[Proxy Service") ||
 		hasPrefix(m, "ncclProxyCallBlockingUDS") || hasPrefix(m, "Socket recv failed while polling") ||
 		hasPrefix(m, "hostStreamPlanCallback") || (hasPrefix(m, "Comm 0x") && contains(m, "abort state")) ||
@@ -540,7 +546,7 @@ func parseIBCompletion(l *Line) {
 	l.Kind = KindIBCompletion
 	l.Fatal = true
 	if s.lit("from peer ") {
-		l.Text = s.word()
+		l.Text = s.peer()
 		s.space()
 	}
 	if !s.lit("with ") {
@@ -604,7 +610,7 @@ func parseConnClosedRemote(l *Line) {
 	s := scanner{b: l.Msg}
 	s.skipTo("Connection closed by remote peer ")
 	l.Kind = KindConnClosedRemote
-	l.Text = s.word()
+	l.Text = s.peer()
 	// NCCL warns of it when the connection was needed; at INFO it is an expected close.
 	l.Fatal = l.Level == LevelWarn
 }
@@ -636,4 +642,17 @@ func parseBreadcrumb(l *Line) {
 	l.Code = code
 	l.File = w[:c]
 	l.FileLn, _ = atoi(w[c+1:])
+	// The thread it ran on: "[Progress Thread]" (2.12+) and "[Proxy Thread]" (before) move
+	// data for communicators already set up, so the error came after init.
+	if rest := s.rest(); len(rest) > 2 && rest[len(rest)-1] == ']' {
+		if o := bytes.LastIndexByte(rest, '['); o >= 0 {
+			l.Text = rest[o+1 : len(rest)-1]
+		}
+	}
+}
+
+// ProgressThread reports a breadcrumb of NCCL's proxy progress thread, which only runs
+// operations of initialized communicators.
+func (l *Line) ProgressThread() bool {
+	return l.Kind == KindBreadcrumb && (string(l.Text) == "Progress Thread" || string(l.Text) == "Proxy Thread")
 }

@@ -127,8 +127,18 @@ func fastPrefix(b []byte, l *Line) ([]byte, bool) {
 
 func trimRight(b []byte) []byte {
 	for len(b) > 0 {
+		if b[len(b)-1] == 'm' {
+			// A terminal colour reset ("\x1b[0m") a console left at the end of the line.
+			if e := bytes.LastIndexByte(b[max(len(b)-8, 0):], 0x1b); e >= 0 {
+				if at := max(len(b)-8, 0) + e; ansiEnd(b[at:]) == len(b)-at {
+					b = b[:at]
+					continue
+				}
+			}
+		}
 		switch b[len(b)-1] {
-		case '\n', '\r', ' ', '\t', 0:
+		case '\n', '\r', ' ', '\t', 0, '`':
+			// A backtick: the end of a line a poster quoted as markdown code.
 			b = b[:len(b)-1]
 			continue
 		}
@@ -159,6 +169,20 @@ func stripLauncher(b []byte, l *Line) []byte {
 // stripOne removes one launcher prefix from the start of b.
 func stripOne(b []byte, l *Line) ([]byte, bool) {
 	switch c := b[0]; {
+	case c == 0x1b:
+		// A terminal colour code ("\x1b[32m") a console kept.
+		if n := ansiEnd(b); n > 0 {
+			return b[n:], true
+		}
+		return b, false
+	case c == '`' || c == '>':
+		// What a poster's markdown adds: a code fence or an inline-code quote glued to the
+		// line ("```host:pid:tid ...", "`file.cc:12 NCCL WARN ...`"), a blockquote "> ".
+		k := 0
+		for k < len(b) && k < 8 && b[k] == c {
+			k++
+		}
+		return b[k:], true
 	case c == '[':
 		return stripBracket(b, l)
 	case isDigit(c):
@@ -195,6 +219,24 @@ func stripOne(b []byte, l *Line) ([]byte, bool) {
 		return stripHostLabel(b)
 	}
 	return b, false
+}
+
+// ansiEnd is the length of the ANSI SGR sequence ("\x1b[0m", "\x1b[1;31m") b starts with,
+// 0 when it starts with none.
+func ansiEnd(b []byte) int {
+	if len(b) < 3 || b[0] != 0x1b || b[1] != '[' {
+		return 0
+	}
+	for k := 2; k < len(b) && k < 12; k++ {
+		switch c := b[k]; {
+		case c == 'm':
+			return k + 1
+		case isDigit(c) || c == ';':
+		default:
+			return 0
+		}
+	}
+	return 0
 }
 
 // stripTag removes a collector's "[name]:" tag ("[trainer3]:", "[worker-0|2]:"): a word
@@ -236,9 +278,13 @@ func stripBracket(b []byte, l *Line) ([]byte, bool) {
 		l.LauncherRank = r
 		return b[k+2:], true
 	case b[k] == ']' && j == 1 && k+1 < len(b) && b[k+1] == ' ':
-		// "[3] " rank tag; "[3] NCCL INFO" is NCCL's own device field of a line whose
-		// host:pid:tid was cut away.
-		if hasPrefix(b[k+2:], "NCCL ") && !hasPrefix(b[k+2:], "NCCL version ") {
+		// "[3] " rank tag; "[3] NCCL INFO" and "[3] misc/socket.cc:71 NCCL WARN" are
+		// NCCL's own device field of a line whose host:pid:tid was cut away.
+		rest := b[k+2:]
+		if hasPrefix(rest, "NCCL ") && !hasPrefix(rest, "NCCL version ") {
+			return b, false
+		}
+		if sp := bytes.IndexByte(rest, ' '); sp > 0 && sourceLoc(rest[:sp]) && hasPrefix(rest[sp+1:], "NCCL ") {
 			return b, false
 		}
 		l.LauncherRank = r
@@ -437,7 +483,8 @@ func parsePrefix(p []byte, l *Line) bool {
 	for end > 0 && n < 5 {
 		start := bytes.LastIndexByte(p[:end], ' ') + 1
 		tok := p[start:end]
-		if host, pid, tid, ok := hostPidTid(tok); ok {
+		if host, pid, tid, ok := hostPidTid(bytes.TrimLeft(tok, "`")); ok {
+			// A backtick: the line was quoted as inline code inside a poster's sentence.
 			l.Host, l.PID, l.TID = host, pid, tid
 			for i := n - 1; i >= 0; i-- {
 				t := tokens[i]
@@ -481,6 +528,15 @@ func loosePrefix(p []byte, l *Line) bool {
 	if len(p) == 0 {
 		return true
 	}
+	if tok := p[bytes.LastIndexByte(p, ' ')+1:]; sourceLoc(tok) {
+		// "misc/socket.cc:71": where NCCL warned from, not a host:pid.
+		c := bytes.LastIndexByte(tok, ':')
+		l.File, l.FileLn = tok[:c], 0
+		if ln, ok := atoi(tok[c+1:]); ok {
+			l.FileLn = ln
+		}
+		p = trimSpace(p[:len(p)-len(tok)])
+	}
 	if len(p) > 2 && p[len(p)-1] == ']' {
 		if o := bytes.LastIndexByte(p, '['); o >= 0 {
 			if d, ok := atoiSigned(p[o+1 : len(p)-1]); ok {
@@ -499,6 +555,25 @@ func loosePrefix(p []byte, l *Line) bool {
 	// Anything else before "NCCL <LEVEL>" must be short: a label, not a sentence that
 	// happens to mention NCCL.
 	return len(p) <= 48
+}
+
+// sourceLoc reports a "file.cc:123" token: a C/C++/CUDA source file and its line (NCCL and
+// RCCL print where a WARN or an error breadcrumb comes from).
+func sourceLoc(t []byte) bool {
+	c := bytes.LastIndexByte(t, ':')
+	if c <= 2 || c+1 >= len(t) {
+		return false
+	}
+	if _, ok := atoi(t[c+1:]); !ok {
+		return false
+	}
+	name := t[:c]
+	for _, ext := range [...]string{".cc", ".c", ".h", ".cu", ".cpp", ".hpp", ".cuh"} {
+		if len(name) > len(ext) && string(name[len(name)-len(ext):]) == ext {
+			return true
+		}
+	}
+	return false
 }
 
 func hasLetter(b []byte) bool {
@@ -535,7 +610,7 @@ func hostPidTid(t []byte) ([]byte, int, int, bool) {
 		return nil, 0, 0, false
 	}
 	host := t[:c1]
-	if bytes.IndexByte(host, ':') >= 0 || bytes.IndexByte(host, '[') >= 0 {
+	if bytes.IndexByte(host, ':') >= 0 || bytes.IndexByte(host, '[') >= 0 || bytes.IndexByte(host, '`') >= 0 {
 		return nil, 0, 0, false
 	}
 	return host, pid, tid, true

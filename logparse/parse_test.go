@@ -70,6 +70,8 @@ func got(l *Line) string {
 		fmt.Fprintf(&b, " code=%d error=%q", l.Code, l.Detail)
 	case KindTorchStore:
 		fmt.Fprintf(&b, " rank=%d reason=%q", l.Ranks[0], l.Detail)
+	case KindRankConflict:
+		fmt.Fprintf(&b, " rank=%d nranks=%d detail=%q", l.Ranks[0], l.Code, l.Detail)
 	case KindTorchNCCLError:
 		fmt.Fprintf(&b, " result=%d version=%q", l.Code, l.Text)
 	case KindIBAsync:

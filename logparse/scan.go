@@ -34,6 +34,16 @@ func (s *scanner) word() []byte {
 	return w
 }
 
+// peer consumes a word naming a peer, "10.0.0.7<43125>" or "host<43125>", without what a
+// poster's quoting glued after its port ("10.0.0.7<43125>`.").
+func (s *scanner) peer() []byte {
+	w := s.word()
+	if gt := bytes.LastIndexByte(w, '>'); gt > 0 && bytes.IndexByte(w, '<') >= 0 {
+		return w[:gt+1]
+	}
+	return w
+}
+
 func (s *scanner) space() bool { return s.lit(" ") }
 
 // dec consumes an optionally signed decimal integer of at most 18 digits.

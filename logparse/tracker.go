@@ -83,11 +83,18 @@ type Tracker struct {
 	all      []*Comm          // every communicator kept, creation order
 	splitSeq map[splitKey]int // split occurrences when NCCL does not print splitCount
 
-	first      []snapshot.Event // the first KeepFirst events
-	events     []snapshot.Event // ring of the newest MaxEvents-KeepFirst
-	eventHead  int
-	ops        int64 // per-op lines seen
-	readyEver  bool  // a communicator completed its init
+	first     []snapshot.Event // the first KeepFirst events
+	events    []snapshot.Event // ring of the newest MaxEvents-KeepFirst
+	eventHead int
+	ops       int64 // per-op lines seen
+	readyEver bool  // a communicator completed its init
+	// lineDev is the "[dev]" every line of the process carried (-1: none yet); devMixed
+	// once two differed (a process that drives several GPUs).
+	lineDev  int
+	devMixed bool
+	// crumbTID is the thread whose error breadcrumbs are the newest event (0: none): if
+	// that thread goes on with ordinary INFO lines, NCCL handled the error.
+	crumbTID   int
 	eventTotal int64
 	lastWarn   bool
 
@@ -179,6 +186,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		TimestampDigits: -1,
 		LocalRank:       -1,
 		LauncherRank:    -1,
+		lineDev:         -1,
 		comms:           make(map[uint64]*Comm),
 		splitSeq:        make(map[splitKey]int),
 		events:          make([]snapshot.Event, 0, opts.MaxEvents-opts.KeepFirst),
@@ -195,7 +203,7 @@ func (t *Tracker) Observe(raw []byte, readAt time.Time) *Line {
 // Apply applies a line parsed by the caller (who routed it to this process).
 func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 	t.Lines++
-	if l.Kind == KindUnknown && t.lastWarn {
+	if l.Kind == KindUnknown && t.lastWarn && !otherOutput(raw) {
 		l.Kind = KindContinuation
 	}
 	t.Kinds[l.Kind]++
@@ -218,8 +226,14 @@ func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 	if l.LauncherRank >= 0 {
 		t.LauncherRank = l.LauncherRank
 	}
+	if l.Dev != t.lineDev && !t.devMixed && l.Dev >= 0 {
+		t.noteLineDev(l.Dev)
+	}
 	wasWarn := t.lastWarn
 	t.lastWarn = false
+	if t.crumbTID != 0 && l.Kind != KindBreadcrumb {
+		t.crumbHandled(l)
+	}
 	switch l.Kind {
 	case KindColl:
 		t.observeColl(l, ts)
@@ -273,8 +287,16 @@ func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 		}
 	case KindBreadcrumb:
 		// A run of "-> N" lines marks one failure path: keep its first line only.
-		if !wasWarn && l.Code != 0 {
-			t.addEvent(l, ts)
+		if !wasWarn && l.Code != 0 && t.addEvent(l, ts) {
+			t.crumbTID = l.TID
+		}
+		if l.ProgressThread() && t.ops == 0 {
+			// The run ended on the progress thread: the process was past init even though
+			// no op line says so (COLL not logged), and so was the error this run carries.
+			t.readyEver = true
+			if e := t.newest(); e != nil && e.Stage == snapshot.StageInit && (wasWarn || e.Kind == snapshot.EventBreadcrumb) {
+				e.Stage = t.stage()
+			}
 		}
 		t.lastWarn = true
 	default:
@@ -536,12 +558,52 @@ func appendTransportKey(b []byte, ch Channel) []byte {
 	return append(b, tr...)
 }
 
+// otherOutput reports a line that is not the rest of a WARN though it follows one: a
+// markdown fence, the application's or PyTorch's own output (glog "[E ...]", tracebacks).
+func otherOutput(raw []byte) bool {
+	b := trimSpace(raw)
+	for _, p := range [...]string{"```", "[E", "[W", "[I", "Traceback", "terminate called", "File \"", "what():", "#"} {
+		if hasPrefix(b, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// crumbHandled drops the newest event, error breadcrumbs without a WARN, when their thread
+// goes on with an ordinary INFO line: NCCL handled that error itself (2.4's topology
+// search, "Could not find real path of /sys/class/net/veth0/device", then "include/net.h:19
+// -> 2" and init carrying on). A failure ends its thread's lines, or prints a WARN.
+func (t *Tracker) crumbHandled(l *Line) {
+	if l.TID != t.crumbTID || l.Level != LevelInfo || l.Kind == KindContinuation || eventKinds[l.Kind] != "" {
+		return
+	}
+	t.crumbTID = 0
+	if e := t.newest(); e == nil || e.Kind != snapshot.EventBreadcrumb {
+		return
+	}
+	t.eventTotal--
+	n := len(t.events)
+	switch {
+	case n == 0:
+		t.first = t.first[:len(t.first)-1]
+	case n < cap(t.events):
+		t.events = t.events[:n-1]
+	default:
+		// A full ring: lay it out oldest first without its newest, no longer full.
+		ordered := t.Events()[len(t.first):]
+		t.events = append(t.events[:0], ordered[:n-1]...)
+		t.eventHead = 0
+	}
+}
+
 // addEvent keeps the event the line reports, if any, in the bounded ring.
 func (t *Tracker) addEvent(l *Line, ts int64) bool {
 	e, ok := EventOf(l, ts)
 	if !ok {
 		return false
 	}
+	t.crumbTID = 0
 	e.Stage = t.stage()
 	t.keep(e)
 	return true
@@ -737,5 +799,19 @@ func (t *Tracker) Device() (cudaDev int, busID uint64) {
 			return c.CudaDev, c.BusID
 		}
 	}
+	if !t.devMixed {
+		// No Init line (a log joined late, a posted excerpt): the "[dev]" its lines carry.
+		return t.lineDev, 0
+	}
 	return -1, 0
+}
+
+// noteLineDev records a line's "[dev]"; NCCL's proxy threads of older releases print
+// garbage there, which reads as a second device and leaves the process's unknown.
+func (t *Tracker) noteLineDev(dev int) {
+	if t.lineDev < 0 && dev < 1024 {
+		t.lineDev = dev
+		return
+	}
+	t.devMixed = true
 }

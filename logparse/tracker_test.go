@@ -213,3 +213,43 @@ func TestIssueIndexFollowsLineOrder(t *testing.T) {
 		t.Fatalf("snapshot's last op %+v carries no issue index", last)
 	}
 }
+
+// TestTrackerFailureRuns: what follows a WARN or an error's breadcrumbs decides what they
+// mean: a plugin's second WARN line is its rest, a PyTorch line is not; breadcrumbs whose
+// thread carries on were handled; breadcrumbs that end on the progress thread came after
+// init.
+func TestTrackerFailureRuns(t *testing.T) {
+	const w = "h:7:9 [1] transport/net_ib.cc:100 NCCL WARN "
+	cases := []struct {
+		name  string
+		lines []string
+		want  []string // kind:stage:msg of each event
+	}{
+		{"plugin continuation", []string{w + "NET/OFI first part", "second part of it"},
+			[]string{"warn:init:NET/OFI first part | second part of it"}},
+		{"pytorch line is not a continuation", []string{w + "NET/IB : Got completion from peer 10.0.0.2<5> with error 12, opcode 0",
+			"[E ProcessGroupNCCL.cpp:456] Some NCCL operations have failed or timed out."},
+			[]string{"ib_completion:init:NET/IB : Got completion from peer 10.0.0.2<5> with error 12, opcode 0"}},
+		{"handled breadcrumbs", []string{"h:7:8 [1] NCCL INFO include/net.h:19 -> 2", "h:7:8 [1] NCCL INFO CUDA Dev 1[1], Socket NIC distance :  PHB"},
+			nil},
+		{"another thread does not handle them", []string{"h:7:8 [1] NCCL INFO include/net.h:19 -> 2", "h:7:9 [1] NCCL INFO Channel 00/02 :    0   1"},
+			[]string{"breadcrumb:init:include/net.h:19 -> 2"}},
+		{"progress thread", []string{"h:7:30 [1] NCCL INFO transport/net.cc:1302 -> 6", "h:7:30 [1] NCCL INFO proxy.cc:878 -> 6 [Progress Thread]"},
+			[]string{"breadcrumb:ready:transport/net.cc:1302 -> 6"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := NewTracker(TrackerOptions{})
+			for _, l := range c.lines {
+				tr.Observe([]byte(l), time.Time{})
+			}
+			var got []string
+			for _, e := range tr.Events() {
+				got = append(got, string(e.Kind)+":"+string(e.Stage)+":"+e.Msg)
+			}
+			if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+				t.Errorf("events\n got  %q\n want %q", got, c.want)
+			}
+		})
+	}
+}

@@ -58,6 +58,12 @@ const (
 	// EventIBSetup: an InfiniBand verbs call failed outside the data path ("Call to
 	// ibv_modify_qp failed ...", "Unable to open device"); Detail is the verb or the device.
 	EventIBSetup EventKind = "ib_setup"
+	// EventRankConflict: NCCL's bootstrap root saw one rank check in twice ("Bootstrap
+	// Root : rank R of N ranks has already checked in") or ranks that disagree on the
+	// job's size ("mismatch in rank count from procs A : B"): the launch gave two processes
+	// one rank, or another job shares the unique id (the same master address and port).
+	// Ranks is [R] (empty for a size mismatch), Code N, Detail "A B" for a size mismatch.
+	EventRankConflict EventKind = "rank_conflict"
 	// EventNetSizeMismatch: NET/IB "collective mismatch error, local size X remote size Y" or
 	// "posted incorrect receive info": the two ends of a connection disagree on a message
 	// size, which NCCL's maintainers trace to transport or configuration, not to the

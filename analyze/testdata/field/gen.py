@@ -121,6 +121,42 @@ class P:
         return [self.info("%s -> %d%s" % (w, code, tag), tid) for w in where]
 
 
+def ras_dead_report(version, cuda, secs, host, pid, gpu, rank, comm):
+    """A RAS text STATUS reply of a 2-node, 4-rank job in which one process is dead."""
+    major, minor = cuda.split(".")
+    rt = str(int(major) * 1000 + int(minor) * 10)
+    return """NCCL version %s compiled with CUDA %s
+CUDA runtime version %s, driver version %s
+
+Job summary
+===========
+
+  Nodes  Processes         GPUs  Processes     GPUs
+(total)   per node  per process    (total)  (total)
+      2          2            1          4        4
+
+Communicators... (%s)
+=============
+
+Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
+    #  in group  per comm  per node  per comm  in group
+    0         1         2         2         4         4   RUNNING  INCOMPLETE
+
+Errors
+======
+
+DEAD
+  1 job process is considered dead (unreachable via the RAS network)
+  Process %d on node %s managing GPU %d
+
+#0-0 (%s) INCOMPLETE
+  Missing communicator data from 1 rank
+  Rank %d -- GPU %d managed by process %d on node %s
+
+Warnings
+========
+""" % (version, cuda, rt, rt, secs, pid, host, gpu, comm, rank, gpu, pid, host)
+
 def two_nodes(version="2.18.5+cuda12.2", net="IB", **kw):
     ps = []
     for r in range(4):
@@ -423,37 +459,7 @@ def main():
 
     # 24. A RAS text report: one process dead.
     files = per_proc(ps, lambda p: p.init())
-    files["ras-status.txt"] = """NCCL version 2.27.7 compiled with CUDA 12.9
-CUDA runtime version 12090, driver version 12090
-
-Job summary
-===========
-
-  Nodes  Processes         GPUs  Processes     GPUs
-(total)   per node  per process    (total)  (total)
-      2          2            1          4        4
-
-Communicators... (5.004s)
-=============
-
-Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
-    #  in group  per comm  per node  per comm  in group
-    0         1         2         2         4         4   RUNNING  INCOMPLETE
-
-Errors
-======
-
-DEAD
-  1 job process is considered dead (unreachable via the RAS network)
-  Process 6101 on node 10.10.6.1 managing GPU 1
-
-#0-0 (5e7c1a0b99d2f311) INCOMPLETE
-  Missing communicator data from 1 rank
-  Rank 1 -- GPU 1 managed by process 6101 on node 10.10.6.1
-
-Warnings
-========
-""".split("\n")
+    files["ras-status.txt"] = ras_dead_report("2.27.7", "12.9", "5.004s", "10.10.6.1", 6101, 1, 1, "5e7c1a0b99d2f311").split("\n")
     write("ras_text_dead_rank", files, {"exit": 1, "kind": "crash", "rank": 1, "say": ["dead"]})
 
     # 25. A Send without its Recv in a job that finished (pipeline stages).
@@ -567,6 +573,200 @@ Warnings
                   "gpu004: RuntimeError: [%d] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer. This may indicate a possible application crash on rank 0 or a network set up issue." % r]
     lines.append("gpu004: [2024-02-11 22:38:45,300] [INFO] [launch.py:347:main] Process 88121 exits successfully.")
     write("store_reset_rank0", {"deepspeed.log": lines}, {"exit": 1, "kind": "crash", "rank": 0, "say": ["unique id"]})
+
+    field14c()
+
+
+def field14c():
+    """Cases of the formats and failure shapes an independent check on posted logs found
+    misread: a poster's markdown and cut prefixes, terminal copies, the progress thread,
+    launcher teardown, stray clients, handled errors, duplicate ranks. Written from the
+    formats; hosts, pids and addresses are made up."""
+    # 37. NCCL 2.4: the mismatch check's WARN, posted as inline code with NCCL's prefix cut
+    # down to where it warned, under a version line in a code fence.
+    write("posted_2_4_mismatch_markdown", {"issue.txt": [
+        "Running DDP on 48 GPUs, it stops with:",
+        "```NCCL version 2.4.8+cuda10.1",
+        "```",
+        "",
+        "`init.cc:1253 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 23. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs`"]},
+        {"exit": 1, "kind": "mismatch", "findings": 1, "say": ["rank 23", "no host:pid"]})
+
+    # 38. IB error 4 whose host:pid:tid the poster cut: "[1] file:line NCCL WARN ...".
+    write("ib_loc_prot_prefix_cut", {"report.txt": [
+        "Error on the second node:",
+        "[1] transport/net_ib.cc:831 NCCL WARN NET/IB : Got completion with error 4, opcode 1, len 21938, vendor err 81"]},
+        {"exit": 1, "kind": "link", "findings": 1, "say": ["ACS", "no host:pid"], "avoid": ["rank 1"]})
+
+    # 39. A terminal copy: each line padded with spaces to the terminal's width, newlines lost;
+    # only flushed IB requests and the progress thread's breadcrumbs.
+    p = P("vm-31-7-rocky", 21977, 0, 0, 16, "10.31.7.4", version="2.19.3+cuda12.3")
+    parts = p.warn("transport/net_ib.cc:1075", "NET/IB : Got completion from peer 10.31.7.9<41871> with error 5, opcode 48, len 32710, vendor err 249", tid=p.pid + 640)[1:]
+    parts += p.crumbs("transport/net.cc:1298", "proxy.cc:694", tid=p.pid + 640)
+    parts += p.crumbs("proxy.cc:874", tid=p.pid + 640, tag=" [Progress Thread]")
+    parts += p.warn("transport/net_ib.cc:1075", "NET/IB : Got completion from peer 10.31.7.9<41871> with error 5, opcode 48, len 32710, vendor err 249", tid=p.pid + 640)[1:]
+    width = 190
+    glued = "".join(l.ljust(width) for l in parts)
+    write("terminal_padded_flush", {"paste.txt": [glued[i:i + 400] for i in range(0, len(glued), 400)]},
+          {"exit": 1, "kind": "link", "no_culprit": True, "findings": 1, "say": ["on vm-31-7-rocky talking", "consequence"], "avoid": ["failed to initialize"]})
+
+    # 40. A peer exited mid-run; the log holds only the failure: breadcrumbs that end on the
+    # progress thread, the survivors closing their own proxy connections, PyTorch's
+    # ncclRemoteError quoting the broken pipe.
+    ps = [P("trn-w3", 5131 + r, r, 6 + r, 8, "10.44.3.2", version="2.21.5+cuda12.4") for r in range(2)]
+    lines = []
+    for p in ps:
+        lines += p.crumbs("transport/net.cc:1302", "proxy.cc:698", tid=p.pid + 230)
+        lines += p.crumbs("proxy.cc:878", tid=p.pid + 230, tag=" [Progress Thread]")
+    for p in ps:
+        lines.append(p.info("[Service thread] Connection closed by localRank %d" % p.dev, p.pid + 225))
+        lines.append(p.info("comm %s rank %d nranks 8 cudaDev %d busId %x000 - Abort COMPLETE" % (p.comm, p.rank, p.dev, 0x1b + 0x10 * p.dev), p.pid + 130))
+    for p in ps:
+        pre = "[rank%d]:[E0311 04:12:55.118273644 ProcessGroupNCCL.cpp:%d] " % (p.rank, 1895)
+        lines += [pre + "[PG ID 0 PG GUID 0(default_pg) Rank %d] Process group watchdog thread terminated with exception: NCCL error: remote process exited or there was a network error, NCCL version 2.21.5" % p.rank,
+                  "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+                  "Last error:",
+                  "socketProgressOpt: Call to recv from 10.44.3.9<51123> failed : Broken pipe"]
+    write("remote_exit_progress_thread", {"worker-0.log": lines},
+          {"exit": 1, "kind": "crash", "host": "10.44.3.9", "findings": 1, "say": ["Broken pipe"], "avoid": ["failed to initialize"]})
+
+    # 41. torchrun: one worker aborted (double free); the launcher stopped the others, whose
+    # proxy connections the survivors saw close. No Init line names a rank.
+    host = "nb-7f3c2d90aa-0"
+    lines = []
+    for pid, dev, gone in ((7715, 3, 2), (7712, 0, 4), (7715, 3, 4), (7712, 0, 7), (7718, 6, 7), (7713, 1, 0)):
+        lines.append("%s:%d:%d [%d] NCCL INFO [Service thread] Connection closed by localRank %d" % (host, pid, pid + 370, dev, gone))
+    lines += ["[2025-03-14 06:04:09,095] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -6) local_rank: 5 (pid: 7717) of binary: /usr/bin/python3",
+              "Traceback (most recent call last):",
+              '  File "/usr/local/bin/torchrun", line 8, in <module>']
+    write("launcher_abort_teardown", {"console.log": lines},
+          {"exit": 1, "kind": "crash", "host": host, "findings": 1, "say": ["local rank 5"]})
+
+    # 42. Healthy job; afterwards something that is not a rank connects to a proxy's port.
+    ps = [P("gpu-h9", 3911 + r, r, r, 2, "10.9.9.9", version="2.18.3+cuda12.2") for r in range(2)]
+    def b42(p):
+        L = p.init() + p.colls(0, 48)
+        if p.rank == 0:
+            L.append(p.info("[Service thread] Connection closed by localRank -1", p.pid + 301))
+            L += p.warn("proxy.cc:1111", "[Service thread] Unknown command 66326 from localRank -1", tid=p.pid + 301)
+            L += p.warn("proxy.cc:1111", "[Service thread] Unknown command 66326 from localRank -1", tid=p.pid + 301)
+        return L
+    write("healthy_stray_proxy_client", per_proc(ps, b42), {"exit": 0})
+
+    # 43. A working NCCL 2.4 job's start, posted up to its rings: the topology search cannot
+    # place a veth interface, an error NCCL handles (breadcrumbs, then init goes on). Too
+    # little to judge, and nothing failed.
+    ps = [P("ip-10-2-7-%d" % (31 + r), 4760 + r, 0, r, 2, "10.2.7.%d" % (31 + r), version="2.4.8+cuda10.2", net="Socket") for r in range(2)]
+    def b43(p):
+        L = p.init(old=True, complete=False)
+        L.insert(8, p.info("Could not find real path of /sys/class/net/veth7e2c91a/device"))
+        L.insert(9, p.info("include/net.h:19 -> 2"))
+        L.insert(10, p.info("CUDA Dev 0[0], Socket NIC distance :  PHB SYS"))
+        return L
+    write("excerpt_2_4_handled_error", per_proc(ps, b43), {"exit": 3})
+
+    # 44. Slurm and the framework both spawned workers: two processes claim rank 1.
+    ps = [P("hpc-n%d" % (14 + r // 4), 18500 + r * 13, r % 4, r, 8, "172.18.9.%d" % (14 + r // 4), version="2.10.3+cuda11.3") for r in range(8)]
+    files = {}
+    lines = []
+    for p in ps[:4]:
+        lines += p.init(complete=False, old=True)[:6]
+    lines += ps[0].warn("bootstrap.cc:131", "Bootstrap Root : rank 1 of 8 ranks has already checked in", tid=ps[0].pid + 266)
+    files["slurm-88412.out"] = lines
+    write("rank_checked_in_twice", files, {"exit": 1, "kind": "config", "rank": 1, "findings": 1, "say": ["checked in twice"]})
+
+    # 45. Healthy, one process's log joined after its NET/IB line: its devices are unknown,
+    # not missing.
+    ps = two_nodes(version="2.17.1+cuda12.0", hca=("mlx5_0",))
+    def b45(p):
+        L = p.init()
+        if p.rank == 3:
+            L = [l for l in L if "NET/IB : Using" not in l]
+        return L + p.colls(0, 40)
+    write("healthy_ib_line_missing", per_proc(ps, b45), {"exit": 0})
+
+    # 46. An IB error in the process's log and again in PyTorch's quote of it: one finding.
+    # No COLL lines: when it came is not known.
+    p = P("phx-ai-12", 24333, 2, 2, 16, "10.26.98.12", version="2.14.3+cuda11.7")
+    lines = [p.info("comm %s rank 2 nranks 16 cudaDev 2 busId 3b000 - Init COMPLETE" % p.comm, p.pid + 120)]
+    lines += p.warn("ib_plugin.c:978", "NET/IB : Got completion from peer 10.26.98.40<48611> with error 12, opcode 0, len 0, vendor err 129", tid=p.pid + 150)
+    lines += p.crumbs("include/net.h:35", "transport/net.cc:1034", "proxy.cc:520", code=2, tid=p.pid + 150)
+    lines += p.crumbs("proxy.cc:684", code=2, tid=p.pid + 150, tag=" [Proxy Thread]")
+    lines += ["[E ProcessGroupNCCL.cpp:456] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
+              "terminate called after throwing an instance of 'std::runtime_error'",
+              "  what():  NCCL error: unhandled system error, NCCL version 2.14.3",
+              "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
+              "Last error:",
+              "NET/IB : Got completion from peer 10.26.98.40<48611> with error 12, opcode 0, len 0, vendor err 129"]
+    write("ib_error_quoted_twice", {"rank2.log": lines},
+          {"exit": 1, "kind": "link", "rank": 2, "host": "phx-ai-12", "findings": 1, "say": ["did not answer"]})
+
+    # 47. A container's veth interface among NCCL's: connects to the peer time out.
+    p = P("worker", 10154, 0, 1, 2, "172.20.40.41", version="2.7.8+cuda11.0", net="Socket")
+    lines = [p.info("Bootstrap : Using [0]eno1:172.20.40.41<0> [1]veth2c81f3e:fe80::4c1e:2bff:fe17:9a04%veth2c81f3e<0>", p.pid),
+             p.info("NET/Socket : Using [0]eno1:172.20.40.41<0> [1]veth2c81f3e:fe80::4c1e:2bff:fe17:9a04%veth2c81f3e<0>", p.pid),
+             p.info("Using network Socket", p.pid),
+             p.info("Call to connect returned Connection timed out, retrying", p.pid + 390),
+             p.info("Call to connect returned Connection timed out, retrying", p.pid + 390)]
+    lines += p.warn("include/socket.h:403", "Connect to 172.20.40.52<42163> failed : Connection timed out", tid=p.pid + 390)
+    lines += p.crumbs("transport/net_socket.cc:329", "include/net.h:24", "transport/net.cc:304", code=2, tid=p.pid + 390)
+    write("veth_interface_timeout", {"worker.log": lines}, {"exit": 1, "kind": "config", "findings": 1, "say": ["veth2c81f3e", "NCCL_SOCKET_IFNAME"]})
+
+    # 48. One process warns that its bootstrap connect failed; the others of its node only
+    # print the error's breadcrumbs: one cause.
+    ps = [P("n7-244-019", 12246 + r, r, r, 16, "10.7.244.19", version="2.18.1+cuda12.1") for r in range(4)]
+    lines = []
+    for p in ps:
+        if p.rank == 2:
+            lines += p.warn("misc/socket.cc:483", "socketStartConnect: Connect to fe80::8a66:39ff:fe02:11c0%ib1<17943> failed : Software caused connection abort", tid=p.pid + 150)
+        lines += p.crumbs("misc/socket.cc:564", "misc/socket.cc:618", "bootstrap.cc:270", "init.cc:1350", code=2, tid=p.pid + 150)
+        lines += p.crumbs("group.cc:65", code=2, tid=p.pid + 150, tag=" [Async thread]")
+    write("silent_peers_echo_connect", {"node.log": lines}, {"exit": 1, "kind": "config", "findings": 1, "say": ["link-local"]})
+
+    # 49. A RAS text report posted in a code fence, after the command that printed it.
+    ps = [P("gpu-q%d" % (r // 2), 6300 + r, r % 2, r, 4, "10.10.63.%d" % (r // 2 + 1), version="2.26.2+cuda12.6", commid="0x4e1c0a3b77d2f301") for r in range(4)]
+    files = per_proc(ps, lambda p: p.init())
+    files["ras.txt"] = ["$ ncclras", "```"] + ras_dead_report("2.26.2", "12.6", "5.002s", "10.10.63.2", 6302, 0, 2, "4e1c0a3b77d2f301").split("\n")[:-1] + ["```"]
+    write("ras_text_fenced", files, {"exit": 1, "kind": "crash", "rank": 2, "say": ["dead"]})
+
+    # 50. The failing line quoted as inline code inside the poster's sentence, the log below
+    # it in a fence.
+    p = P("gw-a17", 30932, 0, 0, 2, "10.21.0.135", version="2.10.3+cuda10.2", net="Socket")
+    lines = ["The master fails with `%s` so the worker must have dropped." % p.warn("include/socket.h:423", "Net : Connection closed by remote peer 10.21.0.136<20368>", tid=p.pid + 61)[1],
+             "", "```bash"] + p.init(old=True, complete=False)[:9] + ["```"]
+    write("posted_quote_in_sentence", {"master.txt": lines},
+          {"exit": 1, "kind": "crash", "host": "10.21.0.136", "findings": 1, "say": ["from gw-a17 pid 30932"]})
+
+    # 51. A process's first broken connection, then its own proxy's connection closing: one
+    # cause, the peer of the first.
+    p = P("p4-st-31", 18306, 1, 9, 16, "10.200.31.5", version="2.14.3+cuda11.7")
+    lines = p.warn("misc/socket.cc:518", "Net : Call to recv from 10.200.84.17<58355> failed : Broken pipe", tid=p.pid + 214)[1:]
+    lines += p.crumbs("misc/socket.cc:535", "transport/net_socket.cc:368", "include/net.h:26", "proxy.cc:991", tid=p.pid + 214)
+    lines += p.warn("proxy.cc:1119", "[Proxy Service 9] Failed to execute operation Connect from rank 9, retcode 6", tid=p.pid + 214)[1:]
+    lines += p.warn("misc/socket.cc:538", "Net : Connection closed by remote peer p4-st-31.cluster-7f0c.internal<47861>", tid=p.pid + 175)[1:]
+    write("peer_broken_then_own_closed", {"rank9.log": lines}, {"exit": 1, "kind": "crash", "host": "10.200.84.17", "findings": 1,
+                                                                "avoid": ["while the ranks were initializing"]})
+
+    # 52. Only the failure posted: CUDA out of memory at the launch path, no Init or op line,
+    # so when it came is not known.
+    p = P("vm-12-3-ubuntu", 418, 3, 3, 8, "10.12.3.4", version="2.19.3+cuda12.3")
+    lines = []
+    for _ in range(3):
+        lines += p.warn("enqueue.cc:43", "Cuda failure 'out of memory'", tid=p.pid + 102)
+        lines += p.warn("enqueue.cc:54", "Cuda failure 'invalid resource handle'", tid=p.pid + 102)
+    write("cuda_oom_excerpt", {"tp-worker.log": lines}, {"exit": 1, "kind": "gpu", "host": "vm-12-3-ubuntu", "findings": 1,
+                                                         "say": ["out of memory"], "avoid": ["during initialization"]})
+
+    # 53. NCCL 2.18: a NET/Socket connect fails without a WARN of its own (breadcrumbs only),
+    # then the proxy reports the failed Connect and the connection closes; the poster
+    # replaced the host name.
+    p = P("<host_a>", 9922, 3, 11, 16, "10.31.0.9", version="2.18.6+cuda12.1", net="Socket")
+    lines = [p.info("Channel 00/0 : 3[3] -> 11[3] [send] via NET/Socket/0", p.pid + 67)]
+    lines += p.crumbs("misc/socket.cc:567", "misc/socket.cc:586", "transport/net_socket.cc:336", "transport/net.cc:592", "proxy.cc:1306", code=2, tid=p.pid + 236)
+    lines += p.warn("proxy.cc:1485", "[Service thread] Error encountered progressing operation=Connect, res=2, closing connection", tid=p.pid + 236)
+    lines += p.warn("proxy.cc:1519", "[Proxy Service 11] Failed to execute operation Connect from rank 11, retcode 2", tid=p.pid + 236)
+    lines += p.warn("misc/socket.cc:49", "socketProgress: Connection closed by remote peer <host_b>.ibnet<53735>", tid=p.pid + 227)
+    write("silent_socket_then_proxy_error", {"rank11.log": lines}, {"exit": 1, "kind": "crash", "findings": 1, "say": ["sockets"]})
 
 
 if __name__ == "__main__":
