@@ -284,11 +284,13 @@ func checkManifests(t *testing.T, set manifestSet, objs []object) {
 			}
 		case *appsv1.Deployment:
 			checkPod(t, "Deployment "+v.Name, &v.Spec.Template.Spec, configMaps)
+			checkProbes(t, "Deployment "+v.Name, v.Spec.Template.Spec.Containers, "/readyz")
 			if why := admitted(psapi.LevelRestricted, &v.Spec.Template.ObjectMeta, &v.Spec.Template.Spec); why != "" {
 				t.Errorf("Deployment %s: Pod Security \"restricted\" refuses its pods: %s", v.Name, why)
 			}
 		case *corev1.Pod:
 			checkPod(t, "Pod "+v.Name, &v.Spec, configMaps)
+			checkProbes(t, "Pod "+v.Name, append(append([]corev1.Container(nil), v.Spec.InitContainers...), v.Spec.Containers...), "")
 			why := admitted(psapi.LevelBaseline, &v.ObjectMeta, &v.Spec)
 			switch {
 			case set.trainingPodDenied == "" && why != "":
@@ -349,6 +351,38 @@ func checkPod(t *testing.T, where string, spec *corev1.PodSpec, configMaps map[s
 		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
 			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 			t.Errorf("%s: securityContext %+v, want allowPrivilegeEscalation false and readOnlyRootFilesystem true", cw, sc)
+		}
+	}
+}
+
+// checkProbes: each of our containers has a liveness probe on /healthz (which never asks
+// etcd); its readiness probe is on readyPath, or it has none when readyPath is empty (the
+// sidecar: its readiness would be the training pod's, and it must not hang on etcd).
+// Startup probes would gate the trainer on the sidecar: none.
+func checkProbes(t *testing.T, where string, containers []corev1.Container, readyPath string) {
+	t.Helper()
+	path := func(p *corev1.Probe) string {
+		if p == nil || p.HTTPGet == nil {
+			return ""
+		}
+		return p.HTTPGet.Path
+	}
+	for _, c := range containers {
+		if c.Name == "trainer" {
+			continue
+		}
+		cw := where + " container " + c.Name
+		if got := path(c.LivenessProbe); got != "/healthz" {
+			t.Errorf("%s: liveness probe on %q, want /healthz (not tied to etcd)", cw, got)
+		}
+		switch got := path(c.ReadinessProbe); {
+		case readyPath == "" && c.ReadinessProbe != nil:
+			t.Errorf("%s: a readiness probe (%q) makes the training pod's readiness depend on the watchdog", cw, got)
+		case readyPath != "" && got != readyPath:
+			t.Errorf("%s: readiness probe on %q, want %s", cw, got, readyPath)
+		}
+		if c.StartupProbe != nil {
+			t.Errorf("%s: a startup probe", cw)
 		}
 	}
 }

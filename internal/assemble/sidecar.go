@@ -88,7 +88,7 @@ type SidecarConfig struct {
 }
 
 // PublishConfig says how a node key is kept in etcd; zero values are publish's defaults
-// (lease TTL 10 s, at most one write a second, backoff up to 10 s).
+// (lease TTL 10 s, at most one write a second, backoff up to 2 s).
 type PublishConfig struct {
 	LeaseTTL   time.Duration
 	Interval   time.Duration
