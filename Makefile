@@ -9,7 +9,7 @@ FUZZTIME  ?= 60s
 # watchdog calls none of the deprecated functions (heartbeat/gpu uses their successors).
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build test lint demo bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-scale bench-reconnect fuzz-short clean plugin
+.PHONY: build test lint demo bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-scale bench-reconnect bench-logbound fuzz-short clean plugin
 
 # VERSION and REVISION (below) come from git describe where there is a .git, else "dev".
 build:
@@ -69,6 +69,14 @@ bench-detector:
 RANKS ?= 4096
 bench-scale: build
 	$(BIN)/watchdog loadgen --ranks $(RANKS) --json
+
+# The log bound: a rank writes its NCCL log at 2 MB/s for 5 minutes (NCCL's way: one
+# descriptor, no O_APPEND) while a real sidecar keeps it to its header and last 128 MiB;
+# prints the disk usage (du) against the bound and the collectives counted
+# (docs/log-volume.md). LOGBOUND_DURATION=30s for a quick look.
+LOGBOUND_DURATION ?= 5m
+bench-logbound: build
+	$(GO) run ./internal/benchlogbound --watchdog $(BIN)/watchdog --duration $(LOGBOUND_DURATION) --keep-mib 128
 
 # etcd outages: a real embedded etcd stopped for 20 s, then started again on the same port
 # and data, 3 times; prints how long after its return the sidecar republished, the

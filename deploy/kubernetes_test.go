@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -291,6 +292,7 @@ func checkManifests(t *testing.T, set manifestSet, objs []object) {
 		case *corev1.Pod:
 			checkPod(t, "Pod "+v.Name, &v.Spec, configMaps)
 			checkProbes(t, "Pod "+v.Name, append(append([]corev1.Container(nil), v.Spec.InitContainers...), v.Spec.Containers...), "")
+			checkLogBound(t, v, configMaps)
 			why := admitted(psapi.LevelBaseline, &v.ObjectMeta, &v.Spec)
 			switch {
 			case set.trainingPodDenied == "" && why != "":
@@ -384,6 +386,72 @@ func checkProbes(t *testing.T, where string, containers []corev1.Container, read
 		if c.StartupProbe != nil {
 			t.Errorf("%s: a startup probe", cw)
 		}
+	}
+}
+
+// checkLogBound: the training pod's log volume holds every rank's bounded log (ranks x (the
+// sidecar's NCCLWATCH_LOG_KEEP_MIB + a 16 MiB header + 1 MiB of writes between two rounds)
+// fits its sizeLimit), the sidecar may write the logs (to free what it read), and the
+// trainer runs as the sidecar's user (NCCL creates its logs mode 0644).
+func checkLogBound(t *testing.T, pod *corev1.Pod, configMaps map[string]*corev1.ConfigMap) {
+	t.Helper()
+	var sidecar, trainer *corev1.Container
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			switch cs[i].Name {
+			case "ncclwatch-sidecar":
+				sidecar = &cs[i]
+			case "trainer":
+				trainer = &cs[i]
+			}
+		}
+	}
+	if sidecar == nil || trainer == nil {
+		t.Fatalf("Pod %s: no sidecar or trainer container", pod.Name)
+	}
+	var keep string
+	for _, e := range sidecar.EnvFrom {
+		if e.ConfigMapRef == nil {
+			continue
+		}
+		if cm := configMaps[e.ConfigMapRef.Name]; cm != nil && cm.Data["NCCLWATCH_LOG_KEEP_MIB"] != "" {
+			keep = cm.Data["NCCLWATCH_LOG_KEEP_MIB"]
+		}
+	}
+	keepMiB, err := strconv.ParseInt(keep, 10, 64)
+	if err != nil || keepMiB <= 0 {
+		t.Errorf("Pod %s: the sidecar's NCCLWATCH_LOG_KEEP_MIB is %q: its logs are not bounded", pod.Name, keep)
+		return
+	}
+	gpus := trainer.Resources.Limits[corev1.ResourceName("nvidia.com/gpu")]
+	ranks := gpus.Value()
+	for _, v := range pod.Spec.Volumes {
+		if v.Name != "nccl-logs" {
+			continue
+		}
+		if v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil {
+			t.Errorf("Pod %s: volume nccl-logs is not an emptyDir with a sizeLimit", pod.Name)
+			continue
+		}
+		need := ranks * (keepMiB + 16 + 1) << 20
+		if limit := v.EmptyDir.SizeLimit.Value(); need > limit {
+			t.Errorf("Pod %s: %d ranks x (%d MiB kept + header + a round) = %d MiB, over the log volume's %s",
+				pod.Name, ranks, keepMiB, need>>20, v.EmptyDir.SizeLimit.String())
+		}
+	}
+	for _, m := range sidecar.VolumeMounts {
+		if m.Name == "nccl-logs" && m.ReadOnly {
+			t.Errorf("Pod %s: the sidecar mounts the logs read-only: it cannot free what it read", pod.Name)
+		}
+	}
+	uid := func(c *corev1.Container) int64 {
+		if c.SecurityContext == nil || c.SecurityContext.RunAsUser == nil {
+			return -1
+		}
+		return *c.SecurityContext.RunAsUser
+	}
+	if uid(trainer) != uid(sidecar) {
+		t.Errorf("Pod %s: trainer runs as %d, sidecar as %d: the sidecar cannot free the trainer's logs", pod.Name, uid(trainer), uid(sidecar))
 	}
 }
 

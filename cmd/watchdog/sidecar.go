@@ -45,6 +45,7 @@ second. One per node, beside the training processes (Kubernetes: in the training
 	rasAddr := fs.String("ras-addr", "127.0.0.1:28028", "NCCL RAS address (empty: off)")
 	stateDir := fs.String("state-dir", "/var/lib/ncclwatch", "where read offsets and parser checkpoints survive restarts (empty: none)")
 	profilerDir := fs.String("profiler-dir", "auto", "comma-separated folders of the NCCL profiler plugin's regions (auto: the folders of --logs, then /dev/shm, as the plugin defaults; empty: off)")
+	logKeep := fs.Int("log-keep-mib", 1024, "keep each NCCL log's header and its last this many MiB on disk, free the rest once read (0: never free)")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "etcd lease TTL: the node key vanishes this long after the sidecar dies")
 	interval := fs.Duration("publish-interval", time.Second, "shortest time between two etcd writes")
 	pprofOn := fs.Bool("pprof", false, "serve Go profiles at /debug/pprof/ on --http")
@@ -54,7 +55,8 @@ second. One per node, beside the training processes (Kubernetes: in the training
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (globs go in --logs)", fs.Arg(0))
 	}
-	if err := errors.Join(positiveDuration("lease-ttl", *leaseTTL), positiveDuration("publish-interval", *interval)); err != nil {
+	if err := errors.Join(positiveDuration("lease-ttl", *leaseTTL), positiveDuration("publish-interval", *interval),
+		notNegative("log-keep-mib", float64(*logKeep))); err != nil {
 		return err
 	}
 	log, err := lf.logger(os.Stderr)
@@ -75,6 +77,7 @@ second. One per node, beside the training processes (Kubernetes: in the training
 	}
 	sc, release, err := assemble.Sidecar(ctx, cli, assemble.SidecarConfig{
 		Job: *job, Node: *node, LogPatterns: splitList(*logs), StdoutPatterns: splitList(*stdoutLogs), StateDir: *stateDir,
+		LogKeep: int64(*logKeep) << 20,
 		Publish: assemble.PublishConfig{LeaseTTL: *leaseTTL, Interval: *interval}, NVML: *useNVML, RASAddr: *rasAddr,
 		Ports: true, IBRoot: *ibRoot, NetRoot: *netRoot, NetInterfaces: splitList(*netIfs),
 		CheckPIDs: *checkPIDs, ProcRoot: *procRoot, Logger: log, Registerer: reg, ProfilerDirs: profilerDirs,
@@ -93,7 +96,7 @@ second. One per node, beside the training processes (Kubernetes: in the training
 	}
 	defer srv.Close()
 	ver, rev := buildVersion()
-	log.Info("sidecar started", "job", *job, "node", sc.Snapshot().Node, "logs", *logs, "profiler_dirs", profilerDirs,
+	log.Info("sidecar started", "job", *job, "node", sc.Snapshot().Node, "logs", *logs, "log_keep_mib", *logKeep, "profiler_dirs", profilerDirs,
 		"etcd", ef.endpoints, "http", *httpAddr, "version", ver, "revision", rev)
 	return sc.Run(ctx)
 }
