@@ -152,7 +152,7 @@ stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials)
 	}
 	defer cli.Close()
 	d, err := assemble.Detector(cli, assemble.DetectorConfig{Rules: cfg.Rules, Interval: cfg.Interval,
-		ResolveAfter: cfg.ResolveAfter, LeaseTTL: cfg.LeaseTTL, Logger: log, Registerer: reg,
+		ResolveAfter: cfg.ResolveAfter, LeaseTTL: cfg.LeaseTTL, Logger: log, Registerer: reg, Version: stamped,
 		Alerts: assemble.Alerts(alerts, cli, assemble.AlertOptions{Logger: log})})
 	if err != nil {
 		return err
@@ -162,8 +162,8 @@ stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials)
 		return err
 	}
 	defer srv.Close()
-	ver, rev := buildVersion()
-	log.Info("detector started", "etcd", endpoints, "http", cfg.HTTP, "version", ver, "revision", rev)
+	bi := build()
+	log.Info("detector started", "etcd", endpoints, "http", cfg.HTTP, "version", bi.Version, "revision", bi.Revision)
 	return d.Run(ctx)
 }
 

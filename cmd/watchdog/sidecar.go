@@ -80,7 +80,7 @@ second. One per node, beside the training processes (Kubernetes: in the training
 		LogKeep: int64(*logKeep) << 20,
 		Publish: assemble.PublishConfig{LeaseTTL: *leaseTTL, Interval: *interval}, NVML: *useNVML, RASAddr: *rasAddr,
 		Ports: true, IBRoot: *ibRoot, NetRoot: *netRoot, NetInterfaces: splitList(*netIfs),
-		CheckPIDs: *checkPIDs, ProcRoot: *procRoot, Logger: log, Registerer: reg, ProfilerDirs: profilerDirs,
+		CheckPIDs: *checkPIDs, ProcRoot: *procRoot, Logger: log, Registerer: reg, ProfilerDirs: profilerDirs, Version: stamped,
 	})
 	if err != nil {
 		return err
@@ -95,9 +95,9 @@ second. One per node, beside the training processes (Kubernetes: in the training
 		return err
 	}
 	defer srv.Close()
-	ver, rev := buildVersion()
+	bi := build()
 	log.Info("sidecar started", "job", *job, "node", sc.Snapshot().Node, "logs", *logs, "log_keep_mib", *logKeep, "profiler_dirs", profilerDirs,
-		"etcd", ef.endpoints, "http", *httpAddr, "version", ver, "revision", rev)
+		"etcd", ef.endpoints, "http", *httpAddr, "version", bi.Version, "revision", bi.Revision)
 	return sc.Run(ctx)
 }
 

@@ -4,51 +4,23 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"runtime/debug"
+
+	"github.com/ncclwatch/watchdog/internal/buildinfo"
 )
 
 // version and revision are set at link time: go build -ldflags "-X main.version=v0.3.0
 // -X main.revision=<commit>" (make build, the image build). Empty, they come from the
-// module's build information.
+// module's build information (buildinfo.Read).
 var version, revision string
 
-// buildVersion returns the version and revision of this binary: the ldflags values, else
-// what Go recorded (the module version of `go install ...@v0.3.0`, the VCS revision of a
-// build in a git checkout), else "dev" and "unknown".
-func buildVersion() (ver, rev string) {
-	ver, rev = version, revision
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return or(ver, "dev"), or(rev, "unknown")
-	}
-	if ver == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
-		ver = info.Main.Version
-	}
-	if rev == "" {
-		modified := false
-		for _, s := range info.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-		if rev != "" && modified {
-			rev += "-dirty"
-		}
-	}
-	return or(ver, "dev"), or(rev, "unknown")
-}
+// stamped is what the link stamped (buildinfo.Stamped).
+func stamped() (string, string) { return version, revision }
 
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
+// build is this binary's identity: the version command, the start log lines and
+// ncclwatch_build_info all say the same.
+func build() buildinfo.Info { return buildinfo.Read(stamped) }
 
 func writeVersion(w io.Writer) {
-	ver, rev := buildVersion()
-	fmt.Fprintf(w, "watchdog %s (revision %s, %s %s/%s)\n", ver, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	i := build()
+	fmt.Fprintf(w, "watchdog %s (revision %s, %s %s/%s)\n", i.Version, i.Revision, i.GoVersion, runtime.GOOS, runtime.GOARCH)
 }

@@ -117,7 +117,7 @@ func Sidecar(ctx context.Context, cli *clientv3.Client, cfg SidecarConfig) (sc *
 		Job: cfg.Job, Node: cfg.Node, LogPatterns: cfg.LogPatterns, StdoutPatterns: cfg.StdoutPatterns,
 		StateDir: cfg.StateDir, ProfilerDirs: cfg.ProfilerDirs, PollLogs: cfg.PollLogs, LogKeep: cfg.LogKeep,
 		SampleEvery: cfg.SampleEvery,
-		Logger: log, Registerer: cfg.Registerer,
+		Logger:      log, Registerer: cfg.Registerer,
 	}
 	if err := buildinfo.Register(cfg.Registerer, buildinfo.Read(cfg.Version)); err != nil {
 		return nil, nil, fmt.Errorf("sidecar: %w", err)
