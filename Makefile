@@ -31,7 +31,8 @@ test: lint deploy-check
 demo: build
 	$(BIN)/watchdog demo --scenario all
 	@echo; echo "== watchdog analyze testdata/captures/nccl-2.28.9-2xH200/silent (a real 2x H200 hang)"
-	@$(BIN)/watchdog analyze testdata/captures/nccl-2.28.9-2xH200/silent
+	@# analyze exits 1 for "findings", which this capture must give: anything else fails.
+	@$(BIN)/watchdog analyze testdata/captures/nccl-2.28.9-2xH200/silent; test $$? -eq 1
 
 # Parser throughput and allocations on a >=100 MB log of real capture lines, against grep.
 bench-parse:
