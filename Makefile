@@ -74,10 +74,11 @@ bench-scale: build
 # The log bound: a rank writes its NCCL log at 2 MB/s for 5 minutes (NCCL's way: one
 # descriptor, no O_APPEND) while a real sidecar keeps it to its header and last 128 MiB;
 # prints the disk usage (du) against the bound and the collectives counted
-# (docs/log-volume.md). LOGBOUND_DURATION=30s for a quick look.
+# (docs/log-volume.md). A quick look: make bench-logbound LOGBOUND_DURATION=30s LOGBOUND_KEEP_MIB=16.
 LOGBOUND_DURATION ?= 5m
+LOGBOUND_KEEP_MIB ?= 128
 bench-logbound: build
-	$(GO) run ./internal/benchlogbound --watchdog $(BIN)/watchdog --duration $(LOGBOUND_DURATION) --keep-mib 128
+	$(GO) run ./internal/benchlogbound --watchdog $(BIN)/watchdog --duration $(LOGBOUND_DURATION) --keep-mib $(LOGBOUND_KEEP_MIB)
 
 # etcd outages: a real embedded etcd stopped for 20 s, then started again on the same port
 # and data, 3 times; prints how long after its return the sidecar republished, the
