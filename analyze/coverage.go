@@ -22,6 +22,11 @@ type Coverage struct {
 	OtherLines int64     `json:"other_lines"` // training output and other tools' lines
 	// Collectives counts per-op lines (collectives and point-to-point).
 	Collectives int64 `json:"collectives"`
+	// Gaps are holes and NUL runs where lines began (GapBytes in all), in GapFiles files:
+	// what a sidecar's log bound freed, or a copytruncate left.
+	Gaps     int   `json:"gaps,omitempty"`
+	GapBytes int64 `json:"gap_bytes,omitempty"`
+	GapFiles int   `json:"gap_files,omitempty"`
 	// Fragments are pieces of NCCL lines cut by interleaved writers that could not be
 	// attributed; Rejoined were put back together; TooLong lines were cut at 1 MiB.
 	Fragments  int64    `json:"fragments,omitempty"`
@@ -71,6 +76,11 @@ func coverageOf(results []*fileResult, skipped []Skipped) Coverage {
 		c.Fragments += st.Fragments
 		c.Rejoined += st.Rejoined
 		c.TooLong += st.TooLong
+		if st.Gaps > 0 {
+			c.Gaps += st.Gaps
+			c.GapBytes += st.GapBytes
+			c.GapFiles++
+		}
 		if r.version != "" {
 			versions[strings.SplitN(r.version, "+", 2)[0]] = true
 		}
@@ -105,6 +115,9 @@ func coverageOf(results []*fileResult, skipped []Skipped) Coverage {
 		c.Timestamps = "s"
 	}
 	sort.Slice(c.Skipped, func(a, b int) bool { return c.Skipped[a].Path < c.Skipped[b].Path })
+	if c.Gaps > 0 {
+		c.Limits = append(c.Limits, fmt.Sprintf("%d file(s) have %d gap(s) (%s of holes or NULs: what a sidecar's log bound freed, or a copytruncate left): the communicators a process had before a gap are not compared after it, since positions there are unknown", c.GapFiles, c.Gaps, humanBytes(c.GapBytes)))
+	}
 	if c.TooLong > 0 {
 		c.Limits = append(c.Limits, fmt.Sprintf("%d line(s) longer than 1 MiB were cut there", c.TooLong))
 	}
@@ -136,4 +149,17 @@ func subsystems(k *[logparse.NumKinds]int64) []string {
 		out = append(out, "WARN")
 	}
 	return out
+}
+
+// humanBytes writes a size in B, KiB, MiB or GiB.
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }

@@ -140,6 +140,7 @@ const sniffLen = 16 << 10
 // input is one opened file: decompressed, with its kind decided.
 type input struct {
 	r       *bufio.Reader
+	gaps    *gapReader // what r reads: the content without its gaps
 	closers []io.Closer
 	kind    content
 	why     string // for binary content: what it looks like
@@ -171,53 +172,69 @@ func (in *input) Close() error {
 }
 
 // openInput opens a path (or standard input), undoes gzip and zstd, and sniffs what it holds.
+// Lines are read through a gapReader (the holes of bounded logs are skipped).
 func openInput(path string, stdin io.Reader) (*input, error) {
 	in := &input{}
-	var r io.Reader
+	var raw io.Reader
+	var file *os.File
+	magic := make([]byte, 4)
 	if path == Stdin {
 		if stdin == nil {
 			stdin = os.Stdin
 		}
-		r = stdin
+		br := pooledReader(stdin)
+		in.pooled = append(in.pooled, br)
+		m, _ := br.Peek(4)
+		magic, raw = m, br
 	} else {
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInput, err)
 		}
 		in.closers = append(in.closers, f)
-		r = f
+		n, _ := f.ReadAt(magic, 0)
+		magic, raw, file = magic[:n], f, f
 	}
-	br := pooledReader(r)
-	in.pooled = append(in.pooled, br)
-	magic, _ := br.Peek(4)
+	var content io.Reader = raw
 	switch {
 	case len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
-		zr, err := gzip.NewReader(br)
+		zr, err := gzip.NewReader(in.buffered(raw, file))
 		if err != nil {
 			in.Close()
 			return nil, fmt.Errorf("gzip: %w", err)
 		}
 		in.closers = append(in.closers, zr)
-		br, in.codec = pooledReader(zr), "gzip"
-		in.pooled = append(in.pooled, br)
+		content, in.codec, file = zr, "gzip", nil
 	case len(magic) == 4 && magic[0] == 0x28 && magic[1] == 0xb5 && magic[2] == 0x2f && magic[3] == 0xfd:
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30))
+		zr, err := zstd.NewReader(in.buffered(raw, file), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30))
 		if err != nil {
 			in.Close()
 			return nil, fmt.Errorf("zstd: %w", err)
 		}
 		in.closers = append(in.closers, zr.IOReadCloser())
-		br, in.codec = pooledReader(zr), "zstd"
-		in.pooled = append(in.pooled, br)
+		content, in.codec, file = zr, "zstd", nil
 	}
-	in.r = br
-	head, err := br.Peek(sniffLen)
+	in.gaps = newGapReader(content, file)
+	in.r = pooledReader(in.gaps)
+	in.pooled = append(in.pooled, in.r)
+	head, err := in.r.Peek(sniffLen)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
 		in.Close()
 		return nil, fmt.Errorf("read: %w", err)
 	}
 	in.kind, in.why = sniff(head[:min(len(head), sniffLen)])
 	return in, nil
+}
+
+// buffered gives a decompressor a buffered source: a plain file gets a pooled buffer,
+// standard input already has one.
+func (in *input) buffered(raw io.Reader, file *os.File) io.Reader {
+	if file == nil {
+		return raw
+	}
+	br := pooledReader(file)
+	in.pooled = append(in.pooled, br)
+	return br
 }
 
 // sniff decides from a file's start whether it is text, a RAS report or binary data.

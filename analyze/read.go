@@ -58,12 +58,16 @@ type FileStat struct {
 	TooLong int64  `json:"too_long,omitempty"`
 	// Fragments are pieces of NCCL lines cut by interleaved writers that could not be put
 	// back together; Rejoined were.
-	Fragments int64  `json:"fragments,omitempty"`
-	Rejoined  int64  `json:"rejoined,omitempty"`
-	Procs     int    `json:"processes"`
-	Codec     string `json:"codec,omitempty"`
-	Kind      string `json:"kind,omitempty"` // "ras-text", "ras-json" for RAS reports
-	ReadErr   string `json:"error,omitempty"`
+	Fragments int64 `json:"fragments,omitempty"`
+	Rejoined  int64 `json:"rejoined,omitempty"`
+	// Gaps are holes and runs of NULs where lines began (GapBytes in all): bytes freed by a
+	// sidecar's log bound, or left by a copytruncate. Positions after one are not compared.
+	Gaps     int    `json:"gaps,omitempty"`
+	GapBytes int64  `json:"gap_bytes,omitempty"`
+	Procs    int    `json:"processes"`
+	Codec    string `json:"codec,omitempty"`
+	Kind     string `json:"kind,omitempty"` // "ras-text", "ras-json" for RAS reports
+	ReadErr  string `json:"error,omitempty"`
 }
 
 // proc is one process as one file saw it.
@@ -117,6 +121,7 @@ type fileReader struct {
 	// quoteFor is the rank whose PyTorch error said "Last error:" at the end of its line:
 	// the next line is NCCL's last WARN, quoted (-2: none pending).
 	quoteFor int
+	gaps     *gapReader // where the lines come from: says which lines follow a gap
 }
 
 type fragment struct {
@@ -153,8 +158,10 @@ func readFile(ctx context.Context, path string, opts *Options) *fileResult {
 		p.named = true
 		fr.cur = p
 	}
+	fr.gaps = in.gaps
 	err = fr.read(ctx, in.r)
 	fr.flush()
+	res.stat.Gaps, res.stat.GapBytes = in.gaps.count, in.gaps.skipped
 	if err != nil {
 		res.err = err
 		res.stat.ReadErr = err.Error()
@@ -204,8 +211,13 @@ func readRAS(in *input, res *fileResult) {
 func (fr *fileReader) read(ctx context.Context, r *bufio.Reader) error {
 	st := &fr.res.stat
 	skipping := false
+	var pos int64 // offset of raw in what the gap reader passes on
 	for {
 		raw, err := r.ReadSlice('\n')
+		if fr.gaps != nil && !skipping && fr.gaps.gapBefore(pos) {
+			fr.gap()
+		}
+		pos += int64(len(raw))
 		if errors.Is(err, bufio.ErrBufferFull) {
 			if !skipping {
 				st.TooLong++
@@ -227,6 +239,14 @@ func (fr *fileReader) read(ctx context.Context, r *bufio.Reader) error {
 		if st.Lines&0xffff == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
+	}
+}
+
+// gap tells every process of the file that lines are missing here: their communicators
+// from before the gap are no longer compared with other ranks'.
+func (fr *fileReader) gap() {
+	for _, p := range fr.res.procs {
+		p.t.Gap()
 	}
 }
 

@@ -166,6 +166,9 @@ func joinOf(id string, joins map[string]Join) Join {
 	if j, ok := joins[id]; ok {
 		return j
 	}
+	if strings.HasSuffix(id, "/gap") {
+		return Join{How: "unjoined", Why: "lines are missing before its later collectives (a gap in the log), so its positions are not the other ranks'"}
+	}
 	if slash := strings.IndexByte(id, '/'); slash > 0 {
 		if pj, ok := joins[id[:slash]]; ok {
 			return Join{How: "split", Confidence: pj.Confidence, Why: "a split of a communicator joined by inference"}
@@ -360,7 +363,11 @@ func (r *Report) writeComms(b *strings.Builder, verbose bool) {
 			job = fmt.Sprintf("job %d ", c.Job)
 		}
 		join := ""
-		if c.Join.How != "commId" {
+		switch c.Join.How {
+		case "commId":
+		case "unjoined":
+			join = " [not compared: " + c.Join.Why + "]"
+		default:
 			join = fmt.Sprintf(" [%s, %s confidence]", c.Join.How, c.Join.Confidence)
 		}
 		fmt.Fprintf(b, "  %s%s  %d ranks%s: %s\n", job, c.ID, c.NRanks, join, progress(c, verbose))

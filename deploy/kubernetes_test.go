@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -284,11 +285,14 @@ func checkManifests(t *testing.T, set manifestSet, objs []object) {
 			}
 		case *appsv1.Deployment:
 			checkPod(t, "Deployment "+v.Name, &v.Spec.Template.Spec, configMaps)
+			checkProbes(t, "Deployment "+v.Name, v.Spec.Template.Spec.Containers, "/readyz")
 			if why := admitted(psapi.LevelRestricted, &v.Spec.Template.ObjectMeta, &v.Spec.Template.Spec); why != "" {
 				t.Errorf("Deployment %s: Pod Security \"restricted\" refuses its pods: %s", v.Name, why)
 			}
 		case *corev1.Pod:
 			checkPod(t, "Pod "+v.Name, &v.Spec, configMaps)
+			checkProbes(t, "Pod "+v.Name, append(append([]corev1.Container(nil), v.Spec.InitContainers...), v.Spec.Containers...), "")
+			checkLogBound(t, v, configMaps)
 			why := admitted(psapi.LevelBaseline, &v.ObjectMeta, &v.Spec)
 			switch {
 			case set.trainingPodDenied == "" && why != "":
@@ -350,6 +354,104 @@ func checkPod(t *testing.T, where string, spec *corev1.PodSpec, configMaps map[s
 			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 			t.Errorf("%s: securityContext %+v, want allowPrivilegeEscalation false and readOnlyRootFilesystem true", cw, sc)
 		}
+	}
+}
+
+// checkProbes: each of our containers has a liveness probe on /healthz (which never asks
+// etcd); its readiness probe is on readyPath, or it has none when readyPath is empty (the
+// sidecar: its readiness would be the training pod's, and it must not hang on etcd).
+// Startup probes would gate the trainer on the sidecar: none.
+func checkProbes(t *testing.T, where string, containers []corev1.Container, readyPath string) {
+	t.Helper()
+	path := func(p *corev1.Probe) string {
+		if p == nil || p.HTTPGet == nil {
+			return ""
+		}
+		return p.HTTPGet.Path
+	}
+	for _, c := range containers {
+		if c.Name == "trainer" {
+			continue
+		}
+		cw := where + " container " + c.Name
+		if got := path(c.LivenessProbe); got != "/healthz" {
+			t.Errorf("%s: liveness probe on %q, want /healthz (not tied to etcd)", cw, got)
+		}
+		switch got := path(c.ReadinessProbe); {
+		case readyPath == "" && c.ReadinessProbe != nil:
+			t.Errorf("%s: a readiness probe (%q) makes the training pod's readiness depend on the watchdog", cw, got)
+		case readyPath != "" && got != readyPath:
+			t.Errorf("%s: readiness probe on %q, want %s", cw, got, readyPath)
+		}
+		if c.StartupProbe != nil {
+			t.Errorf("%s: a startup probe", cw)
+		}
+	}
+}
+
+// checkLogBound: the training pod's log volume holds every rank's bounded log (ranks x (the
+// sidecar's NCCLWATCH_LOG_KEEP_MIB + a 16 MiB header + 1 MiB of writes between two rounds)
+// fits its sizeLimit), the sidecar may write the logs (to free what it read), and the
+// trainer runs as the sidecar's user (NCCL creates its logs mode 0644).
+func checkLogBound(t *testing.T, pod *corev1.Pod, configMaps map[string]*corev1.ConfigMap) {
+	t.Helper()
+	var sidecar, trainer *corev1.Container
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			switch cs[i].Name {
+			case "ncclwatch-sidecar":
+				sidecar = &cs[i]
+			case "trainer":
+				trainer = &cs[i]
+			}
+		}
+	}
+	if sidecar == nil || trainer == nil {
+		t.Fatalf("Pod %s: no sidecar or trainer container", pod.Name)
+	}
+	var keep string
+	for _, e := range sidecar.EnvFrom {
+		if e.ConfigMapRef == nil {
+			continue
+		}
+		if cm := configMaps[e.ConfigMapRef.Name]; cm != nil && cm.Data["NCCLWATCH_LOG_KEEP_MIB"] != "" {
+			keep = cm.Data["NCCLWATCH_LOG_KEEP_MIB"]
+		}
+	}
+	keepMiB, err := strconv.ParseInt(keep, 10, 64)
+	if err != nil || keepMiB <= 0 {
+		t.Errorf("Pod %s: the sidecar's NCCLWATCH_LOG_KEEP_MIB is %q: its logs are not bounded", pod.Name, keep)
+		return
+	}
+	gpus := trainer.Resources.Limits[corev1.ResourceName("nvidia.com/gpu")]
+	ranks := gpus.Value()
+	for _, v := range pod.Spec.Volumes {
+		if v.Name != "nccl-logs" {
+			continue
+		}
+		if v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil {
+			t.Errorf("Pod %s: volume nccl-logs is not an emptyDir with a sizeLimit", pod.Name)
+			continue
+		}
+		need := ranks * (keepMiB + 16 + 1) << 20
+		if limit := v.EmptyDir.SizeLimit.Value(); need > limit {
+			t.Errorf("Pod %s: %d ranks x (%d MiB kept + header + a round) = %d MiB, over the log volume's %s",
+				pod.Name, ranks, keepMiB, need>>20, v.EmptyDir.SizeLimit.String())
+		}
+	}
+	for _, m := range sidecar.VolumeMounts {
+		if m.Name == "nccl-logs" && m.ReadOnly {
+			t.Errorf("Pod %s: the sidecar mounts the logs read-only: it cannot free what it read", pod.Name)
+		}
+	}
+	uid := func(c *corev1.Container) int64 {
+		if c.SecurityContext == nil || c.SecurityContext.RunAsUser == nil {
+			return -1
+		}
+		return *c.SecurityContext.RunAsUser
+	}
+	if uid(trainer) != uid(sidecar) {
+		t.Errorf("Pod %s: trainer runs as %d, sidecar as %d: the sidecar cannot free the trainer's logs", pod.Name, uid(trainer), uid(sidecar))
 	}
 }
 

@@ -45,9 +45,17 @@ func (h *logHandler) Line(f *follow.File, line []byte, readAt time.Time, flags f
 		r = h.open(f, false)
 	}
 	r.mu.Lock()
+	if flags&follow.LineGap != 0 {
+		// Lines were freed or lost before this one: positions counted from here are not
+		// the other ranks'.
+		r.tracker.Gap()
+	}
 	l := r.tracker.Observe(line, readAt)
 	r.offset = f.Offset()
 	r.mu.Unlock()
+	if l.Kind == logparse.KindColl {
+		f.EndHeader() // the log bound keeps everything before the first per-op line
+	}
 	h.s.m.line(l.Kind)
 	if flags&follow.LineCapped != 0 {
 		h.s.m.cappedLines.Inc()

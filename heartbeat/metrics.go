@@ -249,6 +249,8 @@ var (
 	descFiles       = prometheus.NewDesc("ncclwatch_files_followed", "NCCL log files followed now.", nil, nil)
 	descFollowBytes = prometheus.NewDesc("ncclwatch_follow_bytes_total", "Bytes read from NCCL logs.", nil, nil)
 	descFollowEv    = prometheus.NewDesc("ncclwatch_follow_events_total", "Log file events: truncations, rotations, deletions, read errors, dropped files, failed offset/checkpoint writes.", []string{"event"}, nil)
+	descLogFreed    = prometheus.NewDesc("ncclwatch_log_freed_bytes_total", "Disk bytes of NCCL logs freed by the log bound (--log-keep-mib) once read.", nil, nil)
+	descLogTrimFail = prometheus.NewDesc("ncclwatch_log_trim_failures_total", "Failures to free the read part of an NCCL log, by reason: unsupported (the filesystem cannot punch holes), denied (the log cannot be opened for writing), error.", []string{"reason"}, nil)
 	descRankColl    = prometheus.NewDesc("ncclwatch_rank_collectives_total", "Collectives a rank issued, over its communicators.", []string{"rank", "pid"}, nil)
 	descRankLast    = prometheus.NewDesc("ncclwatch_rank_last_op_timestamp_seconds", "Unix time of the rank's newest collective or p2p op.", []string{"rank", "pid"}, nil)
 	descRankAlive   = prometheus.NewDesc("ncclwatch_rank_process_up", "1 while the rank's process runs, 0 once it exited (absent when not visible).", []string{"rank", "pid"}, nil)
@@ -259,6 +261,8 @@ func (c *followCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descFiles
 	ch <- descFollowBytes
 	ch <- descFollowEv
+	ch <- descLogFreed
+	ch <- descLogTrimFail
 }
 
 func (c *followCollector) Collect(ch chan<- prometheus.Metric) {
@@ -268,6 +272,10 @@ func (c *followCollector) Collect(ch chan<- prometheus.Metric) {
 	for name, v := range map[string]uint64{"truncated": st.Truncations, "rotated": st.Rotations, "deleted": st.Deletions,
 		"renamed": st.Renames, "dropped": st.DroppedFiles, "read_error": st.ReadErrors, "watch_error": st.WatchErrors, "state_error": st.StateErrors} {
 		ch <- prometheus.MustNewConstMetric(descFollowEv, prometheus.CounterValue, float64(v), name)
+	}
+	ch <- prometheus.MustNewConstMetric(descLogFreed, prometheus.CounterValue, float64(st.FreedBytes))
+	for reason, v := range st.TrimFailures {
+		ch <- prometheus.MustNewConstMetric(descLogTrimFail, prometheus.CounterValue, float64(v), reason.String())
 	}
 }
 

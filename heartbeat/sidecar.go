@@ -68,6 +68,9 @@ type Options struct {
 	// ProfilerDirs are the folders where the profiler plugin writes its regions (none: the
 	// plugin is not read). DefaultProfilerDirs gives the plugin's own defaults.
 	ProfilerDirs []string
+	// StateEvery is how often the read offsets are saved and the logs bounded (LogKeep)
+	// (default 2 s).
+	StateEvery time.Duration
 
 	GPU      GPUSource
 	Ports    PortSource
@@ -88,6 +91,13 @@ type Options struct {
 	KeepExited time.Duration
 	// PollLogs makes the follower poll instead of using inotify (tests, odd filesystems).
 	PollLogs bool
+	// LogKeep bounds each NCCL log on disk: its header (up to its first per-op line) and
+	// its last LogKeep bytes stay, what lies between is freed once read (0: logs are
+	// never touched). See follow.Options.Keep.
+	LogKeep int64
+	// NoLogsAfter is how long after start the sidecar warns again, louder, when its log
+	// patterns still match no file (default 5 min; it also says so at start).
+	NoLogsAfter time.Duration
 
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
@@ -125,6 +135,9 @@ func (o *Options) defaults() error {
 	}
 	if o.KeepExited <= 0 {
 		o.KeepExited = 10 * time.Minute
+	}
+	if o.NoLogsAfter <= 0 {
+		o.NoLogsAfter = 5 * time.Minute
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -176,6 +189,8 @@ func New(opts Options) (*Sidecar, error) {
 		Logger:        opts.Logger.With("part", "follow"),
 		Now:           opts.Now,
 		DisableWatch:  opts.PollLogs,
+		Keep:          opts.LogKeep,
+		StateEvery:    opts.StateEvery,
 	}
 	if opts.StateDir != "" {
 		if err := os.MkdirAll(opts.StateDir, 0o755); err != nil {
@@ -217,6 +232,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			s.opts.Logger.Error("log follower", "err", err)
 		}
 	})
+	run("no-logs", s.noLogsLoop)
 	if s.stdoutFollower != nil {
 		run("follow-stdout", func(ctx context.Context) {
 			if err := s.stdoutFollower.Run(ctx); err != nil {
@@ -366,4 +382,56 @@ func (s *Sidecar) processExited(pid int, at time.Time) {
 // trackerOptions are the parser bounds of a live process.
 func trackerOptions() logparse.TrackerOptions {
 	return logparse.TrackerOptions{RingSize: 64, MaxComms: 1024, MaxEvents: 32}
+}
+
+// noLogsLoop warns when the log patterns match no file: at start (a sidecar that starts
+// before the job has none yet, so that is a warning, not an error), and again after
+// NoLogsAfter if still none matched, when it is most likely a wrong pattern or a job that
+// writes NCCL_DEBUG_FILE elsewhere (or not at all).
+func (s *Sidecar) noLogsLoop(ctx context.Context) {
+	wait := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	// Give the follower its first scan.
+	if !wait(2 * time.Second) {
+		return
+	}
+	st := s.follower.Stats()
+	if st.Files > 0 || st.Bytes > 0 {
+		return
+	}
+	s.opts.Logger.Warn("no NCCL log matches the log patterns yet: waiting for the job to write them",
+		"patterns", s.opts.LogPatterns, "dirs", patternDirState(s.opts.LogPatterns),
+		"hint", "the job must set NCCL_DEBUG=INFO and NCCL_DEBUG_FILE to a path the patterns match, on a volume this sidecar sees")
+	if !wait(s.opts.NoLogsAfter - 2*time.Second) {
+		return
+	}
+	if st := s.follower.Stats(); st.Files > 0 || st.Bytes > 0 {
+		return
+	}
+	s.opts.Logger.Error("still no NCCL log matches the log patterns: this node's ranks are not watched",
+		"after", s.opts.NoLogsAfter, "patterns", s.opts.LogPatterns, "dirs", patternDirState(s.opts.LogPatterns),
+		"hint", "check NCCL_DEBUG_FILE in the job (e.g. /var/log/nccl/nccl.%h.%p.log) against --logs, and that the folder is shared with the sidecar")
+}
+
+// patternDirState says, per folder of the patterns, whether it exists and what it holds:
+// the first thing to check when nothing matches.
+func patternDirState(patterns []string) []string {
+	var out []string
+	for _, p := range patterns {
+		dir := filepath.Dir(p)
+		entries, err := os.ReadDir(dir)
+		switch {
+		case err != nil:
+			out = append(out, dir+": "+err.Error())
+		default:
+			out = append(out, fmt.Sprintf("%s: %d entries", dir, len(entries)))
+		}
+	}
+	return out
 }

@@ -15,57 +15,59 @@ import (
 	"github.com/ncclwatch/watchdog/detect"
 )
 
-const analyzeUsage = `usage: watchdog analyze [flags] PATH... (flags may also follow the paths)
+const analyzeIntro = `usage: watchdog analyze [flags] PATH... (flags may also follow the paths)
 
 PATHs are NCCL_DEBUG_FILE logs, consoles of torchrun/mpirun/srun/kubectl (many processes
 interleaved in one file are told apart by NCCL's prefix), NCCL RAS reports saved as text or
 JSON, folders (searched for *.log *.txt *.out *.err *.json and files without extension),
 any of them gzip- or zstd-compressed, and - for standard input.
 
-The report starts with what could be read (coverage), then the findings.
+The report starts with what could be read (coverage), then the findings.`
 
-Exit status:
+const analyzeExits = `Exit status:
   0  the logs were read and allow a judgement, and nothing was found
   1  findings (see the report)
   2  usage or input error: bad flag, no such path, nothing to read
   3  too little could be read to judge: no NCCL or collective lines, unreadable files,
      no two ranks to compare; the report says what to set (this is not an all-clear)
-
-Flags:
 `
 
 func runAnalyze(ctx context.Context, args []string) error {
-	code := analyzeMain(ctx, args, os.Stdin, os.Stdout, os.Stderr)
-	if code != 0 {
-		os.Exit(code)
+	if code := analyzeMain(ctx, args, os.Stdin, os.Stdout, os.Stderr); code != 0 {
+		return exitCodeError{code: code} // analyzeMain said why
 	}
 	return nil
 }
 
 // analyzeMain is the analyze command with its streams; it returns the exit status.
 func analyzeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("analyze", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("analyze", analyzeIntro)
+	fs.exits = analyzeExits
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("verbose", false, "list every rank, communicator and piece of evidence instead of summarising large jobs")
 	tz := fs.String("log-tz", "Local", "time zone NCCL printed its timestamps in (e.g. UTC, Europe/Paris)")
 	ring := fs.Int("ops", 0, "recent ops per communicator compared across ranks (0: 4096, 1024 above 64 files)")
 	workers := fs.Int("workers", 0, "files read at once (0: one per CPU)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), analyzeUsage)
-		fs.PrintDefaults()
+	usageErr := func(err error) int {
+		fmt.Fprintf(stderr, "watchdog analyze: %v\nRun 'watchdog analyze --help' for the flags.\n", err)
+		return analyze.ExitInput
 	}
-	paths, err := parseInterleaved(fs, args)
+	paths, err := parseInterleaved(fs.FlagSet, args)
 	if errors.Is(err, flag.ErrHelp) {
+		fs.writeHelp(stdout)
 		return 0
 	}
-	if err != nil {
-		return analyze.ExitInput
+	if err == nil {
+		err = applyEnv(fs.FlagSet)
 	}
-	if len(paths) == 0 {
-		fs.Usage()
-		fmt.Fprintln(stderr, "watchdog analyze: no paths given")
-		return analyze.ExitInput
+	if err == nil && len(paths) == 0 {
+		err = errors.New("no paths given")
+	}
+	if err == nil {
+		err = errors.Join(notNegative("ops", float64(*ring)), notNegative("workers", float64(*workers)))
+	}
+	if err != nil {
+		return usageErr(err)
 	}
 	loc, err := time.LoadLocation(*tz)
 	if err != nil {

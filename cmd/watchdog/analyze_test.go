@@ -27,7 +27,8 @@ func TestAnalyzeCommand(t *testing.T) {
 		{"missing path", []string{"/no/such/dir"}, 2, "", "no such file or directory"},
 		{"cannot judge", []string{"../../testdata/captures/nccl-2.28.9-2xH200/default_subsys"}, 3, "this is not an all-clear", ""},
 		{"clean", []string{"../../testdata/captures/nccl-2.28.9-2xH200/healthy"}, 0, "none: no mismatch", ""},
-		{"help", []string{"-h"}, 0, "", "Exit status:"},
+		{"help", []string{"-h"}, 0, "$NCCLWATCH_LOG_TZ", ""},
+		{"negative workers", []string{silentCapture, "--workers", "-1"}, 2, "", "--workers -1: must not be negative"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

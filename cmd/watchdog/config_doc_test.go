@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/ncclwatch/watchdog/alert"
 )
@@ -192,34 +191,26 @@ func sameDefault(v reflect.Value, doc string) error {
 	return nil
 }
 
-// helpFlags runs a subcommand with -help and returns its flags' defaults as printed.
+// helpFlags runs a subcommand with -help and returns its flags' defaults as printed, and
+// checks that each flag's line names its environment twin.
 func helpFlags(t *testing.T, run func(context.Context, []string) error) map[string]string {
 	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := os.Stderr
-	os.Stderr = w
-	var out bytes.Buffer
-	done := make(chan struct{})
-	go func() { _, _ = io.Copy(&out, r); close(done) }()
-	runErr := run(context.Background(), []string{"-help"})
-	os.Stderr = saved
-	w.Close()
-	<-done
-	if !errors.Is(runErr, flag.ErrHelp) {
+	var runErr error
+	out := captureStdout(t, func() { runErr = run(context.Background(), []string{"-help"}) })
+	if !errors.Is(runErr, errHelp) {
 		t.Fatalf("-help: %v", runErr)
 	}
 	flags := map[string]string{}
 	name := ""
-	nameLine := regexp.MustCompile(`^  -([a-z0-9-]+)( \w+)?$`)
+	nameLine := regexp.MustCompile(`^  --([a-z0-9-]+)( \w+)?\s+\$(\w+)$`)
 	defaultRe := regexp.MustCompile(`\(default (.*)\)$`)
-	for _, line := range strings.Split(out.String(), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if m := nameLine.FindStringSubmatch(line); m != nil {
 			name = m[1]
-			flags[name] = ""
-			// PrintDefaults leaves out zero defaults.
+			if m[3] != envName(name) {
+				t.Errorf("--%s: help names $%s, want $%s", name, m[3], envName(name))
+			}
+			// Help leaves out zero defaults.
 			switch strings.TrimSpace(m[2]) {
 			case "": // a bool flag
 				flags[name] = "false"
@@ -227,6 +218,8 @@ func helpFlags(t *testing.T, run func(context.Context, []string) error) map[stri
 				flags[name] = "0"
 			case "duration":
 				flags[name] = "0s"
+			default:
+				flags[name] = ""
 			}
 			continue
 		}
@@ -239,7 +232,7 @@ func helpFlags(t *testing.T, run func(context.Context, []string) error) map[stri
 		}
 	}
 	if len(flags) < 10 {
-		t.Fatalf("parsed only %d flags from:\n%s", len(flags), out.String())
+		t.Fatalf("parsed only %d flags from:\n%s", len(flags), out)
 	}
 	return flags
 }

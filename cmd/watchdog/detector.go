@@ -3,14 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/detect"
@@ -46,15 +51,19 @@ func defaultDetectorConfig() DetectorConfig {
 
 func runDetector(ctx context.Context, args []string) error {
 	cfg := defaultDetectorConfig()
-	fs := flag.NewFlagSet("detector", flag.ContinueOnError)
+	fs := newFlags("detector", `usage: watchdog detector [flags]
+
+Watches every job's node snapshots in etcd, runs the rules, opens and resolves incidents and
+sends them to the configured notifiers. Replicas elect a leader through etcd; the others
+stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials).`)
 	var ef etcdFlags
-	ef.register(fs, "")
+	ef.register(fs.FlagSet, "")
 	var lf logFlags
-	lf.register(fs)
+	lf.register(fs.FlagSet)
 	configPath := fs.String("config", "", "YAML configuration file (flags override it)")
 	embedListen := fs.String("embedded-etcd-listen", cfg.EmbeddedEtcdListen, "client address of the embedded etcd (used when --etcd-endpoints is empty)")
 	embedDir := fs.String("embedded-etcd-dir", "", "data directory of the embedded etcd (default: a temporary one)")
-	httpAddr := fs.String("http", cfg.HTTP, "address for the API, /metrics and /healthz")
+	httpAddr := fs.String("http", cfg.HTTP, "address for the API, /metrics, /healthz and /readyz")
 	interval := fs.Duration("interval", cfg.Interval, "time between evaluations")
 	resolveAfter := fs.Duration("resolve-after", cfg.ResolveAfter, "how long a condition must stay clear before its incident resolves")
 	leaseTTL := fs.Duration("lease-ttl", cfg.LeaseTTL, "leader election lease: a standby takes over within it")
@@ -64,11 +73,11 @@ func runDetector(ctx context.Context, args []string) error {
 	stragglerFrac := fs.Float64("straggler-fraction", cfg.Rules.StragglerFraction, "straggler threshold as a fraction of the step period")
 	expectedIB := fs.Float64("expected-ib-gbps", 0, "rate every IB port must run at (0: the job's usual rate)")
 	alertsPath := fs.String("alerts", "", "alert routing YAML (alert.Config); default: notifiers from SLACK_*/PAGERDUTY_* environment")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
-	if err := applyEnv(fs); err != nil {
-		return err
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if *configPath != "" {
 		b, err := os.ReadFile(*configPath)
@@ -81,7 +90,7 @@ func runDetector(ctx context.Context, args []string) error {
 			return fmt.Errorf("--config %s: %w", *configPath, err)
 		}
 	}
-	set := given(fs)
+	set := given(fs.FlagSet)
 	override := func(name string, apply func()) {
 		if set[name] {
 			apply()
@@ -111,12 +120,21 @@ func runDetector(ctx context.Context, args []string) error {
 		}
 		cfg.Alerts = a
 	}
+	if err := cfg.validate(); err != nil {
+		return usageError{err}
+	}
 	log, err := lf.logger(os.Stderr)
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	alerts := cfg.Alerts
+	if alerts == nil {
+		alerts = alert.FromEnv()
+	}
+	logNotifiers(log, alerts, alert.BuildOptions{})
 
 	endpoints := cfg.EtcdEndpoints
 	if len(endpoints) == 0 {
@@ -134,8 +152,8 @@ func runDetector(ctx context.Context, args []string) error {
 	}
 	defer cli.Close()
 	d, err := assemble.Detector(cli, assemble.DetectorConfig{Rules: cfg.Rules, Interval: cfg.Interval,
-		ResolveAfter: cfg.ResolveAfter, LeaseTTL: cfg.LeaseTTL, Logger: log, Registerer: reg,
-		Alerts: assemble.Alerts(cfg.Alerts, cli, assemble.AlertOptions{Logger: log})})
+		ResolveAfter: cfg.ResolveAfter, LeaseTTL: cfg.LeaseTTL, Logger: log, Registerer: reg, Version: stamped,
+		Alerts: assemble.Alerts(alerts, cli, assemble.AlertOptions{Logger: log})})
 	if err != nil {
 		return err
 	}
@@ -144,6 +162,121 @@ func runDetector(ctx context.Context, args []string) error {
 		return err
 	}
 	defer srv.Close()
-	log.Info("detector started", "etcd", endpoints, "http", cfg.HTTP)
+	bi := build()
+	log.Info("detector started", "etcd", endpoints, "http", cfg.HTTP, "version", bi.Version, "revision", bi.Revision)
 	return d.Run(ctx)
+}
+
+// logNotifiers says at start where incidents will go, and warns loudly when nowhere: a
+// detector without notifiers opens incidents that nobody hears of. It also builds the
+// notifiers once, so that a missing secret shows at start rather than at the first
+// leadership term.
+func logNotifiers(log *slog.Logger, cfg *alert.Config, b alert.BuildOptions) {
+	if len(cfg.Notifiers) == 0 {
+		log.Warn("NO ALERT NOTIFIER CONFIGURED: incidents open and resolve in etcd, the API and `watchdog status`, but nobody is paged or messaged",
+			"fix", "set SLACK_WEBHOOK_URL, or SLACK_TOKEN and SLACK_CHANNEL, or PAGERDUTY_ROUTING_KEY (or their *_FILE twins), or give --alerts or alerts: in --config")
+		return
+	}
+	for _, n := range cfg.Notifiers {
+		var routes []string
+		for i, r := range cfg.Routes {
+			if slices.Contains(r.Notifiers, n.Name) {
+				routes = append(routes, fmt.Sprintf("route %d %s", i+1, describeMatch(r)))
+			}
+		}
+		if len(cfg.Routes) == 0 {
+			routes = []string{"every incident (no routes)"}
+		}
+		if len(routes) == 0 {
+			log.Warn("alert notifier named by no route: it gets nothing", "notifier", n.Name, "type", n.Type)
+			continue
+		}
+		log.Info("alert notifier", "notifier", n.Name, "type", n.Type, "gets", strings.Join(routes, "; "))
+	}
+	if err := cfg.Validate(); err != nil {
+		log.Error("alert configuration invalid: no notification will be sent until it is fixed", "err", err)
+		return
+	}
+	b.Console = io.Discard
+	if _, err := cfg.Targets(b); err != nil {
+		log.Error("alert notifier cannot be built (read at each leadership term: no notification until fixed)", "err", err)
+	}
+}
+
+// describeMatch says which incidents a route takes.
+func describeMatch(r alert.RouteConfig) string {
+	var parts []string
+	for _, p := range []struct {
+		what string
+		vals []string
+	}{{"severity", toStrings(r.Match.Severity)}, {"kind", toStrings(r.Match.Kind)}, {"job", r.Match.Job}} {
+		if len(p.vals) > 0 {
+			parts = append(parts, p.what+" "+strings.Join(p.vals, "|"))
+		}
+	}
+	if len(parts) == 0 {
+		return "(every incident)"
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+func toStrings[S ~string](v []S) []string {
+	out := make([]string, len(v))
+	for i, s := range v {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// validate refuses durations and thresholds out of range, from the flags or the YAML file:
+// a zero interval would evaluate in a busy loop, a negative window never opens an incident.
+func (c *DetectorConfig) validate() error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"interval", c.Interval}, {"resolve_after", c.ResolveAfter}, {"lease_ttl", c.LeaseTTL},
+		{"rules.hang_floor", c.Rules.HangFloor}, {"rules.event_max_age", c.Rules.EventMaxAge}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must be positive", d.name, d.v))
+		}
+	}
+	if c.Rules.HangK <= 0 {
+		errs = append(errs, fmt.Errorf("rules.hang_k %g: must be positive", c.Rules.HangK))
+	}
+	if f := c.Rules.StragglerFraction; f <= 0 || f > 1 {
+		errs = append(errs, fmt.Errorf("rules.straggler_fraction %g: must be in (0, 1]", f))
+	}
+	if c.Rules.StragglerWindow <= 0 || c.Rules.StragglerMinSamples <= 0 {
+		errs = append(errs, fmt.Errorf("rules.straggler_window %d and rules.straggler_min_samples %d: must be positive",
+			c.Rules.StragglerWindow, c.Rules.StragglerMinSamples))
+	}
+	// Whatever the rules grow: no negative number anywhere in them.
+	errs = append(errs, negativeFields("rules", reflect.ValueOf(c.Rules))...)
+	return errors.Join(errs...)
+}
+
+// negativeFields names the negative numbers of a configuration struct by their YAML paths.
+func negativeFields(path string, v reflect.Value) []error {
+	var errs []error
+	for i := 0; i < v.NumField(); i++ {
+		f, fv := v.Type().Field(i), v.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		key := path + "." + name
+		switch {
+		case fv.Kind() == reflect.Struct:
+			if name == "" {
+				key = path // inline
+			}
+			errs = append(errs, negativeFields(key, fv)...)
+		case fv.CanInt() && fv.Int() < 0:
+			errs = append(errs, fmt.Errorf("%s %v: must not be negative", key, fv.Interface()))
+		case fv.CanFloat() && fv.Float() < 0:
+			errs = append(errs, fmt.Errorf("%s %v: must not be negative", key, fv.Interface()))
+		}
+	}
+	return errs
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -12,14 +12,23 @@ import (
 )
 
 func runLoadgen(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs := newFlags("loadgen", `usage: watchdog loadgen [flags]
+
+Measures the watchdog at scale: simulated sidecars of --ranks ranks publish through the real
+publisher to etcd, a real detector process watches, one rank goes silent after --warmup,
+and the time to its incident, etcd's load and the detector's cost are printed
+(docs/scale.md).`)
 	ranks := fs.Int("ranks", 4096, "simulated ranks (8 per node)")
 	pp := fs.Int("pp", 4, "pipeline stages")
 	endpoints := fs.String("etcd-endpoints", "", "external etcd (empty: embedded in this process)")
 	warmup := fs.Duration("warmup", 20*time.Second, "healthy time before a rank goes silent")
 	after := fs.Duration("wait", 40*time.Second, "longest wait for the incident")
 	asJSON := fs.Bool("json", false, "print the measurements as JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if err := errors.Join(positiveInt("ranks", *ranks), positiveInt("pp", *pp), notNegative("warmup", warmup.Seconds()),
+		positiveDuration("wait", *after)); err != nil {
 		return err
 	}
 	res, err := loadgen.Run(ctx, loadgen.Options{Ranks: *ranks, PP: *pp, Endpoints: splitList(*endpoints), Warmup: *warmup, After: *after})

@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"os"
 	"time"
 
@@ -11,10 +11,16 @@ import (
 
 // runNVMLProbe prints raw go-nvml samples: what the sidecar would see on this machine.
 func runNVMLProbe(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("nvml-probe", flag.ContinueOnError)
+	fs := newFlags("nvml-probe", `usage: watchdog nvml-probe [flags]
+
+Prints --n raw NVML samples of this machine's GPUs, one JSON line each: what the sidecar
+would see here.`)
 	every := fs.Duration("every", 200*time.Millisecond, "sample period")
 	n := fs.Int("n", 10, "samples")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if err := errors.Join(positiveDuration("every", *every), positiveInt("n", *n)); err != nil {
 		return err
 	}
 	return gpu.Probe(ctx, os.Stdout, *every, *n)

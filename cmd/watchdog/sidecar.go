@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -23,16 +22,20 @@ import (
 )
 
 func runSidecar(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
+	fs := newFlags("sidecar", `usage: watchdog sidecar [flags]
+
+Follows this node's NCCL_DEBUG_FILE logs, samples its GPUs (NVML), network ports, NCCL RAS
+and the ranks' processes, and publishes one snapshot of the node to etcd, at most once a
+second. One per node, beside the training processes (Kubernetes: in the training pod).`)
 	var ef etcdFlags
-	ef.register(fs, "http://127.0.0.1:2379")
+	ef.register(fs.FlagSet, "http://127.0.0.1:2379")
 	var lf logFlags
-	lf.register(fs)
+	lf.register(fs.FlagSet)
 	job := fs.String("job", defaultJob(), "job name (default: TORCHELASTIC_RUN_ID, SLURM_JOB_ID, else \"default\")")
 	node := fs.String("node", "", "node name (default: hostname)")
 	logs := fs.String("logs", "/var/log/nccl/*.log", "comma-separated globs of NCCL_DEBUG_FILE logs")
 	stdoutLogs := fs.String("stdout-logs", "", "comma-separated globs of torchrun/PyTorch output logs (optional)")
-	httpAddr := fs.String("http", "127.0.0.1:9301", "address for /metrics, /healthz, /api/v1/snapshot")
+	httpAddr := fs.String("http", "127.0.0.1:9301", "address for /metrics, /healthz, /readyz, /api/v1/snapshot")
 	useNVML := fs.Bool("nvml", true, "sample GPUs through NVML")
 	checkPIDs := fs.Bool("check-pids", true, "watch rank processes through /proc (needs the job's pid namespace)")
 	procRoot := fs.String("proc-root", proc.DefaultProcRoot, "proc filesystem root")
@@ -42,13 +45,18 @@ func runSidecar(ctx context.Context, args []string) error {
 	rasAddr := fs.String("ras-addr", "127.0.0.1:28028", "NCCL RAS address (empty: off)")
 	stateDir := fs.String("state-dir", "/var/lib/ncclwatch", "where read offsets and parser checkpoints survive restarts (empty: none)")
 	profilerDir := fs.String("profiler-dir", "auto", "comma-separated folders of the NCCL profiler plugin's regions (auto: the folders of --logs, then /dev/shm, as the plugin defaults; empty: off)")
+	logKeep := fs.Int("log-keep-mib", 1024, "keep each NCCL log's header and its last this many MiB on disk, free the rest once read (0: never free)")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "etcd lease TTL: the node key vanishes this long after the sidecar dies")
 	interval := fs.Duration("publish-interval", time.Second, "shortest time between two etcd writes")
 	pprofOn := fs.Bool("pprof", false, "serve Go profiles at /debug/pprof/ on --http")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
-	if err := applyEnv(fs); err != nil {
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q (globs go in --logs)", fs.Arg(0))
+	}
+	if err := errors.Join(positiveDuration("lease-ttl", *leaseTTL), positiveDuration("publish-interval", *interval),
+		notNegative("log-keep-mib", float64(*logKeep))); err != nil {
 		return err
 	}
 	log, err := lf.logger(os.Stderr)
@@ -69,9 +77,10 @@ func runSidecar(ctx context.Context, args []string) error {
 	}
 	sc, release, err := assemble.Sidecar(ctx, cli, assemble.SidecarConfig{
 		Job: *job, Node: *node, LogPatterns: splitList(*logs), StdoutPatterns: splitList(*stdoutLogs), StateDir: *stateDir,
+		LogKeep: int64(*logKeep) << 20,
 		Publish: assemble.PublishConfig{LeaseTTL: *leaseTTL, Interval: *interval}, NVML: *useNVML, RASAddr: *rasAddr,
 		Ports: true, IBRoot: *ibRoot, NetRoot: *netRoot, NetInterfaces: splitList(*netIfs),
-		CheckPIDs: *checkPIDs, ProcRoot: *procRoot, Logger: log, Registerer: reg, ProfilerDirs: profilerDirs,
+		CheckPIDs: *checkPIDs, ProcRoot: *procRoot, Logger: log, Registerer: reg, ProfilerDirs: profilerDirs, Version: stamped,
 	})
 	if err != nil {
 		return err
@@ -86,8 +95,9 @@ func runSidecar(ctx context.Context, args []string) error {
 		return err
 	}
 	defer srv.Close()
-	log.Info("sidecar started", "job", *job, "node", sc.Snapshot().Node, "logs", *logs, "profiler_dirs", profilerDirs,
-		"etcd", ef.endpoints, "http", *httpAddr)
+	bi := build()
+	log.Info("sidecar started", "job", *job, "node", sc.Snapshot().Node, "logs", *logs, "log_keep_mib", *logKeep, "profiler_dirs", profilerDirs,
+		"etcd", ef.endpoints, "http", *httpAddr, "version", bi.Version, "revision", bi.Revision)
 	return sc.Run(ctx)
 }
 

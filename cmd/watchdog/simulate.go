@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -34,7 +34,10 @@ func (f *faultFlags) Set(v string) error {
 // runSimulate writes the NCCL logs, GPU and IB state of a simulated training job, with
 // scripted faults; each injection is printed to stdout as a JSON line.
 func runSimulate(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs := newFlags("simulate", `usage: watchdog simulate --out DIR [flags]
+
+Writes a simulated training job's NCCL debug logs (DIR/<node>/nccl.<host>.<pid>.log) and IB
+sysfs trees, with scripted faults; prints each injection as a JSON line on stdout.`)
 	out := fs.String("out", "", "folder to write the job into: one folder per node with its NCCL logs and sys/class/infiniband (required)")
 	nodes := fs.Int("nodes", 4, "nodes")
 	perNode := fs.Int("ranks-per-node", 8, "ranks (GPUs) per node, 1 to 8")
@@ -52,16 +55,19 @@ func runSimulate(ctx context.Context, args []string) error {
 	var faults faultFlags
 	fs.Var(&faults, "fault", "kind:rank:step[:params], repeatable; kinds: "+kindList()+
 		"\n(e.g. skip:5:10, wrong-op:9:12, straggler:7:0:200ms, ib-port:3:10:down,warn, pause:0:20:30s, xid:4:8:79)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: watchdog simulate --out DIR [flags]\n\nWrites a simulated training job's NCCL debug logs (DIR/<node>/nccl.<host>.<pid>.log) and IB sysfs trees,\nwith scripted faults; prints each injection as a JSON line on stdout.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if *out == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return fmt.Errorf("--out is required and no arguments are taken")
+		return usagef("--out is required and no arguments are taken")
+	}
+	if *perNode > 8 {
+		return usagef("--ranks-per-node %d: at most 8", *perNode)
+	}
+	if err := errors.Join(positiveInt("nodes", *nodes), positiveInt("ranks-per-node", *perNode), positiveInt("steps", *steps),
+		positiveDuration("step-time", *stepTime), notNegative("jitter", jitter.Seconds()), positiveInt("pipeline-stages", *stages),
+		notNegative("layers", float64(*layers)), notNegative("hold", hold.Seconds())); err != nil {
+		return err
 	}
 	cfg := jobsim.Config{
 		Nodes: *nodes, RanksPerNode: *perNode, Steps: *steps, StepTime: *stepTime, Jitter: *jitter,

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
+	"time"
 
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/incident"
@@ -48,19 +49,23 @@ type CommView struct {
 
 // MemberView is one rank's progress on a communicator.
 type MemberView struct {
-	Rank     int               `json:"rank"`
-	Host     string            `json:"host"`
-	PID      int               `json:"pid"`
-	Count    int64             `json:"collectives"`
-	Behind   int64             `json:"behind"`
-	LastOp   *snapshot.Op      `json:"last_op,omitempty"`
-	AgeS     float64           `json:"last_op_age_seconds,omitempty"`
-	Waiting  bool              `json:"waiting,omitempty"`
-	GPUState snapshot.GPUState `json:"gpu_state,omitempty"`
+	// Rank is the rank in this communicator; GlobalRank the process's rank in the job
+	// (-1 when unknown), the number incident summaries name.
+	Rank       int               `json:"rank"`
+	GlobalRank int               `json:"global_rank"`
+	Host       string            `json:"host"`
+	PID        int               `json:"pid"`
+	Count      int64             `json:"collectives"`
+	Behind     int64             `json:"behind"`
+	LastOp     *snapshot.Op      `json:"last_op,omitempty"`
+	AgeS       float64           `json:"last_op_age_seconds,omitempty"`
+	Waiting    bool              `json:"waiting,omitempty"`
+	GPUState   snapshot.GPUState `json:"gpu_state,omitempty"`
 }
 
 // Handler serves the API: /api/v1/incidents[?job=&state=], /api/v1/jobs, /api/v1/jobs/<job>,
-// /api/v1/leader.
+// /api/v1/leader; and the probes: /healthz (liveness: never depends on etcd) and /readyz
+// (readiness: 503 while etcd is unreachable).
 func (d *Detector) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/incidents", func(w http.ResponseWriter, r *http.Request) {
@@ -89,12 +94,18 @@ func (d *Detector) Handler() http.Handler {
 		d.mu.Unlock()
 		writeJSON(w, v)
 	})
+	// Liveness says only that this process serves: restarting a replica never brings etcd
+	// back, and an etcd outage would otherwise restart every replica at once.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	// Readiness is etcd: a replica that cannot read it serves a stale view of the jobs.
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		d.mu.Lock()
-		down := !d.etcdDown.IsZero()
+		since := d.etcdDown
 		d.mu.Unlock()
-		if down {
-			http.Error(w, "etcd unreachable", http.StatusServiceUnavailable)
+		if !since.IsZero() {
+			http.Error(w, "etcd unreachable since "+since.UTC().Format(time.RFC3339), http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))
@@ -155,7 +166,7 @@ func commView(g *detect.Group, now interface{ UnixMicro() int64 }, j *detect.Job
 		top = max(top, m.Comm.Count)
 	}
 	for _, m := range g.Members {
-		mv := MemberView{Rank: m.Comm.Rank, Host: m.Proc.Host, PID: m.Proc.PID, Count: m.Comm.Count,
+		mv := MemberView{Rank: m.Comm.Rank, GlobalRank: m.Proc.Rank, Host: m.Proc.Host, PID: m.Proc.PID, Count: m.Comm.Count,
 			Behind: top - m.Comm.Count, LastOp: m.Comm.Last, Waiting: m.Comm.Waiting, GPUState: m.Proc.GPUState}
 		if m.Comm.Last != nil && m.Comm.Last.T != 0 {
 			mv.AgeS = float64(now.UnixMicro()-int64(m.Comm.Last.T)) / 1e6

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/internal/backoff"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -42,6 +43,12 @@ type Options struct {
 	LeaseTTL time.Duration
 	// NewAlerts makes the alert dispatcher of a leadership term (nil: no notifications).
 	NewAlerts func(reg prometheus.Registerer) (Alerts, error)
+	// ProbeEvery is how often the detector asks etcd whether it answers (default 2 s): two
+	// failures in a row mark it unreachable (/readyz 503, the monitoring incident).
+	ProbeEvery time.Duration
+	// Settle is how long after an etcd outage jobs stay unjudged, while the sidecars write
+	// their snapshots again (default 5 s: they do within about 3 s, make bench-reconnect).
+	Settle time.Duration
 	// ID names this replica in the election (default hostname:pid).
 	ID         string
 	Logger     *slog.Logger
@@ -58,6 +65,12 @@ func (o *Options) defaults() {
 	}
 	if o.LeaseTTL <= 0 {
 		o.LeaseTTL = 10 * time.Second
+	}
+	if o.ProbeEvery <= 0 {
+		o.ProbeEvery = 2 * time.Second
+	}
+	if o.Settle <= 0 {
+		o.Settle = 5 * time.Second
 	}
 	// The mass-loss settings are no YAML keys, so a caller that builds Rules field by field
 	// leaves them zero, which would call every single loss a mass loss.
@@ -99,6 +112,7 @@ type Detector struct {
 	leader    bool
 	leaderID  string
 	etcdDown  time.Time              // when etcd became unreachable (zero: reachable)
+	etcdBack  time.Time              // when it became reachable again after an outage
 	lostTimes map[string][]time.Time // per job, when its node leases expired (detect.Job.LeaseLosses)
 	termReg   *prometheus.Registry
 }
@@ -126,9 +140,11 @@ func (d *Detector) Run(ctx context.Context) error {
 }
 
 // watchLoop keeps the state in step with etcd: a full read, then a watch from its revision;
-// on any watch failure it reads everything again.
+// on any watch failure it reads everything again. Failed reads are retried after a jittered
+// wait capped at watchRetryMax, so that after an outage the replicas read again within
+// about that long of etcd's return, not all at once.
 func (d *Detector) watchLoop(ctx context.Context) {
-	backoff := 250 * time.Millisecond
+	bo := backoff.Backoff{Base: 250 * time.Millisecond, Max: watchRetryMax}
 	for ctx.Err() == nil {
 		rev, err := d.load(ctx)
 		if err != nil {
@@ -136,25 +152,59 @@ func (d *Detector) watchLoop(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(backoff):
+			case <-time.After(bo.Next()):
 			}
-			backoff = min(2*backoff, 5*time.Second)
 			continue
 		}
+		bo.Reset()
 		d.etcdReachable()
-		backoff = 250 * time.Millisecond
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		ch := d.opts.Client.Watch(wctx, snapshot.JobsPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
-		for resp := range ch {
-			if err := resp.Err(); err != nil {
-				d.opts.Logger.Warn("etcd watch failed; reloading", "err", err)
-				break
-			}
-			d.apply(resp.Events)
-		}
-		cancel()
+		d.watch(ctx, rev)
 		if ctx.Err() == nil {
 			d.etcdUnreachable(errors.New("watch closed"))
+		}
+	}
+}
+
+// watchRetryMax caps the wait between two failed reads of etcd.
+const watchRetryMax = 2 * time.Second
+
+// watch applies the changes after rev until the watch fails. The etcd client resumes a
+// broken watch stream by itself when etcd returns, so a closed channel is not how an
+// outage shows: a read every ProbeEvery says whether etcd answers, and two failures in a
+// row mark it unreachable (readiness, the monitoring incident, no judging).
+func (d *Detector) watch(ctx context.Context, rev int64) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	ch := d.opts.Client.Watch(wctx, snapshot.JobsPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
+	probe := time.NewTicker(d.opts.ProbeEvery)
+	defer probe.Stop()
+	failed := 0
+	for {
+		select {
+		case resp, ok := <-ch:
+			if !ok {
+				return
+			}
+			if err := resp.Err(); err != nil {
+				d.opts.Logger.Warn("etcd watch failed; reloading", "err", err)
+				return
+			}
+			d.apply(resp.Events)
+		case <-probe.C:
+			octx, ocancel := context.WithTimeout(ctx, d.opts.ProbeEvery)
+			_, err := d.opts.Client.Get(octx, snapshot.LeaderKey, clientv3.WithCountOnly())
+			ocancel()
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				if failed++; failed >= 2 {
+					d.etcdUnreachable(fmt.Errorf("probe: %w", err))
+				}
+			default:
+				failed = 0
+				d.etcdReachable()
+			}
 		}
 	}
 }
@@ -262,7 +312,8 @@ func (d *Detector) etcdReachable() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.etcdDown.IsZero() {
-		d.opts.Logger.Info("etcd reachable again")
+		d.opts.Logger.Info("etcd reachable again", "down_for", d.opts.Now().Sub(d.etcdDown).Round(time.Millisecond))
+		d.etcdBack = d.opts.Now()
 	}
 	d.etcdDown = time.Time{}
 	d.m.etcdUp.Set(1)
@@ -395,8 +446,10 @@ func (d *Detector) evaluate(ctx context.Context, alerts Alerts) {
 	n, s := d.life.Update(monitoringJob, detect.Evaluate(mon, d.opts.Rules, detect.TimingOK).Findings, now)
 	notify, store = append(notify, n...), append(store, s...)
 	// With etcd unreachable, every communicator looks still: judging would page for every
-	// rank, where the monitoring incident above already says why.
-	if d.etcdDown.IsZero() {
+	// rank, where the monitoring incident above already says why. Just after an outage the
+	// snapshots are as old as it was long until the sidecars have written again: wait
+	// for them (Settle).
+	if d.etcdDown.IsZero() && now.Sub(d.etcdBack) >= d.opts.Settle {
 		for _, job := range d.state.Jobs() {
 			findings, paused := d.evaluateJob(job, now)
 			d.paused[job] = paused

@@ -75,7 +75,8 @@
 //   - Lines longer than Options.MaxLine (64 KiB) are delivered as their first
 //     MaxLine bytes with LineCapped; the rest up to the newline is skipped
 //     without buffering it.
-//   - NUL bytes are stripped and the line is flagged LineNUL. A copytruncate
+//   - NUL bytes are stripped and the line is flagged LineNUL; NULs or a hole where a line
+//     began also flag the next line LineGap (lines may be missing before it). A copytruncate
 //     under a writer that does not use O_APPEND (NCCL's fopen "w") leaves a
 //     hole of NULs before the writer's next line; stripping them recovers that
 //     line intact. A line that was nothing but NULs is dropped.
@@ -94,6 +95,23 @@
 //   - Idle files stay open and cost one fstat per safety poll; after
 //     Options.IdleAfter without data an Idle event is sent, and Active when
 //     data comes again.
+//
+// # Log bound
+//
+// NCCL never rotates its debug file and writes it without O_APPEND, at ~180 bytes per
+// collective: a node of 8 ranks writes ~11 GB an hour. With Options.Keep set, each file
+// keeps its header (everything before the line the Handler marks with File.EndHeader: the
+// first per-op line; at most Options.MaxHeader) and its last Keep bytes, and every
+// StateEvery, right after the offsets are saved, what lies between and was read and saved
+// is freed with fallocate(PUNCH_HOLE|KEEP_SIZE): the blocks go back to the filesystem, the
+// file keeps its size, the writer its offset, and the hole reads as zeros. The hole ends
+// where a line begins, so a reader that starts over (this follower without its state,
+// watchdog analyze) finds whole lines after it; such a reader gets the first of them
+// flagged LineGap, since lines are missing before it. The file is opened for writing by its
+// path (and must still be the same inode), so the follower needs write permission on it.
+// Where the filesystem cannot punch holes, or the file cannot be opened for writing, the
+// follower says so once per file and counts it (Stats.TrimFailures); it never truncates,
+// which would lose what the writer wrote and the follower had not read yet.
 //
 // # Resume
 //

@@ -24,6 +24,16 @@ type File struct {
 	carryNUL bool     // NULs were stripped from the carried line
 	skipping bool     // a capped line was delivered; skip to its newline
 
+	lineStart int64 // where the line being delivered began
+	gap       bool  // a hole or NULs came where a line began: the next line follows a gap
+
+	// The log bound (Options.Keep).
+	headerEnd int64 // the first per-op line's start (File.EndHeader); 0: not known yet
+	freedTo   int64 // the end of the range freed so far
+	savedOff  int64 // the offset last written to the state file
+	trimOff   bool  // freeing failed for good (unsupported, not permitted): not tried again
+	trimErr   bool  // a freeing error was logged and not yet followed by a success
+
 	head     headPrint
 	lastData time.Time
 	idle     bool
@@ -51,6 +61,15 @@ func (f *File) PID() int { return f.pid }
 // end of that line (newline included); during Opened/Resumed, where reading
 // starts.
 func (f *File) Offset() int64 { return f.offset }
+
+// EndHeader says that the line being delivered is the file's first that is not header (its
+// first per-op line): the log bound (Options.Keep) keeps everything before it. Only the
+// first call counts; call it during Line.
+func (f *File) EndHeader() {
+	if f.headerEnd == 0 {
+		f.headerEnd = f.lineStart
+	}
+}
 
 // Device and Inode identify the file.
 func (f *File) Device() uint64 { return f.id.dev }
@@ -155,6 +174,11 @@ func (fw *Follower) consume(f *File, data []byte, readAt time.Time) {
 			continue
 		}
 		var flags LineFlags
+		// NULs where the line began, before any of its text: a hole (freed bytes, or what a
+		// copytruncate left under its writer).
+		if len(f.carry) == 0 && (f.carryNUL || (len(line) > 0 && line[0] == 0)) {
+			f.gap = true
+		}
 		if bytes.IndexByte(line, 0) >= 0 {
 			line = stripNUL(line)
 			flags |= LineNUL
@@ -175,7 +199,7 @@ func (fw *Follower) consume(f *File, data []byte, readAt time.Time) {
 			line = line[:maxLine]
 			flags |= LineCapped
 		}
-		f.offset = pos
+		f.lineStart, f.offset = f.offset, pos
 		if len(line) == 0 && flags&LineNUL != 0 {
 			continue // nothing but NULs
 		}
@@ -189,6 +213,9 @@ func (fw *Follower) hold(f *File, data []byte, end int64, readAt time.Time) {
 	if f.skipping {
 		f.offset = end
 		return
+	}
+	if len(f.carry) == 0 && !f.carryNUL && data[0] == 0 {
+		f.gap = true // NULs where a line begins, as in consume
 	}
 	if bytes.IndexByte(data, 0) >= 0 {
 		data = stripNUL(data)
@@ -212,7 +239,7 @@ func (fw *Follower) hold(f *File, data []byte, end int64, readAt time.Time) {
 	f.carry = f.carry[:0]
 	f.carryNUL = false
 	f.skipping = true
-	f.offset = end
+	f.lineStart, f.offset = f.offset, end
 	fw.deliver(f, line, readAt, flags)
 }
 
@@ -228,6 +255,10 @@ func (fw *Follower) appendCarry(f *File, b []byte) {
 }
 
 func (fw *Follower) deliver(f *File, line []byte, readAt time.Time, flags LineFlags) {
+	if f.gap {
+		flags |= LineGap
+		f.gap = false
+	}
 	fw.lines++
 	if flags&LineCapped != 0 {
 		fw.c.capped.Add(1)
@@ -253,7 +284,7 @@ func (fw *Follower) flushPartial(f *File) {
 	line := f.carry
 	f.carry = f.carry[:0]
 	f.carryNUL = false
-	f.offset = f.readOff
+	f.lineStart, f.offset = f.offset, f.readOff
 	fw.deliver(f, line, fw.now(), flags)
 }
 
@@ -262,6 +293,8 @@ func (fw *Follower) truncated(f *File, size int64) {
 	fw.flushPartial(f)
 	fw.c.truncations.Add(1)
 	f.head = headPrint{}
+	// A new stream: its header is still to come, and nothing of it was freed.
+	f.headerEnd, f.freedTo, f.savedOff, f.gap = 0, 0, 0, false
 	fw.stateGen++
 	start := int64(0)
 	// A writer without O_APPEND goes on at its old offset, leaving a hole.
@@ -290,6 +323,7 @@ func (fw *Follower) skipHole(f *File) {
 		return
 	}
 	f.offset = d
+	f.gap = true
 }
 
 // pollAll fstats every file and reads those whose size moved.

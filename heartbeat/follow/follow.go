@@ -43,6 +43,10 @@ const (
 	LineCapped
 	// LineNUL: NUL bytes were removed from the line.
 	LineNUL
+	// LineGap: a hole or a run of NUL bytes came before the line's text, where a line
+	// began: bytes the writer wrote there were freed (a log bound, Options.Keep, here or in
+	// an earlier run) or never read (a copytruncate), so lines may be missing before it.
+	LineGap
 )
 
 // EventKind is a change in a followed file's life.
@@ -121,6 +125,14 @@ type Options struct {
 	// their last line boundary instead of 0. Files that appear later are
 	// always read from 0.
 	FromEnd bool
+	// Keep bounds each file on disk: its header (up to the line the Handler marks with
+	// File.EndHeader, at most MaxHeader) and its last Keep bytes stay; what lies between,
+	// already read (and saved in the state file, with StatePath), is freed every StateEvery
+	// by punching a hole (fallocate PUNCH_HOLE|KEEP_SIZE): the writer keeps its offset and
+	// the hole reads as zeros. 0: files are never touched.
+	Keep int64
+	// MaxHeader caps the header of a file whose Handler marks no end [16 MiB].
+	MaxHeader int64
 	// DisableWatch turns inotify off: polling only.
 	DisableWatch bool
 	// Logger [slog.Default()].
@@ -141,6 +153,7 @@ const (
 	defaultPollOnly   = 10 * time.Millisecond
 	defaultStateEvery = 2 * time.Second
 	defaultIdleAfter  = 30 * time.Second
+	defaultMaxHeader  = 16 << 20
 	// defaultBatchInterval trades latency (p99 about 3 ms, BenchmarkLatency)
 	// for wake-ups: at most ~330 a second under a steady load, about 3% of
 	// a core for 8 files at 2,000 lines/s each (BenchmarkThroughput).
@@ -171,6 +184,10 @@ type Stats struct {
 	WatchErrors    uint64 // inotify errors, queue overflows included
 	StateErrors    uint64 // failed state file writes
 	WatchAvailable bool   // inotify in use (false: polling)
+	// FreedBytes are the disk blocks freed by the log bound (Options.Keep); TrimFailures
+	// count the files it could not free, by reason.
+	FreedBytes   uint64
+	TrimFailures map[TrimFailure]uint64
 }
 
 type counters struct {
@@ -178,6 +195,8 @@ type counters struct {
 	truncations, rotations, deletions, renames, dropped atomic.Uint64
 	readErrors, watchErrors, stateErrors                atomic.Uint64
 	watching                                            atomic.Bool
+	freed                                               atomic.Uint64
+	trimFailures                                        [numTrimFailures]atomic.Uint64
 }
 
 // Follower follows the files matching its patterns. Create with New, start
@@ -258,6 +277,12 @@ func New(opts Options, h Handler) (*Follower, error) {
 	if opts.BatchInterval == 0 {
 		opts.BatchInterval = defaultBatchInterval
 	}
+	if opts.Keep < 0 {
+		return nil, fmt.Errorf("follow: Keep %d is negative", opts.Keep)
+	}
+	if opts.MaxHeader <= 0 {
+		opts.MaxHeader = defaultMaxHeader
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -290,6 +315,8 @@ func (fw *Follower) Stats() Stats {
 		WatchErrors:    c.watchErrors.Load(),
 		StateErrors:    c.stateErrors.Load(),
 		WatchAvailable: c.watching.Load(),
+		FreedBytes:     c.freed.Load(),
+		TrimFailures:   c.trimFailureCounts(),
 	}
 }
 
@@ -357,6 +384,8 @@ func (fw *Follower) Run(ctx context.Context) (err error) {
 					fw.log.Warn("state file not written", "path", fw.opts.StatePath, "err", serr)
 				}
 			}
+			// After the save: what is freed is behind the offsets a restart resumes at.
+			fw.trimAll()
 		}
 		if len(fw.dirty) > 0 || fw.rescanNow {
 			continue

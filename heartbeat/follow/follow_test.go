@@ -415,10 +415,12 @@ func TestNULBytes(t *testing.T) {
 			got = append(got, fmt.Sprintf("%s/%d", c.line, c.flags))
 		}
 	}
+	// NULs inside a line are dropped from it; NULs where a line began are a gap before the
+	// next line's text (a line of nothing but NULs is one too).
 	equalLines(t, got, []string{
 		fmt.Sprintf("abcd/%d", LineNUL),
-		"ef/0",
-		fmt.Sprintf("ghij/%d", LineNUL),
+		fmt.Sprintf("ef/%d", LineGap),
+		fmt.Sprintf("ghij/%d", LineNUL|LineGap),
 	})
 }
 

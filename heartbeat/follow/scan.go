@@ -238,6 +238,10 @@ func (fw *Follower) open(path string, statSize int64) {
 		if s.resumable(f, st.size) {
 			f.offset, f.readOff, f.skipping = s.Offset, s.Offset, s.Skip
 			f.head = headPrint{n: s.HeadLen, sum: s.HeadSum}
+			f.savedOff = s.Offset
+			if s.HeaderEnd > 0 && s.HeaderEnd <= s.Offset && s.FreedTo <= s.Offset {
+				f.headerEnd, f.freedTo = s.HeaderEnd, max(s.FreedTo, 0)
+			}
 			f.payload = s.Payload
 			kind = Resumed
 		}

@@ -38,6 +38,10 @@ type savedFile struct {
 	Skip    bool   `json:"skip,omitempty"` // inside a capped line: skip to its newline
 	HeadLen int    `json:"head_len"`
 	HeadSum uint64 `json:"head_fnv64a"`
+	// HeaderEnd and FreedTo are the log bound's (Options.Keep): where the file's header
+	// ends, and the end of what was freed after it (0: not known, nothing).
+	HeaderEnd int64 `json:"header_end,omitempty"`
+	FreedTo   int64 `json:"freed_to,omitempty"`
 	// Payload is the Handler's checkpoint for this file at Offset (see Checkpointer).
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
@@ -118,6 +122,7 @@ func (fw *Follower) saveState() error {
 			Path: f.path, Dev: f.id.dev, Ino: f.id.ino,
 			Offset: f.offset, Skip: f.skipping,
 			HeadLen: f.head.n, HeadSum: f.head.sum,
+			HeaderEnd: f.headerEnd, FreedTo: f.freedTo,
 		}
 		if cp, ok := fw.h.(Checkpointer); ok {
 			// Called between Line calls, so the payload matches Offset exactly.
@@ -136,6 +141,11 @@ func (fw *Follower) saveState() error {
 		return err
 	}
 	fw.savedGen = fw.stateGen
+	for _, sf := range st.Files {
+		if f := fw.files[sf.Path]; f != nil {
+			f.savedOff = sf.Offset
+		}
+	}
 	return nil
 }
 

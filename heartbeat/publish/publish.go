@@ -18,6 +18,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/ncclwatch/watchdog/internal/backoff"
 )
 
 // Options configure a Publisher.
@@ -29,7 +31,11 @@ type Options struct {
 	Interval time.Duration
 	// OpTimeout bounds one etcd call (default 3 s).
 	OpTimeout time.Duration
-	// MaxBackoff caps the wait between failed attempts (default 10 s).
+	// MaxBackoff caps the wait between failed attempts (default 2 s). Each wait is random
+	// up to a cap that doubles per failure (full jitter), so the sidecars of a cluster that
+	// all lost etcd at once do not all retry at once; the cap is low because the snapshot
+	// is republished within about one cap of etcd's return (with the client's connection
+	// backoff, internal/etcdconn), and until then the detector judges stale state.
 	MaxBackoff time.Duration
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
@@ -71,7 +77,7 @@ func New(cli *clientv3.Client, opts Options) *Publisher {
 		opts.OpTimeout = 3 * time.Second
 	}
 	if opts.MaxBackoff <= 0 {
-		opts.MaxBackoff = 10 * time.Second
+		opts.MaxBackoff = 2 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -121,15 +127,16 @@ func (p *Publisher) Healthy() bool {
 // never block on I/O. The lease then stays until Close revokes it or its TTL runs
 // out, which is what a killed sidecar looks like.
 func (p *Publisher) Run(ctx context.Context, src func() ([]byte, error)) error {
-	backoff := time.Duration(0)
+	bo := backoff.Backoff{Base: 250 * time.Millisecond, Max: p.opts.MaxBackoff}
+	var retryIn time.Duration
 	tick := time.NewTicker(p.opts.Interval)
 	defer tick.Stop()
 	for {
-		if backoff > 0 {
+		if bo.Failing() {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(backoff):
+			case <-time.After(retryIn):
 			}
 		} else {
 			select {
@@ -155,31 +162,24 @@ func (p *Publisher) Run(ctx context.Context, src func() ([]byte, error)) error {
 		body, err := src()
 		if err != nil {
 			p.opts.Logger.Error("build snapshot", "err", err)
-			backoff = p.nextBackoff(backoff)
+			retryIn = bo.Next()
 			continue
 		}
 		if err := p.publish(ctx, body); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if backoff == 0 {
+			if !bo.Failing() {
 				p.opts.Logger.Warn("publish to etcd failed; retrying with backoff", "key", p.opts.Key, "err", err)
 			}
-			backoff = p.nextBackoff(backoff)
+			retryIn = bo.Next()
 			continue
 		}
-		if backoff > 0 {
+		if bo.Failing() {
 			p.opts.Logger.Info("publish to etcd recovered", "key", p.opts.Key)
 		}
-		backoff = 0
+		bo.Reset()
 	}
-}
-
-func (p *Publisher) nextBackoff(b time.Duration) time.Duration {
-	if b == 0 {
-		return 250 * time.Millisecond
-	}
-	return min(2*b, p.opts.MaxBackoff)
 }
 
 // lost is closed when the current session's lease is lost; nil without a session.

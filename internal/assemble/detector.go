@@ -47,12 +47,14 @@ func Detector(cli *clientv3.Client, cfg DetectorConfig) (*live.Detector, error) 
 		LeaseTTL: cfg.LeaseTTL, NewAlerts: cfg.Alerts, Logger: cfg.Logger, Registerer: cfg.Registerer})
 }
 
-// DetectorHandler serves a detector's API (/api/...), /healthz, and /metrics: g's and the
-// current leadership term's.
+// DetectorHandler serves a detector's API (/api/...), /healthz (liveness), /readyz
+// (readiness: etcd reachable), and /metrics: g's and the current leadership term's.
 func DetectorHandler(d *live.Detector, g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/api/", d.Handler())
-	mux.Handle("/healthz", d.Handler())
+	api := d.Handler()
+	mux.Handle("/api/", api)
+	mux.Handle("/healthz", api)
+	mux.Handle("/readyz", api)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{g, d.TermGatherer()}, promhttp.HandlerOpts{}))
 	return mux
 }

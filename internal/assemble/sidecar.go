@@ -49,6 +49,9 @@ type SidecarConfig struct {
 	ProfilerDirs []string
 	// PollLogs polls the logs instead of using inotify (tests, odd filesystems).
 	PollLogs bool
+	// LogKeep bounds each NCCL log on disk: its header and its last LogKeep bytes stay, the
+	// rest is freed once read (0: never; heartbeat.Options.LogKeep).
+	LogKeep int64
 	// SampleEvery is the GPU and port sampling period (default 1 s).
 	SampleEvery time.Duration
 	// Publish says how the node key is kept in etcd (with no etcd client there is none:
@@ -88,7 +91,7 @@ type SidecarConfig struct {
 }
 
 // PublishConfig says how a node key is kept in etcd; zero values are publish's defaults
-// (lease TTL 10 s, at most one write a second, backoff up to 10 s).
+// (lease TTL 10 s, at most one write a second, backoff up to 2 s).
 type PublishConfig struct {
 	LeaseTTL   time.Duration
 	Interval   time.Duration
@@ -112,8 +115,9 @@ func Sidecar(ctx context.Context, cli *clientv3.Client, cfg SidecarConfig) (sc *
 	}
 	opts := heartbeat.Options{
 		Job: cfg.Job, Node: cfg.Node, LogPatterns: cfg.LogPatterns, StdoutPatterns: cfg.StdoutPatterns,
-		StateDir: cfg.StateDir, ProfilerDirs: cfg.ProfilerDirs, PollLogs: cfg.PollLogs, SampleEvery: cfg.SampleEvery,
-		Logger: log, Registerer: cfg.Registerer,
+		StateDir: cfg.StateDir, ProfilerDirs: cfg.ProfilerDirs, PollLogs: cfg.PollLogs, LogKeep: cfg.LogKeep,
+		SampleEvery: cfg.SampleEvery,
+		Logger:      log, Registerer: cfg.Registerer,
 	}
 	if err := buildinfo.Register(cfg.Registerer, buildinfo.Read(cfg.Version)); err != nil {
 		return nil, nil, fmt.Errorf("sidecar: %w", err)

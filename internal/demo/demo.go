@@ -107,7 +107,9 @@ type Result struct {
 	Note       string             `json:"note,omitempty"`
 }
 
-// Run runs the scenarios side by side on one etcd and one detector.
+// Run runs the scenarios side by side on one etcd and one detector. With real notifiers
+// (Options.Notify) that failed to deliver an incident, it returns the results and an error
+// that names them.
 func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if opts.Nodes == 0 {
 		opts.Nodes = 4
@@ -155,10 +157,22 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	defer cli.Close()
 
 	story := &storyWriter{w: opts.Out, start: time.Now()}
+	// The real notifiers are built here rather than by the detector, so that their
+	// deliveries can be counted and reported (the demo's log is discarded).
+	built, err := alerts.Targets(build)
+	if err != nil {
+		return nil, err
+	}
+	targets := []alert.Target{{Notifier: story, Settings: consoleSettings()}}
+	var recs []*recorded
+	for _, t := range built {
+		r := newRecorded(t.Notifier, story)
+		recs = append(recs, r)
+		targets = append(targets, alert.Target{Notifier: r, Settings: t.Settings})
+	}
 	det, err := assemble.Detector(cli, assemble.DetectorConfig{Interval: 500 * time.Millisecond, ResolveAfter: 2 * time.Second,
 		LeaseTTL: 5 * time.Second, Logger: opts.Logger,
-		Alerts: assemble.Alerts(alerts, cli, assemble.AlertOptions{Build: build, Logger: opts.Logger,
-			Targets: []alert.Target{{Notifier: story, Settings: consoleSettings()}}})})
+		Alerts: assemble.Alerts(&alert.Config{}, cli, assemble.AlertOptions{Build: build, Logger: opts.Logger, Targets: targets})})
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +200,8 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		markResolved(det, &results[i])
 	}
 	writeSummary(opts.Out, results)
-	return results, nil
+	// The results stand; a real notifier that failed to deliver makes the run fail.
+	return results, writeDeliveries(opts.Out, recs)
 }
 
 func consoleSettings() alert.Settings {

@@ -1,10 +1,16 @@
 package demo
 
 import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // env is an environment for Notifiers.LookupEnv.
@@ -68,5 +74,39 @@ func TestNotifiers(t *testing.T) {
 	c, _, err = none.config()
 	if err != nil || c == nil || len(c.Notifiers) != 0 {
 		t.Errorf("no flag: config %+v, %v; want no notifier", c, err)
+	}
+}
+
+// TestFailedDeliveriesReported: a real notifier that refuses every message (here a Slack
+// webhook answering 500 over real HTTP) is reported as it fails and in the summary, and the
+// run returns an error naming it; the scenario's own result stands.
+func TestFailedDeliveriesReported(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a simulated job")
+	}
+	var calls atomic.Int32
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		http.Error(w, "no_service", http.StatusInternalServerError)
+	}))
+	defer hook.Close()
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	results, err := Run(ctx, Options{Scenarios: []string{"mismatch"}, Nodes: 2, RanksPerNode: 2, Out: &out,
+		Notify: Notifiers{SlackWebhook: hook.URL, LookupEnv: env{}.lookup}})
+	if len(results) != 1 || !results[0].OK {
+		t.Fatalf("results %+v", results)
+	}
+	if err == nil || !strings.Contains(err.Error(), "slack-webhook") {
+		t.Errorf("error %v, want one naming slack-webhook", err)
+	}
+	if calls.Load() == 0 {
+		t.Error("the webhook was never called")
+	}
+	for _, want := range []string{"! delivery to slack-webhook failed", "Deliveries", "slack-webhook    0 delivered"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
 	}
 }

@@ -35,6 +35,7 @@ type Options struct {
 // Server is a running embedded etcd.
 type Server struct {
 	etcd    *embed.Etcd
+	cfg     *embed.Config
 	tempDir string
 	client  string
 	opts    Options
@@ -85,26 +86,53 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "5m"
 	cfg.QuotaBackendBytes = 2 << 30
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, s.cleanup(fmt.Errorf("start embedded etcd: %w", err))
+	s.cfg = cfg
+	if err := s.run(ctx); err != nil {
+		return nil, s.cleanup(err)
 	}
-	s.etcd = e
+	s.client = "http://" + s.etcd.Clients[0].Addr().String()
+	opts.Logger.Info("embedded etcd ready", "endpoint", s.client, "dir", dir)
+	return s, nil
+}
+
+// run starts etcd from s.cfg and waits until it serves clients.
+func (s *Server) run(ctx context.Context) error {
+	e, err := embed.StartEtcd(s.cfg)
+	if err != nil {
+		return fmt.Errorf("start embedded etcd: %w", err)
+	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		e.Close()
-		return nil, s.cleanup(fmt.Errorf("embedded etcd failed: %w", err))
-	case <-time.After(opts.StartTimeout):
+		return fmt.Errorf("embedded etcd failed: %w", err)
+	case <-time.After(s.opts.StartTimeout):
 		e.Close()
-		return nil, s.cleanup(errors.New("embedded etcd did not become ready in time"))
+		return errors.New("embedded etcd did not become ready in time")
 	case <-ctx.Done():
 		e.Close()
-		return nil, s.cleanup(ctx.Err())
+		return ctx.Err()
 	}
-	s.client = "http://" + e.Clients[0].Addr().String()
-	opts.Logger.Info("embedded etcd ready", "endpoint", s.client, "dir", dir)
-	return s, nil
+	s.etcd = e
+	return nil
+}
+
+// Stop stops the server as an outage would, keeping its data directory and addresses for
+// Resume. Clients see their connections drop.
+func (s *Server) Stop() {
+	if s.etcd != nil {
+		s.etcd.Close()
+		s.etcd = nil
+	}
+}
+
+// Resume starts a stopped server again on the same addresses and data: the etcd that
+// comes back after an outage, with its keys and leases.
+func (s *Server) Resume(ctx context.Context) error {
+	if s.etcd != nil {
+		return errors.New("embedded etcd is running")
+	}
+	return s.run(ctx)
 }
 
 // Endpoints returns the client URLs.
@@ -112,10 +140,7 @@ func (s *Server) Endpoints() []string { return []string{s.client} }
 
 // Close stops the server and removes a temporary data directory.
 func (s *Server) Close() error {
-	if s.etcd != nil {
-		s.etcd.Close()
-		s.etcd = nil
-	}
+	s.Stop()
 	return s.cleanup(nil)
 }
 

@@ -68,6 +68,21 @@ func goFiles(t *testing.T) map[string][]string {
 	return out
 }
 
+// imports lists the import paths of one Go file.
+func imports(t *testing.T, fset *token.FileSet, file string) []string {
+	t.Helper()
+	f, err := parser.ParseFile(fset, file, nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, 0, len(f.Imports))
+	for _, imp := range f.Imports {
+		path, _ := strconv.Unquote(imp.Path.Value)
+		out = append(out, path)
+	}
+	return out
+}
+
 func under(dir, pkg string) bool { return dir == pkg || strings.HasPrefix(dir, pkg+"/") }
 
 func TestStagesImportOnlyEarlierStages(t *testing.T) {
@@ -79,12 +94,7 @@ func TestStagesImportOnlyEarlierStages(t *testing.T) {
 				continue
 			}
 			for _, file := range files {
-				f, err := parser.ParseFile(fset, file, nil, parser.ImportsOnly)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, imp := range f.Imports {
-					path, _ := strconv.Unquote(imp.Path.Value)
+				for _, path := range imports(t, fset, file) {
 					rest, ok := strings.CutPrefix(path, module)
 					if !ok {
 						continue
@@ -138,6 +148,24 @@ func TestVocabularyIsNotSpelledOutInStages(t *testing.T) {
 			for i, line := range strings.Split(string(b), "\n") {
 				if m := spelledVocabulary.FindString(line); m != "" {
 					t.Errorf("%s:%d spells %s: use the snapshot constant", file, i+1, m)
+				}
+			}
+		}
+	}
+}
+
+// retiredImports are modules the code must not use again, with their replacement.
+var retiredImports = map[string]string{
+	"gopkg.in/yaml.v3": "go.yaml.in/yaml/v3 (the maintained successor; gopkg.in/yaml.v3 is archived)",
+}
+
+func TestNoRetiredImports(t *testing.T) {
+	fset := token.NewFileSet()
+	for _, files := range goFiles(t) {
+		for _, file := range files {
+			for _, path := range imports(t, fset, file) {
+				if use, ok := retiredImports[path]; ok {
+					t.Errorf("%s imports %s: use %s", file, path, use)
 				}
 			}
 		}

@@ -132,7 +132,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer func() { det.Process.Kill(); det.Wait() }()
 	base := "http://" + httpAddr
-	if err := waitHTTP(base+"/healthz", 30*time.Second); err != nil {
+	if err := waitHTTP(base+"/readyz", 30*time.Second); err != nil {
 		return nil, err
 	}
 
