@@ -156,13 +156,27 @@ func describeMismatch(j *Job, g *Group, seq int64, ops []*snapshot.Op) Finding {
 				g.Members[ci].Proc.Name(), describeOp(ops[ci]), seq)
 		}
 	}
+	// Name ranks as the job knows them (global) when every member's global rank is known;
+	// a sub-communicator's own numbering (0..n-1) would point at the wrong processes.
+	global := true
+	for _, m := range g.Members {
+		global = global && m.Proc.Rank >= 0
+	}
 	var parts []string
 	for _, k := range sigs {
 		var rs []string
 		for _, i := range bySig[k] {
-			rs = append(rs, strconv.Itoa(g.Members[i].Comm.Rank))
+			r := g.Members[i].Comm.Rank
+			if global {
+				r = g.Members[i].Proc.Rank
+			}
+			rs = append(rs, strconv.Itoa(r))
 		}
-		parts = append(parts, fmt.Sprintf("%s on rank %s", describeOp(ops[bySig[k][0]]), strings.Join(rs, ",")))
+		which := "communicator rank"
+		if global {
+			which = "global rank"
+		}
+		parts = append(parts, fmt.Sprintf("%s on %s %s", describeOp(ops[bySig[k][0]]), which, strings.Join(rs, ",")))
 	}
 	f.Summary = fmt.Sprintf("collective mismatch at position %d of communicator %s (%d ranks): %s; culprit %s",
 		seq, shortComm(g.ID), g.NRanks, strings.Join(parts, " vs "), strings.Join(names, ", "))
