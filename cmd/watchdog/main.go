@@ -27,6 +27,7 @@ func commands() []command {
 		{"simulate", "write a simulated training job's NCCL logs, GPU and IB state, with scripted faults", runSimulate},
 		{"status", "live terminal view of communicators x ranks and incidents", runStatus},
 		{"nvml-probe", "print raw NVML samples of this machine's GPUs (JSON lines)", runNVMLProbe},
+		{"install-plugin", "copy the NCCL profiler plugin shipped with this binary to a directory (init containers)", runInstallPlugin},
 	}
 }
 
@@ -53,6 +54,6 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: watchdog <command> [flags]\n\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(os.Stderr, "  %-14s %s\n", c.name, c.summary)
 	}
 }
