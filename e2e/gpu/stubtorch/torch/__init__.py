@@ -40,6 +40,7 @@ class Tensor:
         return self
 
     def item(self):
+        cuda.synchronize()  # as torch: the value is there once the stream got to it
         return self.value
 
     def __repr__(self):
@@ -55,6 +56,10 @@ def randn(*shape, device=None, dtype=float32):
 
 
 def zeros(*shape, device=None, dtype=float32):
+    return Tensor(_numel(shape), dtype)
+
+
+def ones(*shape, device=None, dtype=float32):
     return Tensor(_numel(shape), dtype)
 
 
