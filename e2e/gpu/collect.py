@@ -52,7 +52,8 @@ def expected_kinds(case):
     return EXPECTED.get(case, "unknown")
 
 MONITORING_JOB = "_ncclwatch"  # the detector files incidents about itself and its inputs here
-MARKER = re.compile(r"WATCHDOG_(INFO|PHASE|FAULT) (\{.*\})")
+MARKER_START = re.compile(r"WATCHDOG_(INFO|PHASE|FAULT) \{")
+JSON = json.JSONDecoder()
 PT_TIMEOUT = "Watchdog caught collective operation timeout"
 # The global rank from PyTorch's "[rankN]:" prefix; "[Rank N]" / "[PG ID .. Rank N]" is the
 # rank inside the process group, the global one only for the default group.
@@ -150,24 +151,33 @@ def glog_time(text, year):
     return t + float("0." + frac)
 
 
+def markers_in(text):
+    """(kind, object) of every marker in a line: the ranks share one stdout, so a marker can
+    be preceded or followed by another rank's output, or another marker."""
+    out = []
+    for m in MARKER_START.finditer(text):
+        try:
+            obj, _ = JSON.raw_decode(text, m.end() - 1)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append((m.group(1), obj))
+    return out
+
+
 def job_markers(lines):
     info, phases, faults = {}, [], []
     pt = []
     for t, text in lines:
-        m = MARKER.search(text)
-        if m:
-            try:
-                obj = json.loads(m.group(2))
-            except ValueError:
-                continue
-            kind = m.group(1)
+        found = markers_in(text)
+        for kind, obj in found:
             if kind == "INFO":
                 info[obj.get("rank")] = obj
             elif kind == "PHASE":
                 phases.append(obj)
             else:
                 faults.append(obj)
-        elif PT_TIMEOUT in text:
+        if not found and PT_TIMEOUT in text:
             pt.append((t, text))
     return info, phases, faults, pt
 

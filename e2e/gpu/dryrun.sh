@@ -31,8 +31,13 @@ fi
 export DRYRUN=1
 export OUT=${OUT:-/tmp/e2e-gpu-dry-out}
 export WORK=${WORK:-/tmp/e2e-gpu-dry-work}
-# Other ports than the real run's, so a dry run here never meets another etcd on 2379.
-export DET_PORT=${DET_PORT:-19300} ETCD_PORT=${ETCD_PORT:-12379} SC_PORT=${SC_PORT:-19301}
+# Free ports, so a dry run here never meets another etcd or detector (another session's dry
+# run, say): run.sh would talk to that one.
+read -r p1 p2 p3 < <(python3 -c 'import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in ss))')
+export DET_PORT=${DET_PORT:-$p1} ETCD_PORT=${ETCD_PORT:-$p2} SC_PORT=${SC_PORT:-$p3}
 export RAS_ADDR=${RAS_ADDR:-127.0.0.1:1}
 # Shorter than the real run: a 20 s "PyTorch timeout", a 20 s pause, fewer steps.
 export PG_TIMEOUT=${PG_TIMEOUT:-20} PAUSE_S=${PAUSE_S:-20} CRASH_MONITOR_S=${CRASH_MONITOR_S:-15}

@@ -88,7 +88,9 @@ import torch.distributed as dist  # noqa: E402
 def mark(tag, **kw):
     kw.setdefault("rank", rank)
     kw["t"] = time.time()
-    print(f"WATCHDOG_{tag} {json.dumps(kw, sort_keys=True)}", flush=True)
+    # One write per line: the ranks share torchrun's stdout, and print's separate write of
+    # the newline lets another rank's line land in between.
+    os.write(1, f"WATCHDOG_{tag} {json.dumps(kw, sort_keys=True)}\n".encode())
 
 
 def fault(step, **kw):

@@ -32,7 +32,7 @@ import time
 
 VERSION = "2.28.9"
 # torch dtype name -> (NCCL datatype enum as NCCL's COLL lines print it, the profiler's name)
-DTYPES = {"float32": (7, "ncclFloat32"), "int32": (2, "ncclInt32"), "int64": (4, "ncclInt64")}
+DTYPES = {"float32": (7, "ncclFloat32"), "int32": (2, "ncclInt32"), "int64": (4, "ncclInt64"), "uint8": (1, "ncclUint8")}
 OPTYPES = {"AllReduce": "ALLREDUCE", "Broadcast": "BROADCAST", "Send": "SEND", "Recv": "RECV"}
 POLL_S = 0.002
 
