@@ -19,6 +19,7 @@ import glob
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -145,7 +146,10 @@ def main():
     a.plugin = os.path.abspath(a.plugin)
     a.iters = {1: a.iters1, 2: a.iters2}
     if a.torchrun is None:
-        a.torchrun = f"{sys.executable} {os.path.join(HERE, 'stubrun.py')}" if a.dry else "torchrun"
+        if a.dry:
+            a.torchrun = f"{sys.executable} {os.path.join(HERE, 'stubrun.py')}"
+        else:
+            a.torchrun = shutil.which("torchrun") or f"{sys.executable} -m torch.distributed.run"
     worlds = [int(w) for w in a.worlds.split(",") if w]
     os.makedirs(a.out, exist_ok=True)
     plan = []
