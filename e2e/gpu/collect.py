@@ -38,6 +38,7 @@ EXPECTED = {
     "wrong_dtype": ("mismatch",),
     "sub_mismatch": ("mismatch",),
     "order_inversion": ("order_inversion",),
+    "order_inversion_full": ("order_inversion",),
     "straggler_onset": ("straggler",),
 }
 DEFAULT_CULPRIT = 1  # when the job never printed its fault line
@@ -323,9 +324,9 @@ def phase_windows(case, fault_t, pt_t, phases, job_end, ranks, culprit):
         if case == "frozen":
             w.append(("waiting", "in a collective, peer frozen", others, fault_t + 1.5, hang_end))
             w.append(("idle", "rank stopped (SIGSTOP)", [culprit], fault_t + 1.5, hang_end))
-        if case in ("wrong_op", "order_inversion", "sub_mismatch"):
-            w.append(("waiting", {"wrong_op": "in mismatched collectives", "order_inversion": "deadlocked (order inversion)",
-                                  "sub_mismatch": "after a size mismatch"}[case], ranks, fault_t + 1.5, hang_end))
+        if case in ("wrong_op", "order_inversion", "order_inversion_full", "sub_mismatch"):
+            w.append(("waiting", {"wrong_op": "in mismatched collectives", "sub_mismatch": "after a size mismatch"}.get(
+                case, "deadlocked (order inversion)"), ranks, fault_t + 1.5, hang_end))
         if case == "crash":
             w.append(("waiting", "in a collective, peer crashed", others, fault_t + 1.5, job_end))
             w.append(("idle", "crashed rank's GPU (no process)", [culprit], fault_t + 1.5, job_end))

@@ -26,11 +26,14 @@
 #   wrong_dtype      the rank AllReduces the same bytes as int32 instead of float32
 #   sub_mismatch     4+ ranks: rank 3 AllReduces 3/4 of the count on its dp group {1,3}, a
 #                    communicator whose ranks are not 0..n-1 (comm rank 1 is global rank 3)
-#   order_inversion  4+ ranks: the rank (1) calls the world all-reduce before its
-#                    tensor-parallel all-reduce while every other rank calls them the other
-#                    way round; with CUDA_DEVICE_MAX_CONNECTIONS=1 (as Megatron sets it,
-#                    and as this scenario sets it) the kernels queue in call order and the
-#                    job deadlocks
+#   order_inversion  4+ ranks, the world and the tensor-parallel groups only, each step a
+#                    tensor-parallel all-reduce then a world all-reduce (the issue's job):
+#                    the rank (1) calls the world one first while every other rank calls
+#                    them the other way round; with CUDA_DEVICE_MAX_CONNECTIONS=1 (as
+#                    Megatron sets it, and as this scenario sets it) the kernels queue in
+#                    call order and the job deadlocks. INVERSION_FULL_STEP=1: the usual full
+#                    step (p2p, dp groups, world ops) follows the inverted pair, so every
+#                    rank issues more before it blocks
 #   straggler_onset  the rank sleeps STRAGGLE_S before its collectives from FAULT_STEP on
 #   pause            ALL ranks sleep PAUSE_S between two steps, GPUs idle (a checkpoint):
 #                    must raise no incident
@@ -80,6 +83,7 @@ if one_gpu:
     os.environ.setdefault("NCCL_IB_DISABLE", "1")
 if scen == "order_inversion":
     os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # one hardware queue: kernels run in call order
+full_step = scen != "order_inversion" or os.environ.get("INVERSION_FULL_STEP") == "1"
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -113,11 +117,11 @@ if world == 2:
     dp_ranks = tp_ranks = [0, 1]
 else:
     tp_groups = [[r, r + 1] for r in range(0, world, 2)]
-    dp_groups = [list(range(0, world, 2)), list(range(1, world, 2))]
+    dp_groups = [list(range(0, world, 2)), list(range(1, world, 2))] if full_step else []
     made = {tuple(g): dist.new_group(g, timeout=pg_td) for g in tp_groups + dp_groups}
     tp_ranks = tp_groups[rank // 2]
-    dp_ranks = dp_groups[rank % 2]
-    tp, dp = made[tuple(tp_ranks)], made[tuple(dp_ranks)]
+    dp_ranks = dp_groups[rank % 2] if dp_groups else []
+    tp, dp = made[tuple(tp_ranks)], made.get(tuple(dp_ranks))
 
 torch.manual_seed(1234 + rank)
 w = torch.randn(4096, 4096, device=dev) / 64.0
@@ -201,6 +205,8 @@ def tp_then_world(i):
 
 def collectives(i):
     tp_then_world(i)
+    if not full_step:
+        return  # the issue's job: the pair is the step's last issue before it synchronizes
     peer = rank ^ 1  # the tensor-parallel partner: 0 <-> 1, 2 <-> 3
     if peer < world:
         if rank % 2 == 0:

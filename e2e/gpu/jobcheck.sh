@@ -13,7 +13,7 @@ check() {  # check WORLD SCENARIO RANK WANT_RC PATTERN...   (FAULT_RANK=n in the
   out=$(mktemp); err=$(mktemp)
   env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$HERE/stubtorch" SCENARIO="$sc" RANK="$rank" WORLD_SIZE="$world" LOCAL_RANK="$rank" \
     ONE_GPU=$one STEPS=8 FAULT_STEP=4 PAUSE_S=0.2 STRAGGLE_S=0.01 COMPUTE_S=0.002 \
-    timeout -k 1 3 python3 "$HERE/job.py" > "$out" 2> "$err"
+    timeout -k 1 5 python3 "$HERE/job.py" > "$out" 2> "$err"
   rc=$?
   if [ "$rc" != "$want" ]; then echo "FAIL $sc/$world rank $rank: rc=$rc want $want"; tail -5 "$err"; fail=1; fi
   for p in "$@"; do
@@ -61,14 +61,26 @@ FAULT_RANK=3 check 4 frozen 3 124 'WATCHDOG_FAULT {.*"signal": "SIGSTOP"'
 check 4 crash 1 3 'WATCHDOG_FAULT {.*"exit_code": 3'
 FAULT_RANK=3 check 4 sub_mismatch 3 0 'WATCHDOG_FAULT {.*"comm_rank": 1' 'STUB AllReduce n=3145728 float32 group=g4'
 check 4 wrong_op 1 0 'STUB Broadcast n=4194304 float32 group=g4'
-# The inversion: on rank 1 the world all-reduce (n=8) comes right before the tp one once,
-# at the fault step; on the others never.
+# The inversion: each step a tp all-reduce (n=65536, g1/g2) and a world one (n=8); on rank 1,
+# at the fault step (4) only, the world one first. INVERSION_FULL_STEP=1: the full step
+# follows, and the world one comes right before the tp one there alone.
 for r in 0 1 2 3; do
-  check 4 order_inversion "$r" 0 '"phase": "steps_end"'
-  n=$(printf '%s\n' "$LAST_ERR" | grep -A1 'STUB AllReduce n=8 float32 group=world' | grep -c 'STUB AllReduce n=65536 float32 group=g[12]')
-  want=0; [ "$r" = 1 ] && want=1
-  if [ "$n" != "$want" ]; then echo "FAIL order_inversion rank $r: world before tp $n times, want $want"; fail=1; fi
+  check 4 order_inversion "$r" 0 '"phase": "steps_end"' '"dp": \[\]'
+  printf '%s\n' "$LAST_ERR" | RANK_=$r python3 -c '
+import os, re, sys
+ops = [("tp" if m.group(2) in ("g1", "g2") else "world") for l in sys.stdin
+       for m in [re.match(r"STUB AllReduce n=(65536|8) float32 group=(\w+)", l)] if m]
+pairs = [tuple(ops[i:i + 2]) for i in range(0, len(ops), 2)]
+r = os.environ["RANK_"]
+want = [("world", "tp") if r == "1" and k == 4 else ("tp", "world") for k in range(8)]
+sys.exit(0 if pairs == want else f"rank {r}: steps {pairs}")' || { echo "FAIL order_inversion rank $r: wrong order"; fail=1; }
 done
 check 4 order_inversion 1 0 'WATCHDOG_FAULT {.*"cuda_device_max_connections": "1"'
+for r in 0 1; do
+  INVERSION_FULL_STEP=1 check 4 order_inversion "$r" 0 '"phase": "steps_end"' 'STUB AllReduce n=4194304 float32 group=g'
+  n=$(printf '%s\n' "$LAST_ERR" | grep -A1 'STUB AllReduce n=8 float32 group=world' | grep -c 'STUB AllReduce n=65536 float32 group=g[12]')
+  want=0; [ "$r" = 1 ] && want=1
+  if [ "$n" != "$want" ]; then echo "FAIL order_inversion (full step) rank $r: world before tp $n times, want $want"; fail=1; fi
+done
 [ $fail = 0 ] && echo "jobcheck: all scenarios OK" || echo "jobcheck: FAILED"
 exit $fail

@@ -5,7 +5,8 @@
 #
 #   bash e2e/gpu/onegpu.sh plugin   # NCCL_DEBUG=WARN + the profiler plugin: healthy, silent,
 #                                   # frozen, crash, order_inversion, sub_mismatch (~6 min,
-#                                   # at most ~7.5 with every job at its cap)
+#                                   # at most ~7.5 with every job at its cap), then
+#                                   # order_inversion_full if it still fits
 #   bash e2e/gpu/onegpu.sh info     # the plugin's overhead (1 and 2 ranks, with and without,
 #                                   # 3 interleaved runs each, <= 3.3 min), then the same cases
 #                                   # with INFO logs and no plugin, the order inversion first
@@ -55,7 +56,7 @@ export STEPS_sub_mismatch=${STEPS_sub_mismatch:-90}  # if NCCL does not hang on 
 export WORK=${WORK:-/tmp/e2e-onegpu-work}
 case $part in
   plugin)
-    export LOGMODE=plugin CASES=${CASES:-"healthy silent frozen crash order_inversion sub_mismatch"}
+    export LOGMODE=plugin CASES=${CASES:-"healthy silent frozen crash order_inversion sub_mismatch order_inversion_full"}
     ;;
   info)
     oh_work=/tmp/e2e-onegpu-overhead
@@ -67,7 +68,7 @@ case $part in
     cp "$oh_work.log" "$oh_work/overhead.log" 2>/dev/null
     (cd "$oh_work" && tar czf "$OUT/overhead.tgz" .) 2>/dev/null
     cat "$oh_work/overhead.md" 2>/dev/null || tail -20 "$oh_work.log"
-    export LOGMODE=info CASES=${CASES:-"order_inversion sub_mismatch silent crash healthy frozen"}
+    export LOGMODE=info CASES=${CASES:-"order_inversion sub_mismatch silent crash healthy frozen order_inversion_full"}
     ;;
   *)
     echo "usage: bash e2e/gpu/onegpu.sh plugin|info" >&2

@@ -79,7 +79,7 @@ case_plan() {
   local c=$1 b s f
   case $c in
     healthy)         b=40; s=110; f=100000 ;;
-    silent|wrong_op|order_inversion) b=$((PG_TIMEOUT + 25)); s=430; f=30 ;;
+    silent|wrong_op|order_inversion|order_inversion_full) b=$((PG_TIMEOUT + 25)); s=430; f=30 ;;
     sub_mismatch)    b=$((PG_TIMEOUT + 25)); s=90; f=30 ;;  # NCCL may hang on it, or finish
     frozen)          b=$((FREEZE_S + 25)); s=430; f=30 ;;
     crash)           b=$((CRASH_MONITOR_S + 25)); s=430; f=30 ;;
@@ -258,8 +258,10 @@ run_case() {
   if [ "$BUDGET" -gt "$left" ]; then BUDGET=$left; trimmed=true; fi
   log "case $job: mode=$mode budget ${BUDGET}s steps=$STEPS fault_step=$FAULT_STEP fault_rank=${FAULT_RANK:-default} monitor_interval=$MI trimmed=$trimmed"
   t_start=$(now)
-  local -a sc_env=(E2E_CASE="$job")
-  [ "$mode" = plugin ] && sc_env+=(NCCLWATCH_PROFILER_DIR="$d/prof")
+  # The sidecar reads the plugin's files of this case only; with INFO logs none at all (its
+  # default would also look in /dev/shm, where other runs may have left some).
+  local -a sc_env=(NCCLWATCH_PROFILER_DIR=)
+  [ "$mode" = plugin ] && sc_env=(NCCLWATCH_PROFILER_DIR="$d/prof")
   # shellcheck disable=SC2086
   env "${sc_env[@]}" "$WATCHDOG" sidecar --etcd-endpoints "http://127.0.0.1:$ETCD_PORT" --job "$job" --node "$NODE" \
     --logs "$d/nccl/*.log" --http "127.0.0.1:$SC_PORT" --nvml="$NVML" --check-pids="$CHECK_PIDS" \
@@ -295,6 +297,9 @@ run_case() {
   fi
   [ "$ONE_GPU" = 1 ] && nccl_env+=(ONE_GPU=1 NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1)
   [ -n "$FAULT_RANK" ] && nccl_env+=(FAULT_RANK="$FAULT_RANK")
+  # order_inversion_full: job.py's order_inversion followed by its full step (p2p, dp, world).
+  local scen=$c
+  [ "$c" = order_inversion_full ] && { scen=order_inversion; nccl_env+=(INVERSION_FULL_STEP=1); }
   local resume_pid=""
   if [ "$c" = frozen ]; then
     resume_frozen "$d" &
@@ -308,7 +313,7 @@ run_case() {
       timeout -k 5 "$BUDGET" python3 "$HERE/replay.py" --out "$d/nccl" >> "$d/stdout.log" 2>&1 &
   else
     # shellcheck disable=SC2086
-    env SCENARIO="$c" STEPS="$STEPS" FAULT_STEP="$FAULT_STEP" PG_TIMEOUT="$PG_TIMEOUT" COMPUTE_S="$COMPUTE_S" \
+    env SCENARIO="$scen" STEPS="$STEPS" FAULT_STEP="$FAULT_STEP" PG_TIMEOUT="$PG_TIMEOUT" COMPUTE_S="$COMPUTE_S" \
       PAUSE_S="$PAUSE_S" STRAGGLE_S="$STRAGGLE_S" "${nccl_env[@]}" \
       TORCH_NCCL_ASYNC_ERROR_HANDLING=1 TORCH_NCCL_DUMP_ON_TIMEOUT=0 \
       CUDA_DEVICE_ORDER=PCI_BUS_ID PYTHONUNBUFFERED=1 \

@@ -8,7 +8,7 @@ import sys
 
 MODES = {"info": "INFO", "plugin": "WARN + plugin"}
 
-HANGS = ("silent", "frozen", "wrong_op", "order_inversion")  # PyTorch's own timeout is expected to fire
+HANGS = ("silent", "frozen", "wrong_op", "order_inversion", "order_inversion_full")  # PyTorch's own timeout is expected to fire
 
 
 def fmt_s(x, signed=False):
