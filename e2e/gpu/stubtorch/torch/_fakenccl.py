@@ -440,9 +440,9 @@ class FakeNCCL:
                 p = peers.get(m)
                 if m == self.rank or not p or m in self.warned_dead or _alive(p.get("pid")):
                     continue
-                # NET/Socket notices a dead peer when its connection closes.
+                # NET/Socket notices a dead peer when its connection closes (on lo: 127.0.0.1).
                 self.warned_dead.add(m)
-                self.log.warn_line("misc/socket.cc:901", f"socketProgress: Connection closed by remote peer {self.log.host}<{40000 + m}>")
+                self.log.warn_line("misc/socket.cc:901", f"socketProgress: Connection closed by remote peer 127.0.0.1<{40000 + m}>")
         if heads:
             op = min(heads, key=lambda o: o.issue_t)
             if now - op.issue_t > op.comm.timeout_s:
