@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -55,20 +56,22 @@ func readDockerfile(t *testing.T) []instruction {
 
 var (
 	dockerVar   = regexp.MustCompile(`\$\{?([A-Za-z_][A-Za-z0-9_]*)`)
+	pluginRule  = regexp.MustCompile(`\bmake BIN=/out/lib/ncclwatch /out/lib/ncclwatch/libnccl-profiler-ncclwatch\.so\b`)
 	dockerLabel = regexp.MustCompile(`([A-Za-z0-9_.\-]+)=("(?:[^"\\]|\\.)*"|\S+)`)
 )
 
 // TestDockerImage: the image carries OCI labels with its version and revision, the binary
 // gets them through -X (main.version and main.revision), every build argument a stage
-// uses is declared in that stage (an ARG does not cross FROM), and a plugin directory
-// exists for the profiler plugin to land in.
+// uses is declared in that stage (an ARG does not cross FROM), and the profiler plugin,
+// built by the Makefile's rule (its flags), lands where `watchdog install-plugin` looks:
+// ../lib/ncclwatch/ from the binary.
 func TestDockerImage(t *testing.T) {
 	ins := readDockerfile(t)
 	last := ins[len(ins)-1].stage
 	declared := map[int]map[string]bool{}
 	labels := map[string]string{}
-	var goBuild string
-	copiesPluginDir := false
+	var goBuild, binDir string
+	copiesPluginDir, buildsPlugin := false, false
 	for _, in := range ins {
 		if declared[in.stage] == nil {
 			declared[in.stage] = map[string]bool{}
@@ -86,12 +89,24 @@ func TestDockerImage(t *testing.T) {
 				labels[m[1]] = strings.Trim(m[2], `"`)
 			}
 		case "RUN":
-			if strings.Contains(in.args, "go build") {
+			if strings.Contains(in.args, "go build") && strings.Contains(in.args, "./cmd/watchdog") {
 				goBuild = in.args
 			}
+			if in.stage != last && pluginRule.MatchString(in.args) {
+				buildsPlugin = true
+			}
 		case "COPY":
-			if strings.Contains(in.args, "/usr/local/lib/ncclwatch") {
-				copiesPluginDir = in.stage == last
+			f := strings.Fields(in.args)
+			if in.stage == last && len(f) > 1 && slices.Contains(f, "--from=build") {
+				switch dst := f[len(f)-1]; {
+				case slices.Contains(f, "/out/bin/watchdog"):
+					binDir = strings.TrimSuffix(dst, "/")
+					if !strings.HasSuffix(dst, "/") {
+						binDir = path.Dir(dst)
+					}
+				case dst == "/usr/local/lib/ncclwatch/" && slices.Contains(f, "/out/lib/ncclwatch/"):
+					copiesPluginDir = true
+				}
 			}
 		default:
 			continue
@@ -116,8 +131,14 @@ func TestDockerImage(t *testing.T) {
 			t.Errorf("label org.opencontainers.image.%s = %q, want %q", k, got, cmpOr(want, "a value"))
 		}
 	}
+	if !buildsPlugin {
+		t.Errorf("no build stage runs `make BIN=/out/lib/ncclwatch /out/lib/ncclwatch/libnccl-profiler-ncclwatch.so` (the Makefile's plugin rule)")
+	}
 	if !copiesPluginDir {
-		t.Errorf("the final stage does not copy the plugin directory /usr/local/lib/ncclwatch")
+		t.Errorf("the final stage does not copy /out/lib/ncclwatch/ to /usr/local/lib/ncclwatch/")
+	}
+	if got := path.Join(binDir, "../lib/ncclwatch"); got != "/usr/local/lib/ncclwatch" {
+		t.Errorf("the binary goes to %q: install-plugin would look for the plugin in %s, not /usr/local/lib/ncclwatch", binDir, got)
 	}
 }
 
@@ -192,9 +213,9 @@ func ignored(rules []ignoreRule, file string) bool {
 	return out
 }
 
-// TestDockerignore: the build context keeps every file `go build ./cmd/watchdog` reads (as
-// the image builds it, cgo on), go.mod, go.sum, the Makefile and any C source (the profiler
-// plugin's), and leaves out the repository and the local build outputs.
+// TestDockerignore: the build context keeps every file `go build ./cmd/watchdog` and the
+// profdump build read (as the image builds them), go.mod, go.sum, the Makefile and any C
+// source (the profiler plugin's), and leaves out the repository and the local build outputs.
 func TestDockerignore(t *testing.T) {
 	rules := readDockerignore(t)
 	for _, f := range []string{".git/HEAD", "bin/watchdog", "bin/helm-v3.19.5", "docs/README.md", "alert/slack_test.go", "testdata/captures/x.log"} {
@@ -208,7 +229,7 @@ func TestDockerignore(t *testing.T) {
 {{end}}{{range .CFiles}}{{$.Dir}}/{{.}}
 {{end}}{{range .HFiles}}{{$.Dir}}/{{.}}
 {{end}}{{range .EmbedFiles}}{{$.Dir}}/{{.}}
-{{end}}{{end}}{{end}}`, "./cmd/watchdog")
+{{end}}{{end}}{{end}}`, "./cmd/watchdog", "./heartbeat/profile/profdump")
 	list.Dir = ".."
 	list.Env = append(os.Environ(), "CGO_ENABLED=1")
 	out, err := list.Output()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -44,20 +45,27 @@ type manifestSet struct {
 	// trainingPodDenied: the training pod must fail Pod Security "baseline" for this
 	// reason (an opt-in the chart documents as needing a privileged namespace).
 	trainingPodDenied string
+	// ncclDebug is the NCCL_DEBUG the training container gets; pluginMode: it loads the
+	// profiler plugin (profilerPlugin.enabled).
+	ncclDebug  string
+	pluginMode bool
 }
 
 var manifestSets = []manifestSet{
-	{name: "committed", files: []string{"kubernetes/ncclwatch.yaml", "kubernetes/training-pod.yaml"}},
-	{name: "default"},
-	{name: "production", args: []string{"-f", productionValues}},
+	{name: "committed", files: []string{"kubernetes/ncclwatch.yaml", "kubernetes/training-pod.yaml"}, ncclDebug: "WARN", pluginMode: true},
+	{name: "default", ncclDebug: "INFO"},
+	{name: "default with example pod: INFO logs, no plugin", args: []string{"--set", "examplePod.enabled=true"}, ncclDebug: "INFO"},
+	{name: "production", args: []string{"-f", productionValues}, ncclDebug: "WARN", pluginMode: true},
 	{name: "production with example pod and dashboards", args: []string{"-f", productionValues,
-		"--set", "examplePod.enabled=true,grafanaDashboards.enabled=true"}},
+		"--set", "examplePod.enabled=true,grafanaDashboards.enabled=true"}, ncclDebug: "WARN", pluginMode: true},
 	{name: "embedded etcd, every option on", args: []string{"--set", "examplePod.enabled=true,examplePod.nativeSidecar=false," +
 		"grafanaDashboards.enabled=true,monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true," +
 		"monitoring.prometheusRule.enabled=true,etcd.tls.secretName=tls,etcd.auth.user=u,etcd.auth.passwordSecret.name=pw," +
-		"detector.podLabels.team=ml,detector.podLabels.app\\.kubernetes\\.io/name=other,detector.podAnnotations.note=x"}},
+		"detector.podLabels.team=ml,detector.podLabels.app\\.kubernetes\\.io/name=other,detector.podAnnotations.note=x," +
+		"profilerPlugin.enabled=true,profilerPlugin.ncclDebug=INFO,profilerPlugin.dir=/usr/lib/nccl-plugins/,profilerPlugin.regionDir=/dev/ncclwatch"},
+		ncclDebug: "INFO", pluginMode: true},
 	{name: "IB ports through hostPath", args: []string{"--set", "examplePod.enabled=true,sidecar.infinibandHostPath=true"},
-		trainingPodDenied: "hostPath volumes"},
+		trainingPodDenied: "hostPath volumes", ncclDebug: "INFO"},
 }
 
 // TestKubernetesManifests decodes every object of the committed manifests and of the
@@ -291,8 +299,9 @@ func checkManifests(t *testing.T, set manifestSet, objs []object) {
 			}
 		case *corev1.Pod:
 			checkPod(t, "Pod "+v.Name, &v.Spec, configMaps)
-			checkProbes(t, "Pod "+v.Name, append(append([]corev1.Container(nil), v.Spec.InitContainers...), v.Spec.Containers...), "")
+			checkProbes(t, "Pod "+v.Name, longRunning(&v.Spec), "")
 			checkLogBound(t, v, configMaps)
+			checkProfilerPlugin(t, "Pod "+v.Name, &v.Spec, configMaps, set.pluginMode)
 			why := admitted(psapi.LevelBaseline, &v.ObjectMeta, &v.Spec)
 			switch {
 			case set.trainingPodDenied == "" && why != "":
@@ -314,12 +323,128 @@ func checkManifests(t *testing.T, set manifestSet, objs []object) {
 	if !ok {
 		t.Fatal("no ConfigMap ncclwatch-nccl")
 	}
-	wantEnv := map[string]string{"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL,NET",
+	wantEnv := map[string]string{"NCCL_DEBUG": set.ncclDebug,
 		"NCCL_DEBUG_FILE": "/var/log/nccl/nccl.%h.%p.log", "NCCL_DEBUG_TIMESTAMP_LEVELS": "ALL",
 		"NCCL_DEBUG_TIMESTAMP_FORMAT": "[%F %T.%6f] "}
+	if set.ncclDebug == "INFO" {
+		wantEnv["NCCL_DEBUG_SUBSYS"] = "INIT,COLL,NET" // WARN ignores it
+	}
+	if set.pluginMode {
+		// Paths: checkProfilerPlugin checks that the pod's volumes serve them.
+		wantEnv["NCCL_PROFILER_PLUGIN"] = nccl.Data["NCCL_PROFILER_PLUGIN"]
+		wantEnv["NCCLWATCH_PROFILER_DIR"] = nccl.Data["NCCLWATCH_PROFILER_DIR"]
+		if path.Base(wantEnv["NCCL_PROFILER_PLUGIN"]) != pluginFile || !path.IsAbs(wantEnv["NCCLWATCH_PROFILER_DIR"]) {
+			t.Errorf("ConfigMap ncclwatch-nccl: NCCL_PROFILER_PLUGIN %q, NCCLWATCH_PROFILER_DIR %q: want an absolute path to %s and a directory",
+				wantEnv["NCCL_PROFILER_PLUGIN"], wantEnv["NCCLWATCH_PROFILER_DIR"], pluginFile)
+		}
+		if sc := configMaps["ncclwatch-sidecar"]; sc == nil || sc.Data["NCCLWATCH_PROFILER_DIR"] != wantEnv["NCCLWATCH_PROFILER_DIR"] {
+			t.Errorf("ConfigMap ncclwatch-sidecar does not point the sidecar at the plugin's files (%s)", wantEnv["NCCLWATCH_PROFILER_DIR"])
+		}
+	} else if sc := configMaps["ncclwatch-sidecar"]; sc != nil && sc.Data["NCCLWATCH_PROFILER_DIR"] != "" {
+		t.Errorf("ConfigMap ncclwatch-sidecar names profiler files %q without plugin mode", sc.Data["NCCLWATCH_PROFILER_DIR"])
+	}
 	if !reflect.DeepEqual(nccl.Data, wantEnv) {
 		t.Errorf("ConfigMap ncclwatch-nccl holds %q, want %q", nccl.Data, wantEnv)
 	}
+}
+
+// pluginFile is the plugin's file name (profiler/README.md, watchdog install-plugin).
+const pluginFile = "libnccl-profiler-ncclwatch.so"
+
+// checkProfilerPlugin: in plugin mode an init container of the watchdog image runs
+// `install-plugin DIR` into a volume the trainer mounts read-only at DIR, where its
+// NCCL_PROFILER_PLUGIN points; the trainer's NCCLWATCH_PROFILER_DIR is a memory-backed
+// volume that the sidecar mounts read-only at the path it is told. Without plugin mode the
+// pod has none of it.
+func checkProfilerPlugin(t *testing.T, where string, spec *corev1.PodSpec, configMaps map[string]*corev1.ConfigMap, pluginMode bool) {
+	t.Helper()
+	var trainer, sidecar, install *corev1.Container
+	for i := range spec.InitContainers {
+		c := &spec.InitContainers[i]
+		switch {
+		case c.Name == "ncclwatch-sidecar":
+			sidecar = c
+		case len(c.Args) > 0 && c.Args[0] == "install-plugin":
+			if c.RestartPolicy != nil {
+				t.Errorf("%s: init container %s has restartPolicy %s: it must finish before the trainer starts", where, c.Name, *c.RestartPolicy)
+			}
+			install = c
+		}
+	}
+	for i := range spec.Containers {
+		switch c := &spec.Containers[i]; c.Name {
+		case "trainer":
+			trainer = c
+		case "ncclwatch-sidecar":
+			sidecar = c
+		}
+	}
+	if trainer == nil || sidecar == nil {
+		t.Fatalf("%s: no trainer or no ncclwatch-sidecar container", where)
+	}
+	trainerEnv, sidecarEnv := containerEnv(trainer, configMaps), containerEnv(sidecar, configMaps)
+	so := trainerEnv["NCCL_PROFILER_PLUGIN"]
+	if !pluginMode {
+		if install != nil || so != "" {
+			t.Errorf("%s: no plugin mode, yet an install container (%v) or NCCL_PROFILER_PLUGIN %q", where, install != nil, so)
+		}
+		return
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	dir := path.Dir(so)
+	switch {
+	case install == nil:
+		t.Errorf("%s: plugin mode without an init container running install-plugin", where)
+	case install.Image != sidecar.Image:
+		t.Errorf("%s: %s copies the plugin out of %s, not the watchdog image %s", where, install.Name, install.Image, sidecar.Image)
+	case len(install.Args) != 2 || path.Clean(install.Args[1]) != dir:
+		t.Errorf("%s: %s runs %v: want [install-plugin %s], the folder of NCCL_PROFILER_PLUGIN", where, install.Name, install.Args, dir)
+	default:
+		m := mountAt(install, dir)
+		tm := mountAt(trainer, dir)
+		if m == nil || m.ReadOnly || tm == nil || tm.Name != m.Name || !tm.ReadOnly || volumes[m.Name].EmptyDir == nil {
+			t.Errorf("%s: the plugin folder %s: install container mount %+v, trainer mount %+v: want one emptyDir, written by the installer, read-only in the trainer", where, dir, m, tm)
+		}
+	}
+	rd := trainerEnv["NCCLWATCH_PROFILER_DIR"]
+	tm, sm := mountAt(trainer, rd), mountAt(sidecar, rd)
+	if tm == nil || tm.ReadOnly || sm == nil || sm.Name != tm.Name || !sm.ReadOnly || sidecarEnv["NCCLWATCH_PROFILER_DIR"] != rd {
+		t.Errorf("%s: the plugin's files at %s: trainer mount %+v, sidecar mount %+v and NCCLWATCH_PROFILER_DIR %q: want one volume, writable in the trainer, read-only in the sidecar at the same path",
+			where, rd, tm, sm, sidecarEnv["NCCLWATCH_PROFILER_DIR"])
+	} else if ed := volumes[tm.Name].EmptyDir; ed == nil || ed.Medium != corev1.StorageMediumMemory {
+		t.Errorf("%s: volume %s for the plugin's files is not a memory-backed emptyDir", where, tm.Name)
+	}
+}
+
+// containerEnv is a container's environment from its ConfigMaps and plain values.
+func containerEnv(c *corev1.Container, configMaps map[string]*corev1.ConfigMap) map[string]string {
+	env := map[string]string{}
+	for _, e := range c.EnvFrom {
+		if e.ConfigMapRef != nil && configMaps[e.ConfigMapRef.Name] != nil {
+			for k, v := range configMaps[e.ConfigMapRef.Name].Data {
+				env[e.Prefix+k] = v
+			}
+		}
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			env[e.Name] = e.Value
+		}
+	}
+	return env
+}
+
+// mountAt is the container's volume mount at exactly dir, or nil.
+func mountAt(c *corev1.Container, dir string) *corev1.VolumeMount {
+	for i := range c.VolumeMounts {
+		if dir != "" && path.Clean(c.VolumeMounts[i].MountPath) == path.Clean(dir) {
+			return &c.VolumeMounts[i]
+		}
+	}
+	return nil
 }
 
 // checkPod: every volume mount names a volume of the pod, every envFrom a ConfigMap of the
@@ -361,6 +486,19 @@ func checkPod(t *testing.T, where string, spec *corev1.PodSpec, configMaps map[s
 // etcd); its readiness probe is on readyPath, or it has none when readyPath is empty (the
 // sidecar: its readiness would be the training pod's, and it must not hang on etcd).
 // Startup probes would gate the trainer on the sidecar: none.
+// longRunning lists a pod's containers that run for its whole life: its containers and its
+// native sidecars (init containers that restart always); an init container that runs to
+// completion, such as the plugin installer, needs no probe.
+func longRunning(spec *corev1.PodSpec) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			out = append(out, c)
+		}
+	}
+	return append(out, spec.Containers...)
+}
+
 func checkProbes(t *testing.T, where string, containers []corev1.Container, readyPath string) {
 	t.Helper()
 	path := func(p *corev1.Probe) string {
@@ -487,23 +625,5 @@ func TestExamples(t *testing.T) {
 		if st, err := os.Stat(s); err != nil || st.Mode()&0o111 == 0 {
 			t.Errorf("%s is not executable", s)
 		}
-	}
-	// The task prolog gives a job the NCCL settings the Kubernetes ConfigMap gives a pod.
-	cmd := exec.Command("sh", "slurm/task-prolog.sh")
-	cmd.Env = append(os.Environ(), "SLURM_JOB_ID=42", "NCCLWATCH_DISABLE=0")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("task-prolog.sh: %v", err)
-	}
-	want := "export NCCL_DEBUG=INFO\nexport NCCL_DEBUG_SUBSYS=INIT,COLL,NET\n" +
-		"export NCCL_DEBUG_FILE=/var/log/nccl/42/nccl.%h.%p.log\nexport NCCL_DEBUG_TIMESTAMP_LEVELS=ALL\n" +
-		"export NCCL_DEBUG_TIMESTAMP_FORMAT=[%F_%T.%6f]_\n"
-	if string(out) != want {
-		t.Errorf("task-prolog.sh printed\n%s\nwant\n%s", out, want)
-	}
-	cmd = exec.Command("sh", "slurm/task-prolog.sh")
-	cmd.Env = append(os.Environ(), "SLURM_JOB_ID=42", "NCCLWATCH_DISABLE=1")
-	if out, err := cmd.Output(); err != nil || len(out) != 0 {
-		t.Errorf("task-prolog.sh with NCCLWATCH_DISABLE=1: %q %v", out, err)
 	}
 }

@@ -30,6 +30,7 @@ func commands() []command {
 		{"simulate", "write a simulated training job's NCCL logs, GPU and IB state, with scripted faults", runSimulate},
 		{"status", "live terminal view of communicators x ranks and incidents", runStatus},
 		{"nvml-probe", "print raw NVML samples of this machine's GPUs (JSON lines)", runNVMLProbe},
+		{"install-plugin", "copy the NCCL profiler plugin shipped with this binary to a directory (init containers)", runInstallPlugin},
 		{"version", "print the version and exit", func(context.Context, []string) error { writeVersion(os.Stdout); return nil }},
 	}
 }
@@ -105,7 +106,7 @@ func usage(w io.Writer) {
 Commands:
 `)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-14s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
 Every flag can also be set by its environment variable, NCCLWATCH_ and the flag's name in

@@ -20,6 +20,7 @@ fi
 : "${NCCLWATCH_SUPERVISOR:=auto}"
 : "${NCCLWATCH_TARGETS_DIR:=}"
 : "${NCCLWATCH_KEEP_LOGS:=1}"
+: "${NCCLWATCH_PROFILER_ROOT:=$NCCLWATCH_RUN_DIR/profiler}"
 
 log() {
 	if command -v logger >/dev/null 2>&1; then logger -t ncclwatch-epilog -- "$*" 2>/dev/null; fi
@@ -53,6 +54,8 @@ if [ "$NCCLWATCH_SUPERVISOR" != background ] && command -v systemctl >/dev/null 
 fi
 rm -f "$NCCLWATCH_RUN_DIR/$instance.env"
 rm -rf "${NCCLWATCH_STATE_ROOT:?}/$instance"
+# The profiler plugin's files live in memory: they go with the job (the logs may stay).
+rm -rf "${NCCLWATCH_PROFILER_ROOT:?}/$job"
 if [ "$NCCLWATCH_KEEP_LOGS" = 0 ]; then
 	rm -rf "${NCCLWATCH_LOG_ROOT:?}/$job"
 fi

@@ -29,6 +29,8 @@ fi
 : "${NCCLWATCH_TARGETS_DIR:=}"                  # Prometheus file_sd folder (shared); empty: none
 : "${NCCLWATCH_TARGET_HOST:=$(hostname -f 2>/dev/null || hostname)}"
 : "${NCCLWATCH_LOG_GROUP:=ncclwatch}"           # group that may read the NCCL logs
+: "${NCCLWATCH_PLUGIN:=}"                       # the NCCL profiler plugin; empty: INFO logs only
+: "${NCCLWATCH_PROFILER_ROOT:=$NCCLWATCH_RUN_DIR/profiler}" # the plugin's files: <root>/<job>/ (tmpfs)
 
 log() {
 	if command -v logger >/dev/null 2>&1; then logger -t ncclwatch-prolog -- "$*" 2>/dev/null; fi
@@ -58,6 +60,27 @@ if [ "$(id -u)" = 0 ] && [ -n "${SLURM_JOB_UID:-}" ]; then
 	fi
 fi
 
+# Plugin mode: the job's ranks write the profiler plugin's files (task-prolog.sh points
+# NCCLWATCH_PROFILER_DIR here) and the sidecar reads them. A tmpfs: a region on a disk would
+# be written back now and then.
+profdir=
+if [ -n "$NCCLWATCH_PLUGIN" ]; then
+	[ -r "$NCCLWATCH_PLUGIN" ] || log "NCCLWATCH_PLUGIN=$NCCLWATCH_PLUGIN is not readable here: jobs on this node run without the plugin (INFO logs)"
+	profdir=$NCCLWATCH_PROFILER_ROOT/$job
+	if mkdir -p "$profdir"; then
+		if [ "$(id -u)" = 0 ] && [ -n "${SLURM_JOB_UID:-}" ]; then
+			if getent group "$NCCLWATCH_LOG_GROUP" >/dev/null 2>&1; then
+				chown "$SLURM_JOB_UID:$NCCLWATCH_LOG_GROUP" "$profdir" && chmod 2750 "$profdir"
+			else
+				chown "$SLURM_JOB_UID" "$profdir" && chmod 0755 "$profdir"
+			fi
+		fi
+	else
+		log "cannot create $profdir"
+		profdir=
+	fi
+fi
+
 # The sidecar's environment: its NCCLWATCH_* flags; prolog-only settings stay here.
 env_file=$NCCLWATCH_RUN_DIR/$instance.env
 {
@@ -66,7 +89,8 @@ env_file=$NCCLWATCH_RUN_DIR/$instance.env
 	echo "NCCLWATCH_LOGS=$NCCLWATCH_LOGS"
 	echo "NCCLWATCH_STATE_DIR=$NCCLWATCH_STATE_ROOT/$instance"
 	echo "NCCLWATCH_HTTP=$NCCLWATCH_HTTP_HOST:$NCCLWATCH_HTTP_PORT"
-	env | grep '^NCCLWATCH_' | grep -v -E '^NCCLWATCH_(JOB|NODE|LOGS|STATE_DIR|HTTP|CONF|BIN|LOG_ROOT|RUN_DIR|STATE_ROOT|SUPERVISOR|HTTP_HOST|HTTP_PORT|TARGETS_DIR|TARGET_HOST|LOG_GROUP)='
+	[ -n "$profdir" ] && echo "NCCLWATCH_PROFILER_DIR=$profdir"
+	env | grep '^NCCLWATCH_' | grep -v -E '^NCCLWATCH_(JOB|NODE|LOGS|STATE_DIR|HTTP|PROFILER_DIR|CONF|BIN|LOG_ROOT|RUN_DIR|STATE_ROOT|SUPERVISOR|HTTP_HOST|HTTP_PORT|TARGETS_DIR|TARGET_HOST|LOG_GROUP|PLUGIN|PLUGIN_NCCL_DEBUG|PLUGIN_DISABLE|PROFILER_ROOT|KEEP_LOGS|DISABLE)=' || true
 } > "$env_file.tmp" && mv "$env_file.tmp" "$env_file" || { log "cannot write $env_file"; exit 0; }
 
 supervisor=$NCCLWATCH_SUPERVISOR
@@ -105,5 +129,5 @@ if [ -n "$NCCLWATCH_TARGETS_DIR" ]; then
 		mv "$NCCLWATCH_TARGETS_DIR/.$instance.json.tmp" "$NCCLWATCH_TARGETS_DIR/$instance.json" ||
 		log "cannot write the Prometheus target of $instance"
 fi
-log "sidecar for job $job on $node started ($supervisor), logs $NCCLWATCH_LOGS"
+log "sidecar for job $job on $node started ($supervisor), logs $NCCLWATCH_LOGS${profdir:+, profiler plugin files $profdir}"
 exit 0

@@ -6,8 +6,14 @@
 Can be rerun offline on an unpacked logs.tgz + samples.tgz (both unpack into one folder).
 Per case: the fault line the job printed, the incidents the detector showed for that job
 (first time seen by the 0.5 s poller, opened_at, fault_at), the verdict against the expected
-kind and culprit rank, PyTorch's own timeout, and NVML readings per phase (computing,
-waiting in a collective, idle) as the sidecar published them.
+kind and culprit rank, PyTorch's own timeout, NVML readings per phase (computing, waiting in
+a collective, idle) as the sidecar published them and, in plugin mode, what the profiler
+plugin's files said at the end.
+
+A case passes when the detector opened exactly one incident while it ran, of the expected
+kind, naming the rank that injected the fault (the rank of its WATCHDOG_FAULT line); a case
+that must raise none passes with none. Any other incident fails the case: one root cause,
+one page. EXPECT_<case>=kind[,kind...] accepts other kind names (e.g. while a rule is named).
 """
 import argparse
 import datetime
@@ -19,21 +25,40 @@ import statistics
 import sys
 import time
 
-# case -> (expected incident kind, culprit rank); None: the case must raise no incident.
+# case -> the incident kinds that name its root cause; None: the case must raise no incident.
+# The culprit is the rank that printed WATCHDOG_FAULT (job.py's FAULT_RANK).
 EXPECTED = {
     "healthy": None,
     "pause": None,
-    "silent": ("hang", 1),
-    "crash": ("crash", 1),
-    "wrong_op": ("mismatch", 1),
-    "wrong_size": ("mismatch", 1),
-    "wrong_dtype": ("mismatch", 1),
-    "straggler_onset": ("straggler", 1),
+    "silent": ("hang",),
+    "frozen": ("hang",),
+    "crash": ("crash",),
+    "wrong_op": ("mismatch",),
+    "wrong_size": ("mismatch",),
+    "wrong_dtype": ("mismatch",),
+    "sub_mismatch": ("mismatch",),
+    "order_inversion": ("order_inversion",),
+    "order_inversion_full": ("order_inversion",),
+    "straggler_onset": ("straggler",),
 }
+DEFAULT_CULPRIT = 1  # when the job never printed its fault line
+
+
+def expected_kinds(case):
+    """EXPECTED, with EXPECT_<case>=kind[,kind] from the environment taking over."""
+    env = os.environ.get(f"EXPECT_{case}")
+    if env is not None:
+        kinds = tuple(k.strip() for k in env.split(",") if k.strip())
+        return kinds or None
+    return EXPECTED.get(case, "unknown")
 
 MONITORING_JOB = "_ncclwatch"  # the detector files incidents about itself and its inputs here
-MARKER = re.compile(r"WATCHDOG_(INFO|PHASE|FAULT) (\{.*\})")
+MARKER_START = re.compile(r"WATCHDOG_(INFO|PHASE|FAULT) \{")
+JSON = json.JSONDecoder()
 PT_TIMEOUT = "Watchdog caught collective operation timeout"
+# The global rank from PyTorch's "[rankN]:" prefix; "[Rank N]" / "[PG ID .. Rank N]" is the
+# rank inside the process group, the global one only for the default group.
+PT_RANK = re.compile(r"^\[rank(\d+)\]:|\[(?:PG ID \d+ PG GUID \d+(?:\([^)]*\))? )?Rank (\d+)\]")
 GLOG = re.compile(r"\[(?:rank\d+\]:\[)?E(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+)")
 RFC3339 = re.compile(r"^(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(\.\d+)?(Z|[+-]\d\d:?\d\d)?$")
 
@@ -127,24 +152,33 @@ def glog_time(text, year):
     return t + float("0." + frac)
 
 
+def markers_in(text):
+    """(kind, object) of every marker in a line: the ranks share one stdout, so a marker can
+    be preceded or followed by another rank's output, or another marker."""
+    out = []
+    for m in MARKER_START.finditer(text):
+        try:
+            obj, _ = JSON.raw_decode(text, m.end() - 1)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append((m.group(1), obj))
+    return out
+
+
 def job_markers(lines):
     info, phases, faults = {}, [], []
     pt = []
     for t, text in lines:
-        m = MARKER.search(text)
-        if m:
-            try:
-                obj = json.loads(m.group(2))
-            except ValueError:
-                continue
-            kind = m.group(1)
+        found = markers_in(text)
+        for kind, obj in found:
             if kind == "INFO":
                 info[obj.get("rank")] = obj
             elif kind == "PHASE":
                 phases.append(obj)
             else:
                 faults.append(obj)
-        elif PT_TIMEOUT in text:
+        if not found and PT_TIMEOUT in text:
             pt.append((t, text))
     return info, phases, faults, pt
 
@@ -165,6 +199,13 @@ def incidents_by_id(path):
         if inc.get("state") == "resolved" and e["resolved_seen_t"] is None:
             e["resolved_seen_t"] = t
     return by
+
+
+def pt_rank(text):
+    m = PT_RANK.search(text)
+    if not m:
+        return None
+    return int(m.group(1) if m.group(1) is not None else m.group(2))
 
 
 def culprit_ranks(inc):
@@ -196,9 +237,10 @@ def detected_entry(e, fault_t, pt_t):
     return d
 
 
-def gpu_index_for_rank(snaps, rank):
+def gpu_index_for_rank(snaps, rank, info=None):
     """The NVML index of a rank's GPU: its process's bus id joined with the GPU list,
-    else its CUDA device (run.sh sets CUDA_DEVICE_ORDER=PCI_BUS_ID), else the rank."""
+    else its CUDA device (run.sh sets CUDA_DEVICE_ORDER=PCI_BUS_ID), else the device the
+    job says it used (WATCHDOG_INFO's gpu: 0 for every rank on one GPU), else the rank."""
     for _, s in snaps:
         gpus = s.get("gpus") or []
         for p in s.get("procs") or []:
@@ -211,6 +253,8 @@ def gpu_index_for_rank(snaps, rank):
             # A process seen before its Init lines has no device yet (-1): keep looking.
             if isinstance(p.get("cudadev"), int) and p["cudadev"] >= 0:
                 return p["cudadev"], "cudadev"
+    if info and isinstance(info.get(rank, {}).get("gpu"), int):
+        return info[rank]["gpu"], "job"
     return rank, "rank"
 
 
@@ -260,7 +304,8 @@ def summarize_samples(snaps, idx, rank, t0, t1):
             "proc_gpu_states": pstates}
 
 
-def phase_windows(case, fault_t, pt_t, phases, job_end):
+def phase_windows(case, fault_t, pt_t, phases, job_end, ranks, culprit):
+    """(expected state, what, ranks, t0, t1) per phase worth summarizing."""
     def ph(name, agg):
         ts = [p.get("t") for p in phases if p.get("phase") == name and p.get("t")]
         return agg(ts) if ts else None
@@ -268,39 +313,96 @@ def phase_windows(case, fault_t, pt_t, phases, job_end):
     ss, se = ph("steps_start", max), ph("steps_end", min)
     ps, pe = ph("pause_start", max), ph("pause_end", min)
     hang_end = min(x for x in (pt_t, job_end) if x) if (pt_t or job_end) else None
+    others = [r for r in ranks if r != culprit]
     w = []
     if case == "healthy" and ss:
-        for r in (0, 1):
-            w.append(("computing", "healthy steps", r, ss + 1.0, se or job_end))
+        w.append(("computing", "healthy steps", ranks, ss + 1.0, se or job_end))
     if fault_t and hang_end:
         if case == "silent":
-            w.append(("waiting", "in a collective, peer silent", 0, fault_t + 1.5, hang_end))
-            w.append(("idle", "rank stuck in host code", 1, fault_t + 1.5, hang_end))
-        if case == "wrong_op":
-            for r in (0, 1):
-                w.append(("waiting", "in mismatched collectives", r, fault_t + 1.5, hang_end))
+            w.append(("waiting", "in a collective, peer silent", others, fault_t + 1.5, hang_end))
+            w.append(("idle", "rank stuck in host code", [culprit], fault_t + 1.5, hang_end))
+        if case == "frozen":
+            w.append(("waiting", "in a collective, peer frozen", others, fault_t + 1.5, hang_end))
+            w.append(("idle", "rank stopped (SIGSTOP)", [culprit], fault_t + 1.5, hang_end))
+        if case in ("wrong_op", "order_inversion", "order_inversion_full", "sub_mismatch"):
+            w.append(("waiting", {"wrong_op": "in mismatched collectives", "sub_mismatch": "after a size mismatch"}.get(
+                case, "deadlocked (order inversion)"), ranks, fault_t + 1.5, hang_end))
         if case == "crash":
-            w.append(("waiting", "in a collective, peer crashed", 0, fault_t + 1.5, job_end))
-            w.append(("idle", "crashed rank's GPU (no process)", 1, fault_t + 1.5, job_end))
+            w.append(("waiting", "in a collective, peer crashed", others, fault_t + 1.5, job_end))
+            w.append(("idle", "crashed rank's GPU (no process)", [culprit], fault_t + 1.5, job_end))
     if case == "pause" and ps and pe:
-        for r in (0, 1):
-            w.append(("idle", "checkpoint pause, job alive", r, ps + 1.5, pe))
+        w.append(("idle", "checkpoint pause, job alive", ranks, ps + 1.5, pe))
     if case == "straggler_onset" and fault_t and se:
-        w.append(("mixed", "straggler: sleeps before its collectives", 1, fault_t + 2.0, se))
-        w.append(("mixed", "waits for the straggler every step", 0, fault_t + 2.0, se))
-    return [x for x in w if x[3] and x[4] and x[4] > x[3]]
+        w.append(("mixed", "straggler: sleeps before its collectives", [culprit], fault_t + 2.0, se))
+        w.append(("mixed", "wait for the straggler every step", others, fault_t + 2.0, se))
+    return [x for x in w if x[2] and x[3] and x[4] and x[4] > x[3]]
+
+
+def plugin_summary(d):
+    """What the profiler plugin's files said at the end of a plugin-mode case."""
+    dump = read_json(os.path.join(d, "prof-final.json"))
+    if not isinstance(dump, list):
+        return None
+    out = {"regions": len(dump), "ranks": [], "abi": [], "disabled": [], "dropped_events": 0, "comms": 0, "errors": []}
+    for x in dump:
+        if not isinstance(x, dict):
+            continue
+        if x.get("error"):
+            out["errors"].append(str(x.get("error"))[:200])
+            continue
+        reg = x.get("region") or {}
+        p = reg.get("process") or {}
+        out["ranks"].append(p.get("rank"))
+        out["abi"].append(p.get("abi"))
+        if p.get("disabled"):
+            out["disabled"].append({"rank": p.get("rank"), "reason": p.get("disabled_reason") or p.get("disabled")})
+        out["dropped_events"] += int(p.get("dropped_events") or 0)
+        out["comms"] += int(p.get("comms_inited") or 0)
+    out["ranks"] = sorted(r for r in out["ranks"] if isinstance(r, int))
+    out["abi"] = sorted({a for a in out["abi"] if a})
+    return out
+
+
+def judge(exp, det, culprit, fault_t, aborted):
+    """The verdict: exactly the expected incident, or none when none is expected."""
+    if exp == "unknown":
+        return {"pass": None, "why": "no expectation for this case"}
+    if exp is None:
+        ok = not det
+        return {"pass": ok, "why": "no incident" if ok else f"{len(det)} incident(s) on a job that must raise none: "
+                + ", ".join(f"{x['kind']}{x['culprit_ranks']}" for x in det), "unexpected": [x["id"] for x in det]}
+    if not fault_t:
+        return {"pass": None, "why": "the job never printed WATCHDOG_FAULT (did it reach the fault step?)"}
+    kinds = "/".join(exp)
+    match = [x for x in det if x["kind"] in exp and culprit in x["culprit_ranks"]]
+    if not match:
+        got = ", ".join(f"{x['kind']}{x['culprit_ranks']}" for x in det) or "nothing"
+        return {"pass": False, "why": f"want {kinds} naming rank {culprit}; got {got}"
+                + (" (case cut short by the time guard)" if aborted else ""), "unexpected": [x["id"] for x in det]}
+    m = match[0]
+    extra = [x for x in det if x is not m]
+    why = f"{m['kind']} naming rank {culprit}, first seen {m['latency_s']} s after the fault"
+    if m["culprit_ranks"] != [culprit]:
+        why += f" (culprits {m['culprit_ranks']})"
+    if m["latency_s"] is not None and m["latency_s"] < -1:
+        why += "; seen BEFORE the fault: suspicious"
+    v = {"pass": not extra, "why": why, "latency_s": m["latency_s"], "unexpected": [x["id"] for x in extra]}
+    if extra:
+        v["why"] = (f"{len(extra)} more incident(s) than the root cause: "
+                    + ", ".join(f"{x['kind']}{x['culprit_ranks']}" for x in extra) + "; " + why)
+    return v
 
 
 def collect_case(d, by_id, run, all_jobs=()):
     c = read_json(os.path.join(d, "case.json"), {}) or {}
     case = c.get("case") or os.path.basename(d)
     job = c.get("job") or case
-    exp = EXPECTED.get(case, "unknown")
-    res = {"case": case, "job": job,
-           "expected": (None if exp is None else {"kind": exp[0], "culprit_rank": exp[1]}) if exp != "unknown" else "unknown",
-           "skipped": bool(c.get("skipped")), "plan": {k: c.get(k) for k in ("budget_s", "steps", "fault_step", "pg_timeout_s", "monitor_interval_s", "trimmed")},
-           "job_rc": c.get("rc"), "sidecar_ok": c.get("sidecar_ok")}
+    exp = expected_kinds(case)
+    res = {"case": case, "job": job, "mode": c.get("mode") or "info",
+           "skipped": bool(c.get("skipped")), "plan": {k: c.get(k) for k in ("budget_s", "steps", "fault_step", "fault_rank", "nproc", "one_gpu", "pg_timeout_s", "monitor_interval_s", "trimmed")},
+           "job_rc": c.get("rc"), "sidecar_ok": c.get("sidecar_ok"), "sidecar_profiler": c.get("sidecar_profiler")}
     if c.get("skipped"):
+        res["expected"] = None if exp is None else {"kind": "/".join(exp)} if exp != "unknown" else "unknown"
         res["verdict"] = {"pass": None, "why": c.get("reason") or "skipped"}
         res["detected"] = []
         return res
@@ -311,18 +413,21 @@ def collect_case(d, by_id, run, all_jobs=()):
     info, phases, faults, pts = job_markers(lines)
     fault = faults[0] if faults else None
     fault_t = fault.get("t") if fault else None
+    culprit = fault.get("rank") if fault and isinstance(fault.get("rank"), int) else DEFAULT_CULPRIT
+    res["expected"] = (None if exp is None else {"kind": "/".join(exp), "culprit_rank": culprit}) if exp != "unknown" else "unknown"
     res["fault"] = fault
     res["job_info"] = [info[k] for k in sorted(info, key=lambda x: (x is None, x))]
     res["phases"] = phases
+    if c.get("resumed_t") and fault_t:
+        res["resumed_after_fault_s"] = rnd(c["resumed_t"] - fault_t)
     pt = None
     if pts:
         t_stamp, text = pts[0]
         year = time.localtime(fault_t or job_start or time.time()).tm_year
         t_log = glog_time(text, year)
-        rm = re.search(r"\[Rank (\d+)\]", text)
         pt = {"t": t_stamp or t_log, "t_stamped": t_stamp, "t_logged_local": t_log,
-              "rank": int(rm.group(1)) if rm else None, "line": text[:400],
-              "ranks_timed_out": sorted({int(m.group(1)) for _, x in pts for m in [re.search(r"\[Rank (\d+)\]", x)] if m})}
+              "rank": pt_rank(text), "line": text[:400],
+              "ranks_timed_out": sorted({r for _, x in pts for r in [pt_rank(x)] if r is not None})}
         pt["after_fault_s"] = rnd(pt["t"] - fault_t) if pt["t"] and fault_t else None
     res["pytorch_timeout"] = pt
     res["pytorch_timeout_after_s"] = pt["after_fault_s"] if pt else None
@@ -356,44 +461,33 @@ def collect_case(d, by_id, run, all_jobs=()):
 
     if c.get("aborted"):
         res["aborted"] = True
-    if exp == "unknown":
-        res["verdict"] = {"pass": None, "why": "no expectation for this case"}
-    elif exp is None:
-        ok = not det
-        res["verdict"] = {"pass": ok, "why": "no incident" if ok else f"{len(det)} incident(s) on a job that must raise none"}
-    else:
-        kind, rank = exp
-        match = [x for x in det if x["kind"] == kind and rank in x["culprit_ranks"]]
-        if not fault_t:
-            res["verdict"] = {"pass": None, "why": "the job never printed WATCHDOG_FAULT (did it reach the fault step?)"}
-        elif match:
-            m = match[0]
-            why = f"{kind} naming rank {rank}, first seen {m['latency_s']} s after the fault"
-            if m["culprit_ranks"] != [rank]:
-                why += f" (culprits {m['culprit_ranks']})"
-            if m["latency_s"] is not None and m["latency_s"] < -1:
-                why += "; seen BEFORE the fault: suspicious"
-            res["verdict"] = {"pass": True, "why": why, "latency_s": m["latency_s"],
-                              "beat_pytorch_by_s": rnd(pt["after_fault_s"] - m["latency_s"]) if pt and pt.get("after_fault_s") is not None and m["latency_s"] is not None else None}
-        else:
-            got = ", ".join(f"{x['kind']}{x['culprit_ranks']}" for x in det) or "nothing"
-            res["verdict"] = {"pass": False, "why": f"want {kind} naming rank {rank}; got {got}"
-                              + (" (case cut short by the time guard)" if c.get("aborted") else "")}
+    res["verdict"] = judge(exp, det, culprit, fault_t, c.get("aborted"))
+    if res["verdict"].get("latency_s") is not None and pt and pt.get("after_fault_s") is not None:
+        res["verdict"]["beat_pytorch_by_s"] = rnd(pt["after_fault_s"] - res["verdict"]["latency_s"])
+    if res["mode"] == "plugin":
+        res["plugin"] = plugin_summary(d)
 
     snaps = []
     for r in read_jsonl(os.path.join(d, "snapshots.jsonl")):
         if isinstance(r.get("snap"), dict):
             snaps.append((r.get("t"), r["snap"]))
     res["snapshot_samples"] = len(snaps)
-    gmap = {r: gpu_index_for_rank(snaps, r) for r in (0, 1)}
+    nranks = int(c.get("nproc") or 0) or max([len(info)] + [2])
+    ranks = list(range(nranks))
+    gmap = {r: gpu_index_for_rank(snaps, r, info) for r in ranks}
     res["rank_gpu"] = {str(r): {"gpu": v[0], "by": v[1]} for r, v in gmap.items()}
     nv = []
-    for expect, label, r, a, b in phase_windows(case, fault_t, pt_t, phases, job_end):
-        idx = gmap[r][0]
-        s = summarize_samples(snaps, idx, r, a, b)
-        s.update({"phase": expect, "what": label, "rank": r, "gpu": idx, "from_s": rnd(a - (fault_t or job_start or a), 1),
-                  "window_s": rnd(b - a, 1)})
-        nv.append(s)
+    for expect, label, rs, a, b in phase_windows(case, fault_t, pt_t, phases, job_end, ranks, culprit):
+        # One row per GPU: on one GPU all ranks share it, and NVML sees the GPU, not a rank.
+        by_gpu = {}
+        for r in rs:
+            by_gpu.setdefault(gmap[r][0], []).append(r)
+        for idx, grs in by_gpu.items():
+            s = summarize_samples(snaps, idx, grs[0], a, b)
+            s.update({"phase": expect, "what": label, "rank": grs[0] if len(grs) == 1 else grs, "ranks": grs, "gpu": idx,
+                      "gpu_shared_by": sorted(r for r in ranks if gmap[r][0] == idx),
+                      "from_s": rnd(a - (fault_t or job_start or a), 1), "window_s": rnd(b - a, 1)})
+            nv.append(s)
     res["nvml"] = nv
     try:
         with open(os.path.join(d, "metrics.txt"), errors="replace") as f:

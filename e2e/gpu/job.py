@@ -1,35 +1,58 @@
 # A small real PyTorch/NCCL training job with one injected fault, for the live end-to-end
-# test of the watchdog (run.sh). Run under: torchrun --standalone --nproc_per_node=2 job.py
+# test of the watchdog (run.sh). Run under: torchrun --standalone --nproc_per_node=N job.py
 #
 # Per step: a compute phase (fp32 matmuls, ~COMPUTE_S seconds, so the GPUs show the
-# "computing" NVML signature), then collectives on three communicators (world + two
-# new_group children made by ncclCommSplit), Send/Recv between the two ranks, and a
-# coalesced group. Faults happen on rank 1 at step FAULT_STEP, chosen by SCENARIO:
+# "computing" NVML signature), then collectives on three kinds of communicators (world + two
+# new_group children made by ncclCommSplit), Send/Recv between partner ranks, and a
+# coalesced group. With 2 ranks both children hold both ranks; with 4 (or more, even) ranks
+# they are Megatron-like: tensor-parallel pairs {0,1} {2,3} ... and data-parallel groups of
+# the even and of the odd ranks ({0,2} {1,3} with 4), and each step starts with a
+# tensor-parallel all-reduce followed by a world all-reduce (a gradient-norm reduction).
+#
+# ONE_GPU=1: every rank runs on GPU 0 and claims its own NCCL_HOSTID, so NCCL treats the ranks
+# as separate hosts and talks NET/Socket over loopback (NCCL_SOCKET_IFNAME=lo): several ranks
+# on one GPU, with the network proxy operations the profiler plugin reports.
+#
+# Faults happen on rank FAULT_RANK (default: 1, except as noted) at step FAULT_STEP, chosen
+# by SCENARIO:
 #   healthy          no fault
-#   silent           rank 1 stops issuing work and stays alive (host code stuck): hang
-#   crash            rank 1 process exits (os._exit)
-#   wrong_op         rank 1 calls Broadcast where rank 0 calls AllReduce (same size): hang
-#   wrong_size       rank 1 AllReduces 3/4 of the count: finishes with wrong data
-#   wrong_dtype      rank 1 AllReduces the same bytes as int32 instead of float32: finishes
-#   straggler_onset  rank 1 sleeps STRAGGLE_S before its collectives from FAULT_STEP on
-#   pause            BOTH ranks sleep PAUSE_S between two steps, GPUs idle (a checkpoint):
+#   silent           the rank stops issuing work and stays alive (host code stuck): hang
+#                    (4+ ranks: rank 2)
+#   frozen           the rank stops itself with SIGSTOP (a frozen process: its NCCL threads
+#                    stop too); run.sh sends SIGCONT at the end (4+ ranks: rank 3)
+#   crash            the rank's process exits (os._exit)
+#   wrong_op         the rank calls Broadcast where its dp peers call AllReduce (same size): hang
+#   wrong_size       the rank AllReduces 3/4 of the count on its dp group
+#   wrong_dtype      the rank AllReduces the same bytes as int32 instead of float32
+#   sub_mismatch     4+ ranks: rank 3 AllReduces 3/4 of the count on its dp group {1,3}, a
+#                    communicator whose ranks are not 0..n-1 (comm rank 1 is global rank 3)
+#   order_inversion  4+ ranks, the world and the tensor-parallel groups only, each step a
+#                    tensor-parallel all-reduce then a world all-reduce (the issue's job):
+#                    the rank (1) calls the world one first while every other rank calls
+#                    them the other way round; with CUDA_DEVICE_MAX_CONNECTIONS=1 (as
+#                    Megatron sets it, and as this scenario sets it) the kernels queue in
+#                    call order and the job deadlocks. INVERSION_FULL_STEP=1: the usual full
+#                    step (p2p, dp groups, world ops) follows the inverted pair, so every
+#                    rank issues more before it blocks
+#   straggler_onset  the rank sleeps STRAGGLE_S before its collectives from FAULT_STEP on
+#   pause            ALL ranks sleep PAUSE_S between two steps, GPUs idle (a checkpoint):
 #                    must raise no incident
 #
 # Machine-readable lines on stdout (one JSON object each, flushed):
 #   WATCHDOG_INFO  {rank, pid, local_rank, gpu, pci_bus_id, nccl, torch, ...}
 #   WATCHDOG_PHASE {phase: steps_start|pause_start|pause_end|steps_end, rank, t, ...}
-#   WATCHDOG_FAULT {scenario, rank, t, step}     t = unix seconds at the injection moment
+#   WATCHDOG_FAULT {scenario, rank, t, step, pid}  t = unix seconds at the injection moment
 import datetime
 import json
 import os
+import signal
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-
-SCENARIOS = ("healthy", "silent", "crash", "wrong_op", "wrong_size", "wrong_dtype",
-             "straggler_onset", "pause")
+SCENARIOS = ("healthy", "silent", "frozen", "crash", "wrong_op", "wrong_size", "wrong_dtype",
+             "sub_mismatch", "order_inversion", "straggler_onset", "pause")
+NEED_4 = ("sub_mismatch", "order_inversion")  # need two tensor-parallel pairs
+FAULT_RANK_4 = {"silent": 2, "frozen": 3, "sub_mismatch": 3}  # with 4+ ranks; else rank 1
 
 scen = os.environ.get("SCENARIO", "healthy")
 if scen not in SCENARIOS:
@@ -40,38 +63,72 @@ pg_timeout = float(os.environ.get("PG_TIMEOUT", "45"))
 compute_s = float(os.environ.get("COMPUTE_S", "0.15"))
 pause_s = float(os.environ.get("PAUSE_S", "60"))
 straggle_s = float(os.environ.get("STRAGGLE_S", "0.2"))
+one_gpu = os.environ.get("ONE_GPU", "0") == "1"
 
 rank = int(os.environ["RANK"])
 world = int(os.environ["WORLD_SIZE"])
 local = int(os.environ["LOCAL_RANK"])
-FAULTY = world - 1  # rank 1 on two GPUs
+if world < 2 or (world > 2 and world % 2):
+    sys.exit(f"job.py: WORLD_SIZE {world}: want 2 or an even number of ranks")
+if scen in NEED_4 and world < 4:
+    sys.exit(f"job.py: SCENARIO {scen} needs 4 ranks or more (two tensor-parallel pairs), not {world}")
+FAULTY = int(os.environ.get("FAULT_RANK") or (FAULT_RANK_4.get(scen, 1) if world >= 4 else 1))
+if not 0 <= FAULTY < world:
+    sys.exit(f"job.py: FAULT_RANK {FAULTY} outside 0..{world - 1}")
+
+# Before torch loads NCCL: what NCCL reads from the environment at its first init.
+if one_gpu:
+    os.environ["NCCL_HOSTID"] = f"ncclwatch-e2e-rank{rank}"  # one "host" per rank: NET/Socket
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("NCCL_IB_DISABLE", "1")
+if scen == "order_inversion":
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # one hardware queue: kernels run in call order
+full_step = scen != "order_inversion" or os.environ.get("INVERSION_FULL_STEP") == "1"
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 
 def mark(tag, **kw):
     kw.setdefault("rank", rank)
     kw["t"] = time.time()
-    print(f"WATCHDOG_{tag} {json.dumps(kw, sort_keys=True)}", flush=True)
+    # One write per line: the ranks share torchrun's stdout, and print's separate write of
+    # the newline lets another rank's line land in between.
+    os.write(1, f"WATCHDOG_{tag} {json.dumps(kw, sort_keys=True)}\n".encode())
 
 
 def fault(step, **kw):
+    kw.setdefault("pid", os.getpid())
     mark("FAULT", scenario=scen, step=step, **kw)
 
 
-torch.cuda.set_device(local)
-dev = torch.device("cuda", local)
-props = torch.cuda.get_device_properties(local)
+gpu = 0 if one_gpu else local
+torch.cuda.set_device(gpu)
+dev = torch.device("cuda", gpu)
+props = torch.cuda.get_device_properties(gpu)
 pg_td = datetime.timedelta(seconds=pg_timeout)
 dist.init_process_group("nccl", timeout=pg_td, device_id=dev)
 # new_group does not inherit init_process_group's timeout (it would be 10 min): pass it, so
 # PyTorch's timeout fires PG_TIMEOUT after the first stuck op whatever its communicator.
-dp = dist.new_group(list(range(world)), timeout=pg_td)  # "data parallel" (ncclCommSplit child)
-tp = dist.new_group(list(range(world)), timeout=pg_td)  # "tensor parallel" (another child)
+# Every rank creates every group, in the same order (each is an ncclCommSplit of the world).
+if world == 2:
+    dp = dist.new_group([0, 1], timeout=pg_td)  # "data parallel" (ncclCommSplit child)
+    tp = dist.new_group([0, 1], timeout=pg_td)  # "tensor parallel" (another child)
+    dp_ranks = tp_ranks = [0, 1]
+else:
+    tp_groups = [[r, r + 1] for r in range(0, world, 2)]
+    dp_groups = [list(range(0, world, 2)), list(range(1, world, 2))] if full_step else []
+    made = {tuple(g): dist.new_group(g, timeout=pg_td) for g in tp_groups + dp_groups}
+    tp_ranks = tp_groups[rank // 2]
+    dp_ranks = dp_groups[rank % 2] if dp_groups else []
+    tp, dp = made[tuple(tp_ranks)], made.get(tuple(dp_ranks))
 
 torch.manual_seed(1234 + rank)
 w = torch.randn(4096, 4096, device=dev) / 64.0
 x = torch.randn(4 << 20, device=dev)          # 16 MiB "gradient" bucket on dp: Simple protocol
 y = torch.randn(1 << 16, device=dev)          # tp all-reduce and world broadcast
-p2p = torch.randn(1 << 16, device=dev)        # Send/Recv between the two ranks (world comm)
+norm = torch.ones(8, device=dev)              # world all-reduce after the tp one (4+ ranks)
+p2p = torch.randn(1 << 16, device=dev)        # Send/Recv between partner ranks (world comm)
 bufs = [torch.randn(1 << 14, device=dev) for _ in range(4)]  # coalesced group on dp
 loss = torch.zeros(1, device=dev)
 
@@ -95,11 +152,13 @@ dist.all_reduce(n_iter, op=dist.ReduceOp.MAX)
 iters = int(n_iter.item())
 torch.cuda.synchronize()
 
-mark("INFO", pid=os.getpid(), local_rank=local, world=world, gpu=local,
+mark("INFO", pid=os.getpid(), local_rank=local, world=world, gpu=gpu, one_gpu=one_gpu,
      pci_bus_id=getattr(props, "pci_bus_id", None), gpu_name=props.name,
      uuid=str(getattr(props, "uuid", "")), nccl=".".join(map(str, torch.cuda.nccl.version())),
      torch=torch.__version__, compute_iters=iters, per_iter_ms=round(per_iter * 1e3, 3),
-     scenario=scen, steps=steps, fault_step=fault_step, pg_timeout=pg_timeout)
+     scenario=scen, steps=steps, fault_step=fault_step, fault_rank=FAULTY, pg_timeout=pg_timeout,
+     tp=tp_ranks, dp=dp_ranks, nccl_hostid=os.environ.get("NCCL_HOSTID"),
+     profiler_plugin=os.environ.get("NCCL_PROFILER_PLUGIN"), nccl_debug=os.environ.get("NCCL_DEBUG"))
 
 
 def coalesced_allreduce():
@@ -117,11 +176,12 @@ def gradient_allreduce(i):
     if rank == FAULTY and i == fault_step:
         if scen == "wrong_op":
             fault(i, op="Broadcast", peer_op="AllReduce", count=x.numel())
-            dist.broadcast(x, src=0, group=dp)
+            dist.broadcast(x, src=dp_ranks[0], group=dp)
             return
-        if scen == "wrong_size":
+        if scen in ("wrong_size", "sub_mismatch"):
             n = x.numel() * 3 // 4
-            fault(i, op="AllReduce", count=n, peer_count=x.numel())
+            fault(i, op="AllReduce", count=n, peer_count=x.numel(), group=dp_ranks,
+                  comm_rank=dp_ranks.index(rank))
             dist.all_reduce(x[:n], group=dp)
             return
         if scen == "wrong_dtype":
@@ -131,9 +191,23 @@ def gradient_allreduce(i):
     dist.all_reduce(x, group=dp)
 
 
-def collectives(i):
+def tp_then_world(i):
+    """The step's first two collectives; the order_inversion fault swaps them on one rank."""
+    invert = scen == "order_inversion" and rank == FAULTY and i == fault_step
+    if invert:
+        fault(i, first="world AllReduce", then="tp AllReduce", tp=tp_ranks,
+              cuda_device_max_connections=os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"))
+        dist.all_reduce(norm)
     dist.all_reduce(y, group=tp)
-    peer = rank ^ 1  # two ranks: 0 <-> 1
+    if world > 2 and not invert:
+        dist.all_reduce(norm)
+
+
+def collectives(i):
+    tp_then_world(i)
+    if not full_step:
+        return  # the issue's job: the pair is the step's last issue before it synchronizes
+    peer = rank ^ 1  # the tensor-parallel partner: 0 <-> 1, 2 <-> 3
     if peer < world:
         if rank % 2 == 0:
             dist.send(p2p, dst=peer)
@@ -155,6 +229,10 @@ for i in range(steps):
         if scen == "silent":
             fault(i)
             time.sleep(3600)  # alive, holding its communicators, issuing nothing
+        if scen == "frozen":
+            fault(i, pid=os.getpid(), signal="SIGSTOP")
+            os.kill(os.getpid(), signal.SIGSTOP)  # every thread stops, NCCL's included
+            mark("PHASE", phase="resumed", step=i)  # after run.sh's SIGCONT
         if scen == "crash":
             fault(i, exit_code=3)
             os._exit(3)

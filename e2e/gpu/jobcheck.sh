@@ -1,45 +1,86 @@
 #!/usr/bin/env bash
-# Runs job.py's control flow for every scenario and both ranks against a stub torch
-# (e2e/gpu/stubtorch: no GPU, no math) and checks the marker lines and the injected ops.
+# Runs job.py's control flow for every scenario and rank against a stub torch
+# (e2e/gpu/stubtorch: no GPU, no math; one rank alone, so every collective completes at once)
+# and checks the marker lines, the injected ops and their order, and the exit codes; with 2
+# ranks (two GPUs) and with 4 (ONE_GPU=1, the one-GPU mode).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 fail=0
-check() {  # check SCENARIO RANK WANT_RC PATTERN...
-  local sc=$1 rank=$2 want=$3; shift 3
-  local out err rc p
+check() {  # check WORLD SCENARIO RANK WANT_RC PATTERN...   (FAULT_RANK=n in the caller's env: the rank the fault marker must name)
+  local world=$1 sc=$2 rank=$3 want=$4; shift 4
+  local out err rc p one=0
+  [ "$world" -gt 2 ] && one=1
   out=$(mktemp); err=$(mktemp)
-  env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$HERE/stubtorch" SCENARIO="$sc" RANK="$rank" WORLD_SIZE=2 LOCAL_RANK="$rank" \
-    STEPS=8 FAULT_STEP=4 PAUSE_S=0.2 STRAGGLE_S=0.01 COMPUTE_S=0.002 \
-    timeout 3 python3 "$HERE/job.py" > "$out" 2> "$err"
+  env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$HERE/stubtorch" SCENARIO="$sc" RANK="$rank" WORLD_SIZE="$world" LOCAL_RANK="$rank" \
+    ONE_GPU=$one STEPS=8 FAULT_STEP=4 PAUSE_S=0.2 STRAGGLE_S=0.01 COMPUTE_S=0.002 \
+    timeout -k 1 5 python3 "$HERE/job.py" > "$out" 2> "$err"
   rc=$?
-  if [ "$rc" != "$want" ]; then echo "FAIL $sc rank $rank: rc=$rc want $want"; tail -5 "$err"; fail=1; fi
+  if [ "$rc" != "$want" ]; then echo "FAIL $sc/$world rank $rank: rc=$rc want $want"; tail -5 "$err"; fail=1; fi
   for p in "$@"; do
-    if ! grep -q -- "$p" "$out" "$err"; then echo "FAIL $sc rank $rank: no '$p'"; fail=1; fi
+    if ! grep -q -- "$p" "$out" "$err"; then echo "FAIL $sc/$world rank $rank: no '$p'"; fail=1; fi
   done
-  python3 - "$out" <<'PY' || { echo "FAIL $sc rank $rank: bad marker JSON"; fail=1; }
-import json, re, sys
+  WANT_FAULT_RANK=${FAULT_RANK:-1} python3 - "$out" <<'PY' || { echo "FAIL $sc/$world rank $rank: bad marker JSON"; fail=1; }
+import json, os, re, sys
 for l in open(sys.argv[1]):
     m = re.search(r"WATCHDOG_(\w+) (\{.*\})", l)
     if m:
         o = json.loads(m.group(2))
         assert isinstance(o["t"], float) and "rank" in o, l
         if m.group(1) == "FAULT":
-            assert o["rank"] == 1 and o["step"] == 4 and o["scenario"], l
+            assert o["rank"] == int(os.environ["WANT_FAULT_RANK"]) and o["step"] == 4 and o["scenario"] and o["pid"] > 0, l
 PY
+  LAST_ERR=$(cat "$err")
   rm -f "$out" "$err"
 }
-for sc in healthy silent crash wrong_op wrong_size wrong_dtype straggler_onset pause; do
-  check "$sc" 0 0 'WATCHDOG_INFO' '"phase": "steps_start"' '"phase": "steps_end"' 'done'
+# Two ranks (two GPUs).
+for sc in healthy silent frozen crash wrong_op wrong_size wrong_dtype straggler_onset pause; do
+  check 2 "$sc" 0 0 'WATCHDOG_INFO' '"phase": "steps_start"' '"phase": "steps_end"' 'done'
 done
-check healthy 1 0 '"phase": "steps_end"'
-check silent 1 124 'WATCHDOG_FAULT {.*"scenario": "silent"'
-check crash 1 3 'WATCHDOG_FAULT {.*"exit_code": 3'
-check wrong_op 1 0 'WATCHDOG_FAULT' 'STUB Broadcast n=4194304 float32 group=g1'
-check wrong_size 1 0 'WATCHDOG_FAULT' 'STUB AllReduce n=3145728 float32 group=g1'
-check wrong_dtype 1 0 'WATCHDOG_FAULT' 'STUB AllReduce n=4194304 int32 group=g1'
-check straggler_onset 1 0 'WATCHDOG_FAULT {.*"sleep_s": 0.01'
-check pause 1 0 'WATCHDOG_FAULT {.*"pause_s": 0.2' '"phase": "pause_start"' '"phase": "pause_end"'
-check pause 0 0 '"phase": "pause_start"' '"phase": "pause_end"'
-check bogus 0 1 'unknown SCENARIO'
+check 2 healthy 1 0 '"phase": "steps_end"'
+check 2 silent 1 124 'WATCHDOG_FAULT {.*"scenario": "silent"'
+check 2 frozen 1 124 'WATCHDOG_FAULT {.*"signal": "SIGSTOP"'
+check 2 crash 1 3 'WATCHDOG_FAULT {.*"exit_code": 3'
+check 2 wrong_op 1 0 'WATCHDOG_FAULT' 'STUB Broadcast n=4194304 float32 group=g1'
+check 2 wrong_size 1 0 'WATCHDOG_FAULT' 'STUB AllReduce n=3145728 float32 group=g1'
+check 2 wrong_dtype 1 0 'WATCHDOG_FAULT' 'STUB AllReduce n=4194304 int32 group=g1'
+check 2 straggler_onset 1 0 'WATCHDOG_FAULT {.*"sleep_s": 0.01'
+check 2 pause 1 0 'WATCHDOG_FAULT {.*"pause_s": 0.2' '"phase": "pause_start"' '"phase": "pause_end"'
+check 2 pause 0 0 '"phase": "pause_start"' '"phase": "pause_end"'
+check 2 order_inversion 0 1 'needs 4 ranks'
+check 2 bogus 0 1 'unknown SCENARIO'
+check 3 healthy 0 1 'want 2 or an even number'
+# Four ranks on one GPU: tp pairs {0,1} {2,3} (g1, g2), dp groups {0,2} {1,3} (g3, g4).
+for r in 0 1 2 3; do
+  check 4 healthy "$r" 0 '"phase": "steps_end"' '"one_gpu": true' '"gpu": 0' 'ncclwatch-e2e-rank' 'STUB AllReduce n=8 float32 group=world'
+done
+for sc in silent frozen crash sub_mismatch order_inversion wrong_op; do
+  check 4 "$sc" 0 0 '"phase": "steps_end"'   # rank 0 is never the faulty one
+done
+FAULT_RANK=2 check 4 silent 2 124 'WATCHDOG_FAULT {.*"scenario": "silent"'
+FAULT_RANK=3 check 4 frozen 3 124 'WATCHDOG_FAULT {.*"signal": "SIGSTOP"'
+check 4 crash 1 3 'WATCHDOG_FAULT {.*"exit_code": 3'
+FAULT_RANK=3 check 4 sub_mismatch 3 0 'WATCHDOG_FAULT {.*"comm_rank": 1' 'STUB AllReduce n=3145728 float32 group=g4'
+check 4 wrong_op 1 0 'STUB Broadcast n=4194304 float32 group=g4'
+# The inversion: each step a tp all-reduce (n=65536, g1/g2) and a world one (n=8); on rank 1,
+# at the fault step (4) only, the world one first. INVERSION_FULL_STEP=1: the full step
+# follows, and the world one comes right before the tp one there alone.
+for r in 0 1 2 3; do
+  check 4 order_inversion "$r" 0 '"phase": "steps_end"' '"dp": \[\]'
+  printf '%s\n' "$LAST_ERR" | RANK_=$r python3 -c '
+import os, re, sys
+ops = [("tp" if m.group(2) in ("g1", "g2") else "world") for l in sys.stdin
+       for m in [re.match(r"STUB AllReduce n=(65536|8) float32 group=(\w+)", l)] if m]
+pairs = [tuple(ops[i:i + 2]) for i in range(0, len(ops), 2)]
+r = os.environ["RANK_"]
+want = [("world", "tp") if r == "1" and k == 4 else ("tp", "world") for k in range(8)]
+sys.exit(0 if pairs == want else f"rank {r}: steps {pairs}")' || { echo "FAIL order_inversion rank $r: wrong order"; fail=1; }
+done
+check 4 order_inversion 1 0 'WATCHDOG_FAULT {.*"cuda_device_max_connections": "1"'
+for r in 0 1; do
+  INVERSION_FULL_STEP=1 check 4 order_inversion "$r" 0 '"phase": "steps_end"' 'STUB AllReduce n=4194304 float32 group=g'
+  n=$(printf '%s\n' "$LAST_ERR" | grep -A1 'STUB AllReduce n=8 float32 group=world' | grep -c 'STUB AllReduce n=65536 float32 group=g[12]')
+  want=0; [ "$r" = 1 ] && want=1
+  if [ "$n" != "$want" ]; then echo "FAIL order_inversion (full step) rank $r: world before tp $n times, want $want"; fail=1; fi
+done
 [ $fail = 0 ] && echo "jobcheck: all scenarios OK" || echo "jobcheck: FAILED"
 exit $fail

@@ -13,6 +13,9 @@
   monitor.py stamp --in FILE --out FILE --stop STOPFILE
       follows a growing file (the job's stdout) and writes "<unix time>\\t<line>" for each
       line as it appears, so marker and PyTorch timeout lines get a wall-clock time.
+  monitor.py regions --profdump BIN --dir DIR --out FILE --stop STOPFILE
+      runs profdump on the profiler plugin's folder every tick: one line per tick,
+      {"t", "regions": [...]} (profdump's JSON), or {"t", "err"}.
 
 Each runs until STOPFILE exists (then drains and exits), SIGTERM, or --max-s.
 """
@@ -20,6 +23,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import urllib.request
@@ -159,9 +163,29 @@ def run_stamp(a):
                 time.sleep(0.05)
 
 
+def run_regions(a):
+    t0 = time.time()
+    t_next = time.time()
+    last_err = None
+    with open(a.out, "a", buffering=1) as out:
+        while not should_stop(a, t0):
+            now = time.time()
+            try:
+                r = subprocess.run([a.profdump, "-dir", a.dir], capture_output=True, timeout=5)
+                regions = json.loads(r.stdout or b"null")
+                out.write(json.dumps({"t": now, "regions": regions}) + "\n")
+                last_err = None
+            except Exception as e:  # no region yet, a region being created: keep polling
+                msg = f"{type(e).__name__}: {e}"[:300]
+                if msg != last_err:
+                    out.write(json.dumps({"t": now, "err": msg}) + "\n")
+                    last_err = msg
+            t_next = tick(a.every, t_next)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["incidents", "snapshot", "stamp"])
+    ap.add_argument("mode", choices=["incidents", "snapshot", "stamp", "regions"])
     ap.add_argument("--url")
     ap.add_argument("--out", required=True)
     ap.add_argument("--in", dest="inp")
@@ -173,13 +197,17 @@ def main():
     ap.add_argument("--metrics-every", type=float, default=5)
     ap.add_argument("--job-url", help="snapshot mode: also poll the detector's /api/v1/jobs/<job>")
     ap.add_argument("--job-out")
+    ap.add_argument("--profdump", help="regions mode: the profdump binary")
+    ap.add_argument("--dir", help="regions mode: the plugin's folder")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, on_term)
     if a.mode in ("incidents", "snapshot") and not a.url:
         ap.error("--url is required")
     if a.mode == "stamp" and not a.inp:
         ap.error("--in is required")
-    {"incidents": run_incidents, "snapshot": run_snapshot, "stamp": run_stamp}[a.mode](a)
+    if a.mode == "regions" and not (a.profdump and a.dir):
+        ap.error("--profdump and --dir are required")
+    {"incidents": run_incidents, "snapshot": run_snapshot, "stamp": run_stamp, "regions": run_regions}[a.mode](a)
 
 
 if __name__ == "__main__":

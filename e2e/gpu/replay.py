@@ -88,19 +88,31 @@ def pytorch_timeout_line(rank, pg_timeout_s, seq):
             f"{ms + 53} milliseconds before timing out.")
 
 
-def replay_timed(ranks, parts, speed_cap):
-    """Writes each rank's lines with the capture's own spacing (gaps capped), interleaved."""
+def replay_timed(ranks, parts, speed_cap, align=None):
+    """Writes each rank's lines with the capture's own spacing (gaps capped), interleaved.
+    With align (a line predicate), every rank's first matching line is written at the same
+    moment: the ranks' headers differ in length (rank 0 logs more at init), and replaying
+    each from its own first line would start rank 0's collectives hundreds of ms after the
+    others', a skew the capture did not have."""
     events = []
     for r in ranks:
         base = None
         prev = 0.0
+        mine = []
         for k, l in enumerate(parts(r)):
             ot = orig_time(l)
             if ot is not None and base is None:
                 base = ot
             off = prev if ot is None else min(ot - base, prev + speed_cap)
             prev = off
-            events.append((off, r.rank, k, r, l))
+            mine.append([off, r.rank, k, r, l])
+        if align is not None:
+            first = next((e[0] for e in mine if align(e[4])), 0.0)
+            for e in mine:
+                e[0] -= first
+        events.extend(mine)
+    lead = min((e[0] for e in events), default=0.0)
+    events = [(e[0] - lead, e[1], e[2], e[3], e[4]) for e in events]
     events.sort(key=lambda e: (e[0], e[1], e[2]))
     t0 = time.time()
     for off, _, _, r, l in events:
@@ -155,7 +167,7 @@ def main():
             out.append(l)
         return out
 
-    replay_timed(ranks, lambda r: r.header, speed_cap=0.5)
+    replay_timed(ranks, lambda r: r.header, speed_cap=0.5, align=lambda l: OPLINE.search(l) is not None)
     for r in ranks:
         mark("PHASE", phase="steps_start", rank=r.rank, steps=a.steps)
     sc, k = a.scenario, a.fault_step

@@ -4,7 +4,13 @@
 # own timeout and NVML readings recorded. See e2e/gpu/README.md.
 #
 #   bash e2e/gpu/run.sh               # on the device machine, from the repo root, $OUT set
-#   DRYRUN=1 bash e2e/gpu/run.sh      # no GPU/torch: replay.py stands in for torchrun
+#   ONE_GPU=1 bash e2e/gpu/run.sh     # 4 ranks sharing GPU 0 (NCCL_HOSTID per rank, NET/Socket)
+#   LOGMODE=plugin ...                # NCCL_DEBUG=WARN + the profiler plugin (default: INFO logs)
+#   DRYRUN=1 bash e2e/gpu/run.sh      # no GPU/torch: replay.py stands in for torchrun; with
+#                                     # ONE_GPU=1, stubrun.py runs job.py on the stub torch
+#
+# A case token is a scenario of job.py, or SCENARIO:MODE to run it in the other log mode
+# (job name SCENARIO-MODE), e.g. CASES="order_inversion order_inversion:info".
 #
 # Results under $OUT: results.json, results.md, run.log, logs.tgz, samples.tgz.
 # Every knob below can be set from the environment.
@@ -20,7 +26,15 @@ OUT=${OUT:-$ROOT/tmp/e2e-gpu-out}
 WORK=${WORK:-/tmp/e2e-gpu-work}
 WATCHDOG=${WATCHDOG:-bin/watchdog-linux-amd64}
 DRYRUN=${DRYRUN:-0}
-CASES=${CASES:-"healthy silent wrong_op crash wrong_dtype wrong_size straggler_onset pause"}
+ONE_GPU=${ONE_GPU:-0}
+LOGMODE=${LOGMODE:-info}         # info: NCCL_DEBUG=INFO logs; plugin: NCCL_DEBUG=WARN + the profiler plugin
+if [ "$ONE_GPU" = 1 ]; then
+  CASES=${CASES:-"healthy silent frozen crash order_inversion sub_mismatch"}
+else
+  CASES=${CASES:-"healthy silent wrong_op crash wrong_dtype wrong_size straggler_onset pause"}
+fi
+PLUGIN_SO=${PLUGIN_SO:-bin/libnccl-profiler-ncclwatch.so}
+PROFDUMP=${PROFDUMP:-bin/profdump-linux-amd64}
 # Time: cases are only started if they can end by T0+TOTAL_S-RESERVE_S; a guard sends
 # SIGTERM at T0+HARD_S; the final collect/tar then takes a few seconds (< 9.5 min in all).
 TOTAL_S=${TOTAL_S:-530}
@@ -28,6 +42,7 @@ RESERVE_S=${RESERVE_S:-20}
 HARD_S=${HARD_S:-545}
 POST_S=${POST_S:-4}              # keep watching this long after the job ended
 PG_TIMEOUT=${PG_TIMEOUT:-45}     # PyTorch ProcessGroupNCCL timeout (s), all cases
+FREEZE_S=${FREEZE_S:-$((PG_TIMEOUT + 5))}  # frozen case: SIGCONT this long after the SIGSTOP
 COMPUTE_S=${COMPUTE_S:-0.15}     # compute phase per step (job.py calibrates matmuls to it)
 STEP_S=${STEP_S:-0.17}           # replay.py's step time in a dry run
 PAUSE_S=${PAUSE_S:-60}           # pause case: both ranks idle this long
@@ -35,8 +50,10 @@ STRAGGLE_S=${STRAGGLE_S:-0.2}    # straggler_onset: rank 1's extra sleep per ste
 CRASH_MONITOR_S=${CRASH_MONITOR_S:-15}  # crash case: torchrun --monitor-interval, so the
                                          # survivor waits like a rank on another node would
 MONITOR_S=${MONITOR_S:-0.5}      # torchrun --monitor-interval for the other cases
-NPROC=${NPROC:-2}
-if [ -z "${TORCHRUN:-}" ]; then
+if [ "$ONE_GPU" = 1 ]; then NPROC=${NPROC:-4}; EXTRA_S=${EXTRA_S:-10}; else NPROC=${NPROC:-2}; EXTRA_S=${EXTRA_S:-0}; fi
+if [ "$DRYRUN" = 1 ] && [ "$ONE_GPU" = 1 ]; then
+  TORCHRUN=${TORCHRUN:-"python3 $HERE/stubrun.py"}  # job.py on the stub torch and its fake NCCL
+elif [ -z "${TORCHRUN:-}" ]; then
   if command -v torchrun > /dev/null 2>&1; then TORCHRUN=torchrun; else TORCHRUN="python3 -m torch.distributed.run"; fi
 fi
 DET_PORT=${DET_PORT:-9300}
@@ -47,29 +64,39 @@ DETECTOR_FLAGS=${DETECTOR_FLAGS:-}  # e.g. "--hang-floor 10s --hang-k 4"
 SIDECAR_FLAGS=${SIDECAR_FLAGS:-}
 NODE=${NODE:-$(hostname 2>/dev/null | cut -d. -f1)}
 NODE=${NODE:-node0}
-if [ "$DRYRUN" = 1 ]; then NVML=${NVML:-false}; CHECK_PIDS=${CHECK_PIDS:-false}; else NVML=${NVML:-true}; CHECK_PIDS=${CHECK_PIDS:-true}; fi
+# The replayed logs name the capture's pids, not live processes: no /proc checks then.
+if [ "$DRYRUN" = 1 ]; then NVML=${NVML:-false}; CHECK_PIDS=${CHECK_PIDS:-$([ "$ONE_GPU" = 1 ] && echo true || echo false)}
+else NVML=${NVML:-true}; CHECK_PIDS=${CHECK_PIDS:-true}; fi
 DET_URL=http://127.0.0.1:$DET_PORT
 SC_URL=http://127.0.0.1:$SC_PORT
 
 # Per-case plan: BUDGET (s, hard cap on the job), STEPS, FAULT_STEP. Expected durations on
 # 2x H200 (~8 s torch start, ~0.17 s steps): healthy 29, silent/wrong_op 8+5+PG_TIMEOUT+3,
 # crash 8+5+CRASH_MONITOR_S+2, wrong_dtype/size 25, straggler_onset 35, pause 18+PAUSE_S.
+# One GPU (4 ranks): EXTRA_S (10) more per case for the slower start, the fault at step 20.
 # Override one with e.g. BUDGET_pause=100 STEPS_healthy=60 FAULT_STEP_silent=20.
 case_plan() {
   local c=$1 b s f
   case $c in
     healthy)         b=40; s=110; f=100000 ;;
-    silent|wrong_op) b=$((PG_TIMEOUT + 25)); s=430; f=30 ;;
+    silent|wrong_op|order_inversion|order_inversion_full) b=$((PG_TIMEOUT + 25)); s=430; f=30 ;;
+    sub_mismatch)    b=$((PG_TIMEOUT + 25)); s=90; f=30 ;;  # NCCL may hang on it, or finish
+    frozen)          b=$((FREEZE_S + 25)); s=430; f=30 ;;
     crash)           b=$((CRASH_MONITOR_S + 25)); s=430; f=30 ;;
     wrong_dtype|wrong_size) b=35; s=90; f=30 ;;
     straggler_onset) b=45; s=90; f=30 ;;
     pause)           b=$(( ${PAUSE_S%.*} + 30 )); s=60; f=30 ;;
     *) return 1 ;;
   esac
+  if [ "$ONE_GPU" = 1 ]; then
+    b=$((b + EXTRA_S)); [ "$f" -lt 100000 ] && f=20
+    [ "$c" = healthy ] && s=60
+  fi
   local v
   v=BUDGET_$c; BUDGET=${!v:-$b}
   v=STEPS_$c; STEPS=${!v:-$s}
   v=FAULT_STEP_$c; FAULT_STEP=${!v:-$f}
+  v=FAULT_RANK_$c; FAULT_RANK=${!v:-}
   MI=$MONITOR_S; [ "$c" = crash ] && MI=$CRASH_MONITOR_S
   return 0
 }
@@ -149,8 +176,23 @@ wait_http() {       # wait_http URL SECONDS
 
 json_str() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
 
-log "e2e/gpu: dryrun=$DRYRUN watchdog=$WATCHDOG torchrun='$TORCHRUN' node=$NODE cases=[$CASES] pg_timeout=${PG_TIMEOUT}s out=$OUT work=$WORK"
+log "e2e/gpu: dryrun=$DRYRUN one_gpu=$ONE_GPU nproc=$NPROC logmode=$LOGMODE watchdog=$WATCHDOG torchrun='$TORCHRUN' node=$NODE cases=[$CASES] pg_timeout=${PG_TIMEOUT}s out=$OUT work=$WORK"
 if [ ! -x "$WATCHDOG" ]; then log "WARNING: $WATCHDOG is not an executable file; detector/sidecar will fail"; fi
+# Plugin mode: NCCL loads the plugin by absolute path; the sidecar reads its files through
+# NCCLWATCH_PROFILER_DIR (its --profiler-dir).
+NEEDS_PLUGIN=false
+for c in $CASES; do
+  m=${c#*:}; [ "$m" = "$c" ] && m=$LOGMODE
+  [ "$m" = plugin ] && NEEDS_PLUGIN=true
+done
+SIDECAR_PROFILER=unknown
+if [ "$NEEDS_PLUGIN" = true ]; then
+  case $PLUGIN_SO in /*) ;; *) PLUGIN_SO=$ROOT/$PLUGIN_SO ;; esac
+  [ -f "$PLUGIN_SO" ] || log "WARNING: $PLUGIN_SO missing (make plugin): plugin-mode jobs run without the plugin"
+  [ -x "$PROFDUMP" ] || chmod +x "$PROFDUMP" 2>/dev/null || log "WARNING: $PROFDUMP missing (make plugin): no region dumps"
+  if "$WATCHDOG" sidecar -h 2>&1 | grep -q -- '-profiler-dir'; then SIDECAR_PROFILER=true; else SIDECAR_PROFILER=false
+    log "WARNING: this watchdog's sidecar has no --profiler-dir: in plugin mode it sees only the WARN lines"; fi
+fi
 
 # go-nvml dlopens libnvidia-ml.so.1: add the driver's usual folders in case they are not
 # on the loader's path in this image.
@@ -176,35 +218,61 @@ mkdir -p "$WORK/etcd"
   --embedded-etcd-dir "$WORK/etcd" $DETECTOR_FLAGS > "$WORK/detector.log" 2>&1 &
 DET_PID=$!
 BG_PIDS+=("$DET_PID")
-if wait_http "$DET_URL/api/v1/incidents" 30; then DET_OK=true; log "detector up (pid $DET_PID)"; else DET_OK=false; log "WARNING: detector not answering on $DET_URL (see detector.log); running the cases anyway"; fi
+# Ours must answer, not another process on the port (ours then exits: address in use).
+if wait_http "$DET_URL/api/v1/incidents" 30 && kill -0 "$DET_PID" 2>/dev/null; then DET_OK=true; log "detector up (pid $DET_PID)"
+else DET_OK=false; log "WARNING: our detector is not answering on $DET_URL or has exited (see detector.log: port in use?); running the cases anyway"; fi
 python3 "$HERE/monitor.py" incidents --url "$DET_URL/api/v1/incidents" --out "$WORK/incidents.jsonl" \
   --stop "$WORK/stop-incidents" --every 0.5 --max-s "$HARD_S" > "$WORK/monitor-incidents.log" 2>&1 &
 INC_MON_PID=$!
 BG_PIDS+=("$INC_MON_PID")
 
+# resume_frozen DIR: the frozen case's rank stops itself (SIGSTOP) and prints its pid; it gets
+# SIGCONT FREEZE_S later (after PyTorch's timeout on its peers), or at the end of the case.
+resume_frozen() {
+  local d=$1 pid="" i
+  for ((i = 0; i < BUDGET * 10; i++)); do
+    pid=$(grep -ao 'WATCHDOG_FAULT {[^}]*"signal": "SIGSTOP"[^}]*}' "$d/stdout.log" 2>/dev/null | grep -o '"pid": [0-9]*' | head -1 | grep -o '[0-9]*$')
+    [ -n "$pid" ] && break
+    sleep 0.1
+  done
+  [ -n "$pid" ] || return 0
+  echo "$pid" > "$d/frozen.pid"
+  sleep "$FREEZE_S"
+  kill -CONT "$pid" 2>/dev/null && now > "$d/resumed.t"
+  return 0
+}
+
 run_case() {
-  local c=$1 idx=$2 d="$WORK/cases/$1" rc=-1 trimmed=false left t_start t_job_start t_job_end t_end sc_ok
-  if ! case_plan "$c"; then log "unknown case $c: skipped"; return; fi
+  local tok=$1 idx=$2 c mode job d rc=-1 trimmed=false left t_start t_job_start t_job_end t_end sc_ok
+  c=${tok%%:*}; mode=${tok#*:}; job=$c
+  if [ "$mode" = "$tok" ]; then mode=$LOGMODE; else job=$c-$mode; fi
+  d="$WORK/cases/$job"
+  if ! case_plan "$c" || { [ "$mode" != info ] && [ "$mode" != plugin ]; }; then log "unknown case $tok: skipped"; return; fi
   left=$(( T0 + TOTAL_S - RESERVE_S - $(date +%s) - POST_S - 5 ))
-  mkdir -p "$d/nccl" "$d/state"
+  mkdir -p "$d/nccl" "$d/state" "$d/prof"
   if [ "$ABORT" = 1 ] || [ "$left" -lt 20 ]; then
-    log "case $c: SKIPPED (only ${left}s left)"
-    printf '{"case":"%s","job":"%s","index":%d,"skipped":true,"reason":"no time left (%ss)"}\n' "$c" "$c" "$idx" "$left" > "$d/case.json"
+    log "case $job: SKIPPED (only ${left}s left)"
+    printf '{"case":"%s","job":"%s","mode":"%s","index":%d,"skipped":true,"reason":"no time left (%ss)"}\n' "$c" "$job" "$mode" "$idx" "$left" > "$d/case.json"
     return
   fi
   if [ "$BUDGET" -gt "$left" ]; then BUDGET=$left; trimmed=true; fi
-  log "case $c: budget ${BUDGET}s steps=$STEPS fault_step=$FAULT_STEP monitor_interval=$MI trimmed=$trimmed"
+  log "case $job: mode=$mode budget ${BUDGET}s steps=$STEPS fault_step=$FAULT_STEP fault_rank=${FAULT_RANK:-default} monitor_interval=$MI trimmed=$trimmed"
   t_start=$(now)
+  # The sidecar reads the plugin's files of this case only; with INFO logs none at all (its
+  # default would also look in /dev/shm, where other runs may have left some).
+  local -a sc_env=(NCCLWATCH_PROFILER_DIR=)
+  [ "$mode" = plugin ] && sc_env=(NCCLWATCH_PROFILER_DIR="$d/prof")
   # shellcheck disable=SC2086
-  "$WATCHDOG" sidecar --etcd-endpoints "http://127.0.0.1:$ETCD_PORT" --job "$c" --node "$NODE" \
+  env "${sc_env[@]}" "$WATCHDOG" sidecar --etcd-endpoints "http://127.0.0.1:$ETCD_PORT" --job "$job" --node "$NODE" \
     --logs "$d/nccl/*.log" --http "127.0.0.1:$SC_PORT" --nvml="$NVML" --check-pids="$CHECK_PIDS" \
     --ras-addr "$RAS_ADDR" --state-dir "$d/state" $SIDECAR_FLAGS > "$d/sidecar.log" 2>&1 &
   SIDECAR_PID=$!
-  if wait_http "$SC_URL/api/v1/snapshot" 10; then sc_ok=true; else sc_ok=false; log "WARNING: sidecar for $c not answering (see $c/sidecar.log)"; fi
+  if wait_http "$SC_URL/api/v1/snapshot" 10 && kill -0 "$SIDECAR_PID" 2>/dev/null; then sc_ok=true
+  else sc_ok=false; log "WARNING: the sidecar for $job is not answering or has exited (see $job/sidecar.log)"; fi
   rm -f "$d/stop"
   python3 "$HERE/monitor.py" snapshot --url "$SC_URL/api/v1/snapshot" --out "$d/snapshots.jsonl" \
     --metrics-url "$SC_URL/metrics" --metrics-out "$d/metrics.txt" --stop "$d/stop" --every 0.5 \
-    --job-url "$DET_URL/api/v1/jobs/$c" --job-out "$d/jobview.jsonl" \
+    --job-url "$DET_URL/api/v1/jobs/$job" --job-out "$d/jobview.jsonl" \
     --max-s $((BUDGET + POST_S + 30)) > "$d/monitor.log" 2>&1 &
   local snap_pid=$!
   : > "$d/stdout.log"
@@ -212,17 +280,41 @@ run_case() {
     --max-s $((BUDGET + POST_S + 30)) >> "$d/monitor.log" 2>&1 &
   local stamp_pid=$!
   BG_PIDS+=("$snap_pid" "$stamp_pid")
+  local regions_pid=""
+  if [ "$mode" = plugin ] && [ -x "$PROFDUMP" ]; then
+    python3 "$HERE/monitor.py" regions --profdump "$PROFDUMP" --dir "$d/prof" --out "$d/regions.jsonl" --stop "$d/stop" \
+      --every 1 --max-s $((BUDGET + POST_S + 30)) >> "$d/monitor.log" 2>&1 &
+    regions_pid=$!
+    BG_PIDS+=("$regions_pid")
+  fi
 
+  # The job's NCCL settings: INFO logs, or the plugin and WARN logs.
+  local -a nccl_env=(NCCL_DEBUG_FILE="$d/nccl/nccl.%h.%p.log" NCCL_DEBUG_TIMESTAMP_LEVELS=ALL "NCCL_DEBUG_TIMESTAMP_FORMAT=[%F %T.%6f] ")
+  if [ "$mode" = plugin ]; then
+    nccl_env+=(NCCL_DEBUG=WARN NCCL_PROFILER_PLUGIN="$PLUGIN_SO" NCCLWATCH_PROFILER_DIR="$d/prof")
+  else
+    nccl_env+=(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL,NET)
+  fi
+  [ "$ONE_GPU" = 1 ] && nccl_env+=(ONE_GPU=1 NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1)
+  [ -n "$FAULT_RANK" ] && nccl_env+=(FAULT_RANK="$FAULT_RANK")
+  # order_inversion_full: job.py's order_inversion followed by its full step (p2p, dp, world).
+  local scen=$c
+  [ "$c" = order_inversion_full ] && { scen=order_inversion; nccl_env+=(INVERSION_FULL_STEP=1); }
+  local resume_pid=""
+  if [ "$c" = frozen ]; then
+    resume_frozen "$d" &
+    resume_pid=$!
+    BG_PIDS+=("$resume_pid")
+  fi
   t_job_start=$(now)
-  if [ "$DRYRUN" = 1 ]; then
+  if [ "$DRYRUN" = 1 ] && [ "$ONE_GPU" != 1 ]; then
     env SCENARIO="$c" STEPS="$STEPS" FAULT_STEP="$FAULT_STEP" PG_TIMEOUT="$PG_TIMEOUT" STEP_S="$STEP_S" \
       PAUSE_S="$PAUSE_S" STRAGGLE_S="$STRAGGLE_S" CRASH_HOLD_S="$CRASH_MONITOR_S" PYTHONUNBUFFERED=1 \
       timeout -k 5 "$BUDGET" python3 "$HERE/replay.py" --out "$d/nccl" >> "$d/stdout.log" 2>&1 &
   else
-    env SCENARIO="$c" STEPS="$STEPS" FAULT_STEP="$FAULT_STEP" PG_TIMEOUT="$PG_TIMEOUT" COMPUTE_S="$COMPUTE_S" \
-      PAUSE_S="$PAUSE_S" STRAGGLE_S="$STRAGGLE_S" \
-      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL,NET NCCL_DEBUG_FILE="$d/nccl/nccl.%h.%p.log" \
-      NCCL_DEBUG_TIMESTAMP_LEVELS=ALL "NCCL_DEBUG_TIMESTAMP_FORMAT=[%F %T.%6f] " \
+    # shellcheck disable=SC2086
+    env SCENARIO="$scen" STEPS="$STEPS" FAULT_STEP="$FAULT_STEP" PG_TIMEOUT="$PG_TIMEOUT" COMPUTE_S="$COMPUTE_S" \
+      PAUSE_S="$PAUSE_S" STRAGGLE_S="$STRAGGLE_S" "${nccl_env[@]}" \
       TORCH_NCCL_ASYNC_ERROR_HANDLING=1 TORCH_NCCL_DUMP_ON_TIMEOUT=0 \
       CUDA_DEVICE_ORDER=PCI_BUS_ID PYTHONUNBUFFERED=1 \
       timeout -k 5 "$BUDGET" $TORCHRUN --standalone --nproc_per_node="$NPROC" --monitor-interval="$MI" \
@@ -233,8 +325,12 @@ run_case() {
   while [ "$ABORT" = 1 ] && kill -0 "$JOB_PID" 2>/dev/null; do kill_group "$JOB_PID"; wait "$JOB_PID"; rc=$?; done
   t_job_end=$(now)
   JOB_PID=""
+  if [ -n "$resume_pid" ]; then  # the frozen rank gets its SIGCONT now at the latest
+    kill_pid "$resume_pid" 1
+    if [ -s "$d/frozen.pid" ] && [ ! -s "$d/resumed.t" ] && kill -CONT "$(cat "$d/frozen.pid")" 2>/dev/null; then now > "$d/resumed.t"; fi
+  fi
   kill_leftover_ranks "$d"
-  log "case $c: job exited rc=$rc after $(python3 -c "print(round($t_job_end-$t_job_start,1))")s"
+  log "case $job: job exited rc=$rc after $(python3 -c "print(round($t_job_end-$t_job_start,1))")s"
   [ "$ABORT" = 1 ] || sleep "$POST_S"
   touch "$d/stop"
   kill_pid "$SIDECAR_PID" 3
@@ -242,13 +338,16 @@ run_case() {
   local i
   for ((i = 0; i < 30; i++)); do kill -0 "$snap_pid" 2>/dev/null || kill -0 "$stamp_pid" 2>/dev/null || break; sleep 0.1; done
   kill_pid "$snap_pid" 1; kill_pid "$stamp_pid" 1
+  [ -n "$regions_pid" ] && kill_pid "$regions_pid" 1
+  if [ "$mode" = plugin ] && [ -x "$PROFDUMP" ]; then timeout 10 "$PROFDUMP" -dir "$d/prof" > "$d/prof-final.json" 2> "$d/prof-final.err"; fi
   t_end=$(now)
-  printf '{"case":"%s","job":"%s","index":%d,"skipped":false,"trimmed":%s,"budget_s":%s,"steps":%s,"fault_step":%s,"pg_timeout_s":%s,"monitor_interval_s":%s,"t_start":%s,"t_job_start":%s,"t_job_end":%s,"t_end":%s,"rc":%s,"sidecar_ok":%s,"aborted":%s}\n' \
-    "$c" "$c" "$idx" "$trimmed" "$BUDGET" "$STEPS" "$FAULT_STEP" "$PG_TIMEOUT" "$MI" "$t_start" "$t_job_start" "$t_job_end" "$t_end" "$rc" "$sc_ok" \
-    "$([ "$ABORT" = 1 ] && echo true || echo false)" > "$d/case.json"
+  printf '{"case":"%s","job":"%s","mode":"%s","one_gpu":%s,"nproc":%s,"index":%d,"skipped":false,"trimmed":%s,"budget_s":%s,"steps":%s,"fault_step":%s,"fault_rank":"%s","pg_timeout_s":%s,"monitor_interval_s":%s,"t_start":%s,"t_job_start":%s,"t_job_end":%s,"t_end":%s,"rc":%s,"sidecar_ok":%s,"sidecar_profiler":"%s","resumed_t":%s,"aborted":%s}\n' \
+    "$c" "$job" "$mode" "$([ "$ONE_GPU" = 1 ] && echo true || echo false)" "$NPROC" "$idx" "$trimmed" "$BUDGET" "$STEPS" "$FAULT_STEP" "$FAULT_RANK" "$PG_TIMEOUT" "$MI" \
+    "$t_start" "$t_job_start" "$t_job_end" "$t_end" "$rc" "$sc_ok" "$([ "$mode" = plugin ] && echo "$SIDECAR_PROFILER" || echo n/a)" \
+    "$(cat "$d/resumed.t" 2>/dev/null || echo null)" "$([ "$ABORT" = 1 ] && echo true || echo false)" > "$d/case.json"
   grep -h 'WATCHDOG_FAULT\|Watchdog caught collective operation timeout' "$d/stdout.log" 2>/dev/null | head -3 | cut -c1-200 | sed 's/^/    /' | tee -a "$RUNLOG"
   if [ -s "$WORK/incidents.jsonl" ]; then
-    python3 - "$WORK/incidents.jsonl" "$c" <<'EOF' | tee -a "$RUNLOG"
+    python3 - "$WORK/incidents.jsonl" "$job" <<'EOF' | tee -a "$RUNLOG"
 import json, sys
 seen = {}
 for l in open(sys.argv[1]):
@@ -276,10 +375,10 @@ kill_pid "$INC_MON_PID" 1
 http_get "$DET_URL/api/v1/incidents" > "$WORK/incidents.final.json"
 http_get "$DET_URL/metrics" > "$WORK/detector.metrics.txt"
 kill_pid "$DET_PID" 3
-printf '{"t0":%s,"t_end":%s,"node":%s,"dryrun":%s,"watchdog":%s,"cases":%s,"pg_timeout_s":%s,"compute_s":%s,"pause_s":%s,"straggle_s":%s,"detector_ok":%s,"detector_flags":%s,"sidecar_flags":%s,"nvml":%s,"check_pids":%s}\n' \
-  "$T0F" "$(now)" "$(json_str "$NODE")" "$([ "$DRYRUN" = 1 ] && echo true || echo false)" "$(json_str "$WATCHDOG")" \
-  "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1].split()))' "$CASES")" "$PG_TIMEOUT" "$COMPUTE_S" "$PAUSE_S" "$STRAGGLE_S" \
-  "$DET_OK" "$(json_str "$DETECTOR_FLAGS")" "$(json_str "$SIDECAR_FLAGS")" "$NVML" "$CHECK_PIDS" > "$WORK/run.json"
+printf '{"t0":%s,"t_end":%s,"node":%s,"dryrun":%s,"one_gpu":%s,"nproc":%s,"logmode":"%s","watchdog":%s,"cases":%s,"pg_timeout_s":%s,"freeze_s":%s,"compute_s":%s,"pause_s":%s,"straggle_s":%s,"detector_ok":%s,"detector_flags":%s,"sidecar_flags":%s,"nvml":%s,"check_pids":%s,"plugin_so":%s,"sidecar_profiler":"%s"}\n' \
+  "$T0F" "$(now)" "$(json_str "$NODE")" "$([ "$DRYRUN" = 1 ] && echo true || echo false)" "$([ "$ONE_GPU" = 1 ] && echo true || echo false)" "$NPROC" "$LOGMODE" "$(json_str "$WATCHDOG")" \
+  "$(python3 -c 'import json,sys; print(json.dumps([c.replace(":", "-") for c in sys.argv[1].split()]))' "$CASES")" "$PG_TIMEOUT" "$FREEZE_S" "$COMPUTE_S" "$PAUSE_S" "$STRAGGLE_S" \
+  "$DET_OK" "$(json_str "$DETECTOR_FLAGS")" "$(json_str "$SIDECAR_FLAGS")" "$NVML" "$CHECK_PIDS" "$(json_str "$PLUGIN_SO")" "$SIDECAR_PROFILER" > "$WORK/run.json"
 
 timeout 30 python3 "$HERE/collect.py" --work "$WORK" --out "$OUT/results.json" >> "$RUNLOG" 2>&1 || log "WARNING: collect.py failed"
 timeout 10 python3 "$HERE/summarize.py" "$OUT/results.json" > "$OUT/results.md" 2>> "$RUNLOG" || log "WARNING: summarize.py failed"
@@ -303,4 +402,5 @@ pack logs.tgz --exclude=etcd --exclude='*.jsonl' --exclude=state .
 pack samples.tgz $(cd "$WORK" && find . -name '*.jsonl' -o -name 'metrics.txt' -o -name 'incidents.final.json' | sort)
 log "done in $(( $(date +%s) - T0 ))s; $OUT: $(cd "$OUT" && ls -l | awk 'NR>1{printf "%s(%s) ", $9, $5}')"
 kill_pid "$GUARD_PID" 1
-exit 0
+# Exit status 1 when a case failed its verdict (results.json has why).
+python3 -c 'import json,sys; sys.exit(1 if json.load(open(sys.argv[1]))["summary"]["failed"] else 0)' "$OUT/results.json" 2>/dev/null

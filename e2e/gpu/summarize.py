@@ -6,7 +6,9 @@
 import json
 import sys
 
-HANGS = ("silent", "wrong_op")  # cases where PyTorch's own timeout is expected to fire
+MODES = {"info": "INFO", "plugin": "WARN + plugin"}
+
+HANGS = ("silent", "frozen", "wrong_op", "order_inversion", "order_inversion_full")  # PyTorch's own timeout is expected to fire
 
 
 def fmt_s(x, signed=False):
@@ -20,6 +22,8 @@ def expected_text(e):
         return "no incident"
     if not isinstance(e, dict):
         return str(e)
+    if "culprit_rank" not in e:
+        return e["kind"]
     return f"{e['kind']}, rank {e['culprit_rank']}"
 
 
@@ -41,7 +45,7 @@ def key_incident(c):
     det = c.get("detected") or []
     if isinstance(e, dict):
         for d in det:
-            if d.get("kind") == e["kind"] and e["culprit_rank"] in (d.get("culprit_ranks") or []):
+            if d.get("kind") in e["kind"].split("/") and e.get("culprit_rank") in (d.get("culprit_ranks") or []):
                 return d
     return det[0] if det else None
 
@@ -81,27 +85,34 @@ def main():
     out = []
     w = out.append
     s = r.get("summary") or {}
-    w(f"### Live run{' (DRY RUN: replayed logs, no GPU)' if run.get('dryrun') else ''}: "
+    dry = ""
+    if run.get("dryrun"):
+        dry = " (DRY RUN: job.py on the stub torch and its fake NCCL, no GPU)" if run.get("one_gpu") else " (DRY RUN: replayed logs, no GPU)"
+    w(f"### Live run{dry}: "
       f"{s.get('passed', 0)}/{s.get('cases', 0)} cases pass")
     w("")
     v = (r.get("versions") or "").strip().splitlines()
     v = v[-1] if v and v[-1].startswith("torch ") else "versions unknown"
-    w(f"`{v}` on node `{run.get('node')}`; PyTorch timeout {run.get('pg_timeout_s')} s; "
+    ranks = f"{run.get('nproc')} ranks sharing GPU 0 (NCCL_HOSTID per rank, NET/Socket on lo)" if run.get("one_gpu") else f"{run.get('nproc') or 2} ranks, one GPU each"
+    w(f"`{v}` on node `{run.get('node')}`, {ranks}; PyTorch timeout {run.get('pg_timeout_s')} s; "
       f"detector flags `{run.get('detector_flags') or '(defaults)'}`.")
     w("")
     w("Latency = when the 0.5 s poller of `GET /api/v1/incidents` first saw the incident, minus the "
       "time the faulty rank printed `WATCHDOG_FAULT`; in brackets, the incident's own `opened_at` "
       "and `fault_at` relative to that moment.")
     w("")
-    w("| case | expected | detected (kind → culprit) | detection latency | PyTorch timeout | result |")
-    w("|---|---|---|---|---|---|")
+    w("| case | logs | expected | detected (kind → culprit) | detection latency | PyTorch timeout | result |")
+    w("|---|---|---|---|---|---|---|")
     for c in r.get("cases") or []:
+        mode = MODES.get(c.get("mode"), c.get("mode") or "–")
         if c.get("skipped"):
-            w(f"| {c['case']} | {expected_text(c.get('expected'))} | skipped: {(c.get('verdict') or {}).get('why', '')} | – | – | – |")
+            w(f"| {c['case']} | {mode} | {expected_text(c.get('expected'))} | skipped: {(c.get('verdict') or {}).get('why', '')} | – | – | – |")
             continue
         pt = c.get("pytorch_timeout_after_s")
         ptt = fmt_s(pt) if pt is not None else ("none" if c["case"] in HANGS else "–")
-        w(f"| {c['case']} | {expected_text(c.get('expected'))} | {detected_text(c)} | {latency_text(c)} | {ptt} | {verdict_text(c)} |")
+        if pt is not None and c.get("pytorch_timeout", {}).get("ranks_timed_out"):
+            ptt += " (ranks " + ",".join(map(str, c["pytorch_timeout"]["ranks_timed_out"])) + ")"
+        w(f"| {c['case']} | {mode} | {expected_text(c.get('expected'))} | {detected_text(c)} | {latency_text(c)} | {ptt} | {verdict_text(c)} |")
     w("")
     notes = []
     for c in r.get("cases") or []:
@@ -111,6 +122,20 @@ def main():
         for d in c.get("after_case") or []:
             notes.append(f"- {c['case']}: after the case ended: {d.get('kind')} → rank "
                          f"{','.join(map(str, d.get('culprit_ranks') or [])) or '?'} ({(d.get('summary') or '')[:100]})")
+    for c in r.get("cases") or []:
+        if c.get("mode") != "plugin" or c.get("skipped"):
+            continue
+        pl = c.get("plugin")
+        if not pl or not pl.get("regions"):
+            notes.append(f"- {c['case']} (plugin): no region file: the plugin did not load, or the job never initialised NCCL")
+            continue
+        bits = [f"{pl['regions']} region(s), ranks {pl['ranks']}", f"ABI v{','.join(map(str, pl['abi'])) or '?'}",
+                f"{pl['comms']} communicators", f"{pl['dropped_events']} events dropped"]
+        if pl.get("disabled"):
+            bits.append(f"DISABLED on {pl['disabled']}")
+        if c.get("sidecar_profiler") == "false":
+            bits.append("this sidecar cannot read them (no --profiler-dir)")
+        notes.append(f"- {c['case']} (plugin): " + ", ".join(bits))
     for m in r.get("monitoring_incidents") or []:
         notes.append(f"- watchdog self-monitoring: {m.get('kind')} ({(m.get('summary') or '')[:120]})")
     if notes:
@@ -127,7 +152,8 @@ def main():
         w("|---|---|---|---|---|---|---|---|")
         for c, n in rows:
             st = f"{n['state']} {int(round(100 * (n.get('state_share') or 0)))}%" if n.get("state") else "–"
-            w(f"| {c['case']} | {n['rank']} ({n['gpu']}) | {n['phase']}: {n['what']} | {stat(n.get('util_pct'))} | "
+            rk = ",".join(map(str, n["rank"])) if isinstance(n.get("rank"), list) else n.get("rank")
+            w(f"| {c['case']} | {rk} ({n['gpu']}) | {n['phase']}: {n['what']} | {stat(n.get('util_pct'))} | "
               f"{stat(n.get('power_w'))} | {stat(n.get('sm_mhz'))} | {st} | {n.get('samples', 0)} |")
         w("")
     probe = r.get("nvml_probe_idle") or []

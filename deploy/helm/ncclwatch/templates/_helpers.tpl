@@ -92,11 +92,30 @@ never repeat a key (strict decoders and yamllint refuse that) or unselect the po
 {{- end }}
 {{- end -}}
 
-{{/* The NCCL settings a training container needs (docs/quickstart-kubernetes.md). */}}
+{{/* The NCCL settings a training container needs (docs/quickstart-kubernetes.md); in
+plugin mode NCCL loads the profiler plugin and logs at profilerPlugin.ncclDebug. */}}
 {{- define "ncclwatch.ncclEnv" -}}
-NCCL_DEBUG: INFO
+{{- $debug := "INFO" }}
+{{- if .Values.profilerPlugin.enabled }}
+{{- $debug = .Values.profilerPlugin.ncclDebug }}
+{{- if not (has $debug (list "WARN" "INFO")) }}
+{{- fail (printf "profilerPlugin.ncclDebug is %q: want WARN or INFO" $debug) }}
+{{- end }}
+{{- end }}
+NCCL_DEBUG: {{ $debug }}
+{{- if eq $debug "INFO" }}
 NCCL_DEBUG_SUBSYS: INIT,COLL,NET
+{{- end }}
 NCCL_DEBUG_FILE: {{ printf "%s/nccl.%%h.%%p.log" .Values.sidecar.logDir }}
 NCCL_DEBUG_TIMESTAMP_LEVELS: ALL
 NCCL_DEBUG_TIMESTAMP_FORMAT: "[%F %T.%6f] "
+{{- if .Values.profilerPlugin.enabled }}
+NCCL_PROFILER_PLUGIN: {{ include "ncclwatch.pluginPath" . }}
+NCCLWATCH_PROFILER_DIR: {{ .Values.profilerPlugin.regionDir }}
+{{- end }}
+{{- end -}}
+
+{{/* The plugin's path inside the trainer: profilerPlugin.dir, filled by the init container. */}}
+{{- define "ncclwatch.pluginPath" -}}
+{{- printf "%s/libnccl-profiler-ncclwatch.so" (trimSuffix "/" .Values.profilerPlugin.dir) -}}
 {{- end -}}

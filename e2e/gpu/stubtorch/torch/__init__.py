@@ -6,7 +6,7 @@ import time as _time
 from . import cuda, distributed  # noqa: F401
 
 __version__ = "stub"
-int32, int64, float32 = "int32", "int64", "float32"
+uint8, int32, int64, float32 = "uint8", "int32", "int64", "float32"
 calls = []  # (op, args) log, read by distributed
 
 
@@ -39,7 +39,20 @@ class Tensor:
     def fill_(self, v):
         return self
 
+    def clone(self):
+        return Tensor(self.n, self.dtype)
+
+    def __add__(self, other):
+        return Tensor(self.n, self.dtype)
+
+    def cpu(self):
+        return self
+
+    def tolist(self):
+        return [0.0] * self.n
+
     def item(self):
+        cuda.synchronize()  # as torch: the value is there once the stream got to it
         return self.value
 
     def __repr__(self):
@@ -50,11 +63,27 @@ def _numel(shape):
     return math.prod(shape) if shape else 1
 
 
-def randn(*shape, device=None, dtype=float32):
+class Generator:
+    def __init__(self, device=None):
+        pass
+
+    def manual_seed(self, s):
+        return self
+
+
+def equal(a, b):
+    return a.n == b.n and a.dtype == b.dtype
+
+
+def randn(*shape, device=None, dtype=float32, generator=None):
     return Tensor(_numel(shape), dtype)
 
 
 def zeros(*shape, device=None, dtype=float32):
+    return Tensor(_numel(shape), dtype)
+
+
+def ones(*shape, device=None, dtype=float32):
     return Tensor(_numel(shape), dtype)
 
 

@@ -1,4 +1,5 @@
 from . import nccl  # noqa: F401
+from .._fakenccl import nccl as _fake
 
 
 class _Props:
@@ -16,4 +17,4 @@ def get_device_properties(i):
 
 
 def synchronize():
-    pass
+    _fake.synchronize()
