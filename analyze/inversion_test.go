@@ -17,7 +17,7 @@ import (
 // with NCCL timestamps or without. Every rank issued both ops and none is behind, so before
 // this rule there was nothing to say, and live the job looked stuck in flight.
 func TestOrderInversionFromINFOLogs(t *testing.T) {
-	for _, mode := range []string{"timestamps", "plain"} {
+	for _, mode := range []string{"timestamps", "plain", "ranahead"} {
 		t.Run(mode, func(t *testing.T) {
 			rep, err := Analyze(context.Background(), []string{filepath.Join("testdata", "inversion", mode)},
 				Options{Location: time.UTC, Rules: detect.DefaultConfig()})

@@ -137,9 +137,124 @@ func (o orders) split(ps []*Proc) (aFirst, bFirst []*Proc) {
 	return aFirst, bFirst
 }
 
-// compareOrders compares, for each process, its ops of a and b: at the latest positions
-// all of them reached on both; where those agree, at the newest positions any reached.
+// compareOrders compares, for each process, its ops of a and b where the processes differ:
+// the ops each waits on (the plugin's oldest op not complete on both); else the first
+// position where their interleavings of a and b differ (a deadlocked rank's host often goes
+// on issuing the rest of its step, so the inverted pair is rarely the last one issued); else
+// the latest positions all of them reached on both, then the newest positions any reached.
 func compareOrders(ix commIndex, a, b *Group, ps []*Proc) orders {
+	if o, ok := waitedOrders(ix, a, b, ps); ok {
+		return o
+	}
+	if o, ok := firstDivergence(ix, a, b, ps); ok {
+		return o
+	}
+	return latestOrders(ix, a, b, ps)
+}
+
+// waitedOrders compares the ops each process waits on in a and b, when every process has
+// one in flight on both at the same positions.
+func waitedOrders(ix commIndex, a, b *Group, ps []*Proc) (orders, bool) {
+	o := orders{a: a, b: b, vote: map[*Proc]int{}}
+	for i, p := range ps {
+		ca, cb := ix.of(a, p), ix.of(b, p)
+		fa, fb := collectiveInFlight(ca), collectiveInFlight(cb)
+		if fa == nil || fb == nil {
+			return o, false
+		}
+		if i == 0 {
+			o.posA, o.posB = fa.Seq, fb.Seq
+		} else if fa.Seq != o.posA || fb.Seq != o.posB {
+			return o, false
+		}
+		o.vote[p] = issueOrder(p, ca, fa.Seq, cb, fb.Seq)
+	}
+	first, second := o.split(ps)
+	return o, len(first) > 0 && len(second) > 0
+}
+
+func collectiveInFlight(c *snapshot.Comm) *snapshot.Flight {
+	if c.Done == nil || c.Done.InFlight == nil || c.Done.InFlight.P2P {
+		return nil
+	}
+	return c.Done.InFlight
+}
+
+// maxDivergenceScan bounds the positions firstDivergence looks at (a ring holds 4096 ops
+// offline, 32-64 live).
+const maxDivergenceScan = 4096
+
+// firstDivergence finds the first position of a, over the history every process still
+// holds, before which the processes issued different numbers of b's ops: there their
+// interleavings of the two communicators part. Those that issued fewer called a's op first.
+func firstDivergence(ix commIndex, a, b *Group, ps []*Proc) (orders, bool) {
+	lo, hi := int64(1), int64(1<<62)
+	for _, p := range ps {
+		ca := ix.of(a, p)
+		if len(ca.Recent) == 0 {
+			return orders{}, false
+		}
+		lo, hi = max(lo, ca.Recent[0].Seq), min(hi, ca.Count)
+	}
+	before := make(map[*Proc]int64, len(ps))
+	for i := lo; i <= hi && i-lo < maxDivergenceScan; i++ {
+		least, most, known := int64(1<<62), int64(-1), true
+		for _, p := range ps {
+			n, ok := issuedBefore(ix.of(a, p), i, ix.of(b, p))
+			if !ok {
+				known = false
+				break
+			}
+			before[p] = n
+			least, most = min(least, n), max(most, n)
+		}
+		if !known || least == most {
+			continue
+		}
+		o := orders{a: a, b: b, posA: i, posB: least + 1, vote: make(map[*Proc]int, len(ps))}
+		for _, p := range ps {
+			if before[p] == least {
+				o.vote[p] = 1
+			} else {
+				o.vote[p] = -1
+			}
+		}
+		return o, true
+	}
+	return orders{}, false
+}
+
+// issuedBefore is how many of cb's ops the process issued before ca's op at seq (cb's
+// position of its last op with a smaller issue index); ok is false when the process's
+// history does not show it (no issue index, or cb's history starts later).
+func issuedBefore(ca *snapshot.Comm, seq int64, cb *snapshot.Comm) (int64, bool) {
+	oa := opAt(ca, seq)
+	if oa == nil || oa.Idx == 0 {
+		return 0, false
+	}
+	if cb.Count == 0 {
+		return 0, true
+	}
+	r := cb.Recent
+	if len(r) == 0 || r[0].Idx == 0 || r[len(r)-1].Idx == 0 {
+		return 0, false
+	}
+	k := sort.Search(len(r), func(k int) bool { return r[k].Idx > oa.Idx })
+	if k == 0 {
+		if r[0].Seq == 1 {
+			return 0, true
+		}
+		return 0, false // b's ops before the window are not known
+	}
+	if k == len(r) && r[k-1].Seq < cb.Count {
+		return 0, false // b's newest ops are missing from the history
+	}
+	return r[k-1].Seq, true
+}
+
+// latestOrders compares at the latest positions all processes reached on both; where those
+// agree, at the newest positions any reached.
+func latestOrders(ix commIndex, a, b *Group, ps []*Proc) orders {
 	minA, minB, maxA, maxB := int64(1<<62), int64(1<<62), int64(0), int64(0)
 	for _, p := range ps {
 		ca, cb := ix.of(a, p), ix.of(b, p)
@@ -197,6 +312,31 @@ func issueIndex(p *Proc, c *snapshot.Comm, seq int64) (int64, bool) {
 	return 0, false
 }
 
+// siblingOrders is the order in which a sibling group's processes called their op at the
+// inverted pair's positions (sibling groups of one split advance in step): from their issue
+// indexes, else from completion (a process that finished its sibling op but not the large
+// communicator's called the sibling's first, as its GPU runs them in that order).
+func siblingOrders(ix commIndex, sib, large *Group, sp []*Proc, posS, posL int64) orders {
+	o := orders{a: sib, b: large, posA: posS, posB: posL, vote: make(map[*Proc]int, len(sp))}
+	for _, p := range sp {
+		cs, cl := ix.of(sib, p), ix.of(large, p)
+		if v := issueOrder(p, cs, posS, cl, posL); v != 0 {
+			o.vote[p] = v
+			continue
+		}
+		if cs.Done == nil || cl.Done == nil {
+			continue
+		}
+		switch sDone, lDone := cs.Done.Done >= posS, cl.Done.Done >= posL; {
+		case sDone && !lDone:
+			o.vote[p] = 1
+		case lDone && !sDone:
+			o.vote[p] = -1
+		}
+	}
+	return o
+}
+
 // siblings are the groups of the small one's size, inside the large one, sharing no
 // process with the small one: the other tensor-parallel groups of the same world.
 func siblings(j *Job, small, large *Group) []*Group {
@@ -235,7 +375,7 @@ func inversionFinding(j *Job, ix commIndex, small, large *Group, ps []*Proc, o o
 			for _, m := range sib.Members {
 				sp = append(sp, m.Proc)
 			}
-			so := compareOrders(ix, sib, large, sp)
+			so := siblingOrders(ix, sib, large, sp, o.posA, o.posB)
 			a, b := so.split(sp)
 			usualSmall, usualLarge = usualSmall+len(a), usualLarge+len(b)
 			if len(a) > 0 {

@@ -183,3 +183,54 @@ func TestNoOrderInversion(t *testing.T) {
 		})
 	}
 }
+
+// megatronOnce is the deadlock as PyTorch runs it: every rank calls tensor-parallel then
+// world AllReduce each step, except rank 1 at step `fault`, which calls them the other way
+// round; then every host goes on issuing `after` more normal steps before it blocks (the
+// GPU is deadlocked, the host is not), so the inverted pair is not the last thing issued.
+func megatronOnce(fault, after int) []*Proc {
+	var ps []*Proc
+	for r := 0; r < 4; r++ {
+		tp := tp0
+		if r >= 2 {
+			tp = tp1
+		}
+		p := &Proc{Process: snapshot.Process{Host: "node" + string(rune('0'+r)), PID: 100 + r, Rank: r, CudaDev: 0, BusID: "1b000",
+			Comms: []snapshot.Comm{{ID: world, Rank: r, NRanks: 4, State: "ready"}, {ID: tp, Rank: r % 2, NRanks: 2, State: "ready"}}},
+			Node: "node" + string(rune('0'+r))}
+		idx := int64(0)
+		for s := 1; s <= fault+after; s++ {
+			calls := []int{1, 0}
+			if r == 1 && s == fault {
+				calls = []int{0, 1}
+			}
+			for _, ci := range calls {
+				c := &p.Comms[ci]
+				idx++
+				c.Count++
+				o := snapshot.Op{Seq: c.Count, Idx: idx, Op: "AllReduce", Count: 5000, Dtype: "float32", Red: "sum",
+					T: us(time.Duration(s)*100*time.Millisecond + time.Duration(idx)*time.Millisecond)}
+				if ci == 1 {
+					o.Count = 1000
+				}
+				c.Recent = append(c.Recent, o)
+				last := o
+				c.Last = &last
+			}
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+func TestOrderInversionWhenHostsWentOnIssuing(t *testing.T) {
+	cfg := DefaultConfig()
+	for _, after := range []int{0, 1, 5} {
+		j := mjob(0, megatronOnce(20, after)...)
+		j.Offline = true
+		f := only(t, OrderInversion(j, cfg), incident.KindOrderInversion)
+		if got := culpritRanks(f); len(got) != 1 || got[0] != 1 || f.Seq != 20 {
+			t.Fatalf("after %d more steps: culprits %v at position %d, want rank 1 at 20: %s\n%s", after, got, f.Seq, f.Summary, strings.Join(f.Evidence, "\n"))
+		}
+	}
+}

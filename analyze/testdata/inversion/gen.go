@@ -5,9 +5,11 @@
 // {2,3}: two ncclCommSplit calls on the world, each rank a member of one). Every step each
 // rank calls its tensor-parallel AllReduce, then the world AllReduce; at step 21 rank 1 calls
 // the world one first, and with CUDA_DEVICE_MAX_CONNECTIONS=1 the job deadlocks: every rank
-// has issued both, none completes, the job is killed (no Destroy lines).
+// has issued both, none completes, the job is killed (no Destroy lines). In ranahead/ every
+// host goes on issuing three more steps after the inverted one before it blocks, as PyTorch
+// does (the GPU is deadlocked, the host is not), so the inverted pair is not the last one.
 //
-//	go run gen.go   # in this folder: rewrites timestamps/ and plain/
+//	go run gen.go   # in this folder: rewrites timestamps/, plain/ and ranahead/
 package main
 
 import (
@@ -18,12 +20,12 @@ import (
 )
 
 func main() {
-	for _, mode := range []string{"timestamps", "plain"} {
+	for _, mode := range []string{"timestamps", "plain", "ranahead"} {
 		if err := os.MkdirAll(mode, 0o755); err != nil {
 			panic(err)
 		}
 		for r := 0; r < 4; r++ {
-			if err := os.WriteFile(filepath.Join(mode, fmt.Sprintf("nccl.%s.%d.log", host(r), pid(r))), rankLog(r, mode == "timestamps"), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(mode, fmt.Sprintf("nccl.%s.%d.log", host(r), pid(r))), rankLog(r, mode != "plain", mode == "ranahead"), 0o644); err != nil {
 				panic(err)
 			}
 		}
@@ -33,7 +35,7 @@ func main() {
 func host(r int) string { return []string{"gpu-a", "gpu-a", "gpu-b", "gpu-b"}[r] }
 func pid(r int) int     { return 2101 + r }
 
-func rankLog(r int, stamps bool) []byte {
+func rankLog(r int, stamps, ranAhead bool) []byte {
 	var b []byte
 	t := time.Date(2026, 11, 24, 10, 0, 1, 0, time.UTC).Add(time.Duration(r) * 137 * time.Microsecond)
 	dev := r % 2
@@ -59,7 +61,11 @@ func rankLog(r int, stamps bool) []byte {
 	op := func(comm, nranks int, count int) {
 		line(40*time.Microsecond, fmt.Sprintf("AllReduce: opCount 0 sendbuff 0x7f3a1c000000 recvbuff 0x7f3a1c000000 count %d datatype 9 op 0 root 0 comm 0x%x [nranks=%d] stream 0x55e0f2a8c0a0", count, comm, nranks))
 	}
-	for step := 1; step <= 21; step++ {
+	steps := 21
+	if ranAhead {
+		steps = 24
+	}
+	for step := 1; step <= steps; step++ {
 		t = t.Add(95 * time.Millisecond) // forward and backward
 		tpFirst := !(r == 1 && step == 21)
 		if tpFirst {
