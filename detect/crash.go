@@ -291,6 +291,9 @@ func missingLocal(j *Job, host string, local int) *Proc {
 
 // cleanExit: a process that destroyed all its communicators finished normally.
 func cleanExit(p *Proc) bool {
+	if p.Plugin != nil && p.Plugin.Finalized {
+		return true
+	}
 	if len(p.Comms) == 0 {
 		return false
 	}

@@ -55,6 +55,7 @@ type mergeStep func(j *Job, cfg Config, fs *findings)
 // mergeSteps run top to bottom; each sees only what the steps above it kept.
 var mergeSteps = []mergeStep{
 	rasMeetsTheLogs,               // RAS's skew is checked against the ranks' own logs, then judged with them
+	brokenConnectionsNameTheDead,  // connections that broke to a host of several ranks lead to the one that died there
 	findTeardown,                  // most ranks dying at once is the job's teardown
 	measuredSupersedesInferred,    // what the plugin measured replaces what logs suggested about one cause
 	mismatchExplainsStalls,        // a mismatch explains the hang and p2p stalls on its communicator
@@ -139,6 +140,51 @@ func sameCulprit(f Finding, groups ...[]Finding) *Finding {
 		}
 	}
 	return nil
+}
+
+// brokenConnectionsNameTheDead: NCCL's "Connection closed by remote peer <address>" names
+// a host, and a host runs several ranks (or the address resolves to no host the logs
+// know), so the socket rule can only blame the host (rank -1). The crash rule knows which process there died (the sidecar saw it exit, a survivor
+// named its local rank, the launcher reported it): the broken connections are that death's
+// evidence, and the death is dated by the first of them if that came first.
+func brokenConnectionsNameTheDead(j *Job, _ Config, fs *findings) {
+	hosts := map[string]bool{}
+	for _, p := range j.Procs {
+		hosts[p.Host] = true
+	}
+	kept := fs.crashes[:0]
+	var hostLevel []Finding
+	for _, f := range fs.crashes {
+		if strings.HasPrefix(f.Key, "peer:") && len(f.Culprits) == 1 && f.Culprits[0].Rank < 0 {
+			hostLevel = append(hostLevel, f)
+			continue
+		}
+		kept = append(kept, f)
+	}
+	for _, hf := range hostLevel {
+		// An address no process's log resolves (loopback, a NAT) may lead to any host.
+		anyHost := !hosts[hf.Culprits[0].Host]
+		var dead *Finding
+		for i := range kept {
+			k := &kept[i]
+			if strings.HasPrefix(k.Key, "peer:") || len(k.Culprits) == 0 || (!anyHost && k.Culprits[0].Host != hf.Culprits[0].Host) {
+				continue
+			}
+			if dead == nil || earlier(k, dead) {
+				dead = k
+			}
+		}
+		if dead == nil {
+			kept = append(kept, hf)
+			continue
+		}
+		absorb(dead, &hf)
+		if !hf.FaultAt.IsZero() && (dead.FaultAt.IsZero() || hf.FaultAt.Before(dead.FaultAt)) {
+			dead.FaultAt = hf.FaultAt
+		}
+		dead.Victims = max(dead.Victims, hf.Victims)
+	}
+	fs.crashes = kept
 }
 
 // errorsExplainFailures: when NCCL printed an error (a link that failed, a CUDA failure,

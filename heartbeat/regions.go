@@ -136,12 +136,15 @@ func (s *Sidecar) pollRegions() {
 			if !rs.wanted(path, fi, now, s.opts.KeepExited) {
 				continue
 			}
+			// Liveness first: a process seen dead here finalized and exited before the read
+			// below, so the read holds its last word (finalized or not), never a state from
+			// just before its clean end.
+			alive, lockErr := profile.Alive(path)
 			reg, err := profile.Read(path)
 			if err != nil {
 				rs.leaveOut(path, fi, err)
 				continue
 			}
-			alive, lockErr := profile.Alive(path)
 			if rs.stale(path, fi, reg, alive, lockErr, now, s.opts.KeepExited) {
 				continue
 			}
@@ -289,17 +292,31 @@ func (s *Sidecar) watchRegionPID(rr *rankRegion) {
 	}
 }
 
-// regionExited is the liveness callback's part for regions watched by pid.
+// regionExited is the liveness callback's part for regions: a watched region's process is
+// gone; and any region of that pid is read once more now, so that the exit is published
+// with the process's last word (its communicators finalized or not), not with a read from
+// before its clean end.
 func (s *Sidecar) regionExited(pid int, at time.Time) {
 	rs := s.regions
 	if rs == nil {
 		return
 	}
+	var paths []string
 	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	for _, rr := range rs.byPath {
-		if rr.pid == pid && rr.watched && rr.exitedAt.IsZero() {
+	for path, rr := range rs.byPath {
+		if rr.pid != pid {
+			continue
+		}
+		paths = append(paths, path)
+		if rr.watched && rr.exitedAt.IsZero() {
 			rr.exitedAt, rr.exitTime = s.opts.Now(), at
+		}
+	}
+	rs.mu.Unlock()
+	for _, path := range paths {
+		if reg, err := profile.Read(path); err == nil && reg.Process.PID == pid {
+			alive, lockErr := profile.Alive(path)
+			s.applyRegion(path, reg, alive, lockErr, s.opts.Now())
 		}
 	}
 }

@@ -245,7 +245,7 @@ func (rr *rankRegion) pluginComm(c *profile.Comm) snapshot.Comm {
 func (rr *rankRegion) pluginInfo() *snapshot.Plugin {
 	p := rr.reg.Process
 	info := &snapshot.Plugin{ABI: p.ABI, Version: p.Plugin, Dropped: int64(p.DroppedEvents + p.DroppedComms),
-		Read: snapshot.MicrosOf(rr.readAt)}
+		Read: snapshot.MicrosOf(rr.readAt), Finalized: p.CommsInited > 0 && p.CommsFinalized >= p.CommsInited}
 	if p.Disabled {
 		info.Disabled = p.DisabledReason
 		if info.Disabled == "" {

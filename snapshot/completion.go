@@ -34,6 +34,9 @@ type Plugin struct {
 	Disabled string `json:"off,omitempty"`
 	// Read is when the sidecar last read the region.
 	Read Micros `json:"read,omitempty"`
+	// Finalized: every communicator the process created was finalized, as a job that ends
+	// cleanly does; with NCCL_DEBUG=WARN no Destroy line says so.
+	Finalized bool `json:"fin,omitempty"`
 }
 
 // Completion is one communicator's progress on one rank, from the plugin. Positions count

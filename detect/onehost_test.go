@@ -1,0 +1,70 @@
+package detect
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// oneHost puts four ranks on one host (as a node's eight GPUs, or ranks sharing one GPU):
+// NCCL's socket lines then name the host, never which of its ranks.
+func oneHost() []*Proc {
+	var ps []*Proc
+	for r := 0; r < 4; r++ {
+		p := rank(r, 100, 100*time.Millisecond, 0, nil)
+		p.Host, p.Node, p.LocalRank = "vm", "vm", r
+		p.Addrs = []string{"10.0.0.7"}
+		p.State = snapshot.ProcRunning
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+func TestBrokenConnectionsNameTheRankThatDied(t *testing.T) {
+	for _, peer := range []string{"10.0.0.7<40001>", "127.0.0.1<40001>"} {
+		t.Run(peer, func(t *testing.T) {
+			ps := oneHost()
+			dead := ps[1]
+			dead.Comms[0].Count, dead.Comms[0].Recent = 95, dead.Comms[0].Recent[:95]
+			last := dead.Comms[0].Recent[94]
+			dead.Comms[0].Last = &last
+			dead.State, dead.ExitedAt = snapshot.ProcExited, us(10*time.Second)
+			for _, p := range ps {
+				if p == dead {
+					continue
+				}
+				p.Events = append(p.Events, snapshot.Event{Kind: snapshot.EventConnClosedRemote, T: us(9800 * time.Millisecond),
+					Peer: peer, Stage: snapshot.StageRun, Msg: "socketProgress: Connection closed by remote peer " + peer})
+			}
+			j := job(12*time.Second, ps...)
+			res := Evaluate(j, DefaultConfig(), TimingOK)
+			f := only(t, res.Findings, incident.KindCrash)
+			if got := culpritRanks(f); len(got) != 1 || got[0] != 1 {
+				t.Fatalf("culprits %v, want rank 1 (the process that exited): %s\n%v", got, f.Summary, f.Evidence)
+			}
+			if !f.FaultAt.Equal(t0.Add(9800 * time.Millisecond)) {
+				t.Errorf("fault at %s, want the first broken connection (9.8 s), before the exit was seen", f.FaultAt.Sub(t0))
+			}
+		})
+	}
+}
+
+func TestFinalizedPluginProcessEndedCleanly(t *testing.T) {
+	ps := oneHost()
+	for _, p := range ps {
+		// NCCL_DEBUG=WARN: no Destroy line; the plugin says every communicator was finalized.
+		p.State, p.ExitedAt = snapshot.ProcExited, us(10*time.Second)
+		p.Source, p.Plugin = snapshot.SourcePlugin, &snapshot.Plugin{ABI: 5, Finalized: true}
+	}
+	res := Evaluate(job(12*time.Second, ps...), DefaultConfig(), TimingOK)
+	if len(res.Findings) != 0 {
+		t.Fatalf("a job whose ranks all finalized and exited ended cleanly: %+v", res.Findings)
+	}
+	ps[2].Plugin.Finalized = false // one rank died with its communicators in use
+	res = Evaluate(job(12*time.Second, ps...), DefaultConfig(), TimingOK)
+	if f := only(t, res.Findings, incident.KindCrash); len(f.Culprits) != 1 || f.Culprits[0].Rank != 2 {
+		t.Fatalf("want rank 2: %+v", f)
+	}
+}
