@@ -7,8 +7,8 @@ import (
 )
 
 // The readers of NCCL's failure messages: sockets, shared memory, GPU assignment, versions,
-// InfiniBand set-up, CUDA and proxy errors. Their wording changed across releases
-// (../shared/reference/nccl-log-formats.md §6); each reader accepts every form and keeps
+// InfiniBand set-up, CUDA and proxy errors. Their wording changed across releases (NCCL's
+// misc/socket.cc, transport/net_ib*, proxy.cc of 2.4 to 2.30); each reader accepts every form and keeps
 // what a rule needs to name the cause: the peer address, the system's reason, the ranks.
 
 // isSocketFailure reports a message of NCCL's socket code (bootstrap, proxy, NET/Socket), of

@@ -3,8 +3,9 @@
 // ops, point-to-point counters and warnings.
 //
 // Parse is the hot path: it allocates nothing, and the byte slices in a Line point into the
-// caller's buffer, valid until that buffer changes. Formats follow
-// ../shared/reference/nccl-log-formats.md and the real captures under testdata/.
+// caller's buffer, valid until that buffer changes. Formats follow NCCL's own format strings
+// release by release (src/debug.cc for the prefix, the callers of INFO/WARN for messages), the
+// real captures under testdata/ and the field cases under analyze/testdata/field.
 package logparse
 
 import "github.com/ncclwatch/watchdog/snapshot"
