@@ -171,3 +171,18 @@ func TestNoRetiredImports(t *testing.T) {
 		}
 	}
 }
+
+// A comment that points outside the repository points at nothing for the next contributor.
+func TestNoPointersOutsideTheRepository(t *testing.T) {
+	for _, files := range goFiles(t) {
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), "../shared/") && !strings.HasSuffix(file, "layout_test.go") {
+				t.Errorf("%s refers to ../shared/, which is not part of the repository", file)
+			}
+		}
+	}
+}
