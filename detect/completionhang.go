@@ -151,6 +151,10 @@ func completionHangFinding(j *Job, ns []notIssued) Finding {
 	if first.queued {
 		did = "issued but its GPU has not started"
 	}
+	f.queued = true
+	for _, n := range ns {
+		f.queued = f.queued && n.queued
+	}
 	f.Summary = fmt.Sprintf("%s %s collective %d of communicator %s, which %s %s had running on the GPU for %s, waiting for it (%d rank(s) waiting)%s",
 		p.Name(), did, op.Seq, shortComm(first.group.ID), names(first.waiting), describeOp(op), first.waited.Round(100*time.Millisecond),
 		len(victims), more)

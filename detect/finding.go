@@ -38,6 +38,9 @@ type Finding struct {
 	measured bool
 	// comms are the communicators a finding spans beyond Comm (an order inversion's two).
 	comms []string
+	// queued: a completion hang whose rank issued the op but whose GPU never started it:
+	// the GPU is busy elsewhere, often behind an op that waits for another culprit.
+	queued bool
 }
 
 // Teardown is a job's teardown: Ranks rank processes on Hosts hosts died between First

@@ -60,6 +60,7 @@ var mergeSteps = []mergeStep{
 	measuredSupersedesInferred,    // what the plugin measured replaces what logs suggested about one cause
 	mismatchExplainsStalls,        // a mismatch explains the hang and p2p stalls on its communicator
 	mismatchExplainsInversions,    // a rank that skipped or swapped an op is out of step on its communicator, not out of order
+	stoppedRankExplainsNeighbours, // a rank that stopped or died explains busy GPUs, slow links and order ties around it
 	inversionExplainsStalls,       // an order inversion explains the hangs and stuck collectives of its communicators
 	deathAndStallOfOneRank,        // a death and a stall of one rank are one cause; the order says which
 	hangAbsorbsP2P,                // a hang absorbs the p2p mismatch of the same rank
@@ -140,6 +141,67 @@ func sameCulprit(f Finding, groups ...[]Finding) *Finding {
 		}
 	}
 	return nil
+}
+
+// stoppedRankExplainsNeighbours: once a rank has stopped issuing or died, what its peers'
+// completion state shows next is its doing: a peer's GPU that never started an op is busy
+// behind one that waits for the stopped rank; send steps to it take long (a slow "link"
+// to a rank that no longer receives); an order tie that names it compared an op it never
+// issued. These fold into the stopped rank's finding instead of paging on their own.
+func stoppedRankExplainsNeighbours(_ *Job, _ Config, fs *findings) {
+	var causes []*Finding
+	for _, group := range []*[]Finding{&fs.crashes, &fs.stalls} {
+		for i := range *group {
+			if f := &(*group)[i]; !f.queued && (f.Kind == incident.KindCrash || f.Kind == incident.KindHang) {
+				causes = append(causes, f)
+			}
+		}
+	}
+	if len(causes) == 0 {
+		return
+	}
+	causeOf := func(f *Finding) *Finding {
+		for _, c := range causes {
+			for _, k := range c.culpritKeys {
+				for _, fk := range f.culpritKeys {
+					if k == fk {
+						return c
+					}
+				}
+			}
+		}
+		return nil
+	}
+	fold := func(group *[]Finding, consequence func(*Finding) *Finding) {
+		kept := (*group)[:0]
+		for _, f := range *group {
+			if c := consequence(&f); c != nil {
+				absorb(c, &f)
+				continue
+			}
+			kept = append(kept, f)
+		}
+		*group = kept
+	}
+	fold(&fs.inversions, func(f *Finding) *Finding {
+		if len(f.Culprits) > 1 {
+			return causeOf(f)
+		}
+		return nil
+	})
+	fold(&fs.links, func(f *Finding) *Finding {
+		if f.measured {
+			return causeOf(f)
+		}
+		return nil
+	})
+	// Last: causes point into fs.stalls, which this folding compacts.
+	fold(&fs.stalls, func(f *Finding) *Finding {
+		if f.queued {
+			return causes[0]
+		}
+		return nil
+	})
 }
 
 // brokenConnectionsNameTheDead: NCCL's "Connection closed by remote peer <address>" names

@@ -68,3 +68,33 @@ func TestFinalizedPluginProcessEndedCleanly(t *testing.T) {
 		t.Fatalf("want rank 2: %+v", f)
 	}
 }
+
+// TestStoppedRankExplainsNeighbours: what the device showed with four ranks on one GPU and
+// the plugin: rank 2 stopped issuing; rank 3's GPU never started the op (busy behind one that
+// waits for rank 2), its send steps to rank 2 took long, and an order "tie" named ranks 2 and
+// 3. One incident: rank 2's.
+func TestStoppedRankExplainsNeighbours(t *testing.T) {
+	stopped := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Key: "rank:vm:2",
+		culpritKeys: []string{"vm:2"}, Culprits: []incident.Culprit{{Rank: 2}}, measured: true, Summary: "rank 2 has not issued"}
+	busy := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Key: "rank:vm:3",
+		culpritKeys: []string{"vm:3"}, Culprits: []incident.Culprit{{Rank: 3}}, measured: true, queued: true, Summary: "rank 3 issued but its GPU has not started"}
+	slow := Finding{Kind: incident.KindLink, Severity: incident.SeverityWarning, Key: "link:3-2",
+		culpritKeys: []string{"vm:3", "vm:2"}, Culprits: []incident.Culprit{{Rank: 3}, {Rank: 2}}, measured: true, Summary: "slow link 3-2"}
+	tie := Finding{Kind: incident.KindOrderInversion, Severity: incident.SeverityCritical, Key: "inversion:a:b",
+		culpritKeys: []string{"vm:2", "vm:3"}, Culprits: []incident.Culprit{{Rank: 2}, {Rank: 3}}, Summary: "tie 2,3"}
+	otherLink := Finding{Kind: incident.KindLink, Severity: incident.SeverityWarning, Key: "link:0-1",
+		culpritKeys: []string{"vm:0", "vm:1"}, Culprits: []incident.Culprit{{Rank: 0}, {Rank: 1}}, measured: true, Summary: "slow link 0-1"}
+	for _, order := range [][]Finding{{busy, stopped}, {stopped, busy}} {
+		fs := findings{stalls: append([]Finding(nil), order...), links: []Finding{slow, otherLink}, inversions: []Finding{tie}}
+		stoppedRankExplainsNeighbours(&Job{}, DefaultConfig(), &fs)
+		all := fs.all()
+		if len(all) != 2 || all[0].Key != "rank:vm:2" && all[1].Key != "rank:vm:2" {
+			t.Fatalf("want rank 2's hang and the unrelated link, got %+v", all)
+		}
+		for _, f := range all {
+			if f.Key == "rank:vm:2" && len(f.Evidence) != 3 {
+				t.Errorf("rank 2's finding should carry the three consequences: %v", f.Evidence)
+			}
+		}
+	}
+}
