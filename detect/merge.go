@@ -184,10 +184,25 @@ func stoppedRankExplainsNeighbours(_ *Job, _ Config, fs *findings) {
 		*group = kept
 	}
 	fold(&fs.inversions, func(f *Finding) *Finding {
-		if len(f.Culprits) > 1 {
-			return causeOf(f)
+		if len(f.Culprits) < 2 {
+			return nil
 		}
-		return nil
+		// When every rank of the tie is found stopped, each is blocked in the op the
+		// other never reaches (a host waits on one communicator's result before it calls
+		// the other): that is the inversion itself, which explains the stops below.
+		var cause *Finding
+		all := true
+		for _, k := range f.culpritKeys {
+			c := causeOf(&Finding{culpritKeys: []string{k}})
+			all = all && c != nil
+			if cause == nil {
+				cause = c
+			}
+		}
+		if all {
+			return nil
+		}
+		return cause
 	})
 	fold(&fs.links, func(f *Finding) *Finding {
 		if f.measured {

@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -96,5 +97,23 @@ func TestStoppedRankExplainsNeighbours(t *testing.T) {
 				t.Errorf("rank 2's finding should carry the three consequences: %v", f.Evidence)
 			}
 		}
+	}
+}
+
+// TestInversionOutlivesTheStopsItCauses: ranks 0 and 1 each wait on one communicator's
+// result before calling the other's collective, so each is "stopped" on the communicator the
+// other waits in. The tie is the cause; the two stops stay for the inversion to explain.
+func TestInversionOutlivesTheStopsItCauses(t *testing.T) {
+	stop := func(r int) Finding {
+		k := fmt.Sprintf("vm:%d", r)
+		return Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Key: "rank:" + k,
+			culpritKeys: []string{k}, Culprits: []incident.Culprit{{Rank: r}}, measured: true}
+	}
+	tie := Finding{Kind: incident.KindOrderInversion, Severity: incident.SeverityCritical, Key: "inversion:a:b",
+		culpritKeys: []string{"vm:0", "vm:1"}, Culprits: []incident.Culprit{{Rank: 0}, {Rank: 1}}}
+	fs := findings{stalls: []Finding{stop(0), stop(1)}, inversions: []Finding{tie}}
+	stoppedRankExplainsNeighbours(&Job{}, DefaultConfig(), &fs)
+	if len(fs.inversions) != 1 || len(fs.stalls) != 2 {
+		t.Fatalf("the tie and both stops should be left to inversionExplainsStalls, got %+v", fs.all())
 	}
 }
