@@ -45,7 +45,7 @@ __asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
 
 #define NW_API __attribute__((visibility("default")))
 #define NW_PLUGIN_NAME "ncclwatch"
-#define NW_PLUGIN_VERSION "ncclwatch-profiler 2"
+#define NW_PLUGIN_VERSION "ncclwatch-profiler 3"
 
 /* Per communicator: operations tracked until complete (a ring in issue order) and proxy ops
  * in flight. Past the ring a new op shares the newest entry (merged_ops); past the pool a
@@ -686,6 +686,55 @@ static void *merge(struct nw_comm *c, unsigned slot, const struct nw_op *o, unsi
   return h_make(H_TASK, (unsigned)slot, (unsigned)(t - c->ring), t->gen);
 }
 
+/* The digest of a call history: a multiply-xorshift step per field, cheap and the same on
+ * every rank. Strings enter as the NUL-padded bytes the region keeps. */
+static inline uint64_t mix(uint64_t d, uint64_t v) {
+  d ^= v + 0x9e3779b97f4a7c15ULL;
+  d *= 0xbf58476d1ce4e5b9ULL;
+  return d ^ (d >> 31);
+}
+
+static inline uint64_t word(const char *s, unsigned i) {
+  uint64_t w;
+  memcpy(&w, s + 8 * i, sizeof w);
+  return w;
+}
+
+/* Only rooted collectives agree on a root; the others pass whatever their caller had. */
+static int rooted(const char *func) {
+  return !strcmp(func, "Broadcast") || !strcmp(func, "Reduce") || !strcmp(func, "Gather") || !strcmp(func, "Scatter");
+}
+
+/* Records a collective's signature, folds it into the comm's digest and marks the aligned
+ * positions: what lets the detector see that ranks called different things at one position. */
+static void record_sig(struct nw_comm_slot *s, const struct nw_op *o) {
+  _Static_assert(NW_STR == 16, "signature strings are two words");
+  struct nw_history *h = &s->hist;
+  struct nw_sig *g = &h->sigs[(o->seq - 1) & (NW_SIGS - 1)];
+  g->seq = o->seq;
+  g->count = o->count;
+  g->issue_us = o->issue_us;
+  g->root = o->root;
+  g->proc_seq = o->proc_seq;
+  memcpy(g->func, o->func, NW_STR);
+  memcpy(g->dtype, o->dtype, NW_STR);
+  uint64_t d = h->digest;
+  d = mix(d, word(o->func, 0));
+  d = mix(d, word(o->func, 1));
+  d = mix(d, word(o->dtype, 0));
+  d = mix(d, word(o->dtype, 1));
+  d = mix(d, rooted(o->func) ? (uint64_t)(uint32_t)o->root : 0);
+  d = mix(d, o->count);
+  h->digest = d;
+  uint64_t every = 16;
+  for (unsigned level = 0; level < NW_MARK_LEVELS && o->seq % every == 0; level++, every <<= 4) {
+    struct nw_mark *m = &h->marks[level][(o->seq / every) % NW_MARKS_PER_LEVEL];
+    m->seq = o->seq;
+    m->digest = d;
+    m->t_us = o->issue_us;
+  }
+}
+
 static void *issue(struct nw_comm *c, unsigned slot, const struct nw_ev *e, unsigned kind, uint64_t now) {
   struct nw_comm_slot *s = c->shm;
   if (c->head - c->tail > NW_RING) {
@@ -730,6 +779,7 @@ static void *issue(struct nw_comm *c, unsigned slot, const struct nw_ev *e, unsi
   o.proc_seq = __atomic_add_fetch(&g_issue_seq, 1, __ATOMIC_RELAXED);
   if (!o.proc_seq) o.proc_seq = __atomic_add_fetch(&g_issue_seq, 1, __ATOMIC_RELAXED); /* 0 means unknown */
   s->h.last = o; /* the newest issued, tracked or not */
+  if (kind == NW_OP_COLL) record_sig(s, &o);
   uint32_t plan = (h_tag(e->parent) == H_GROUP && h_slot(e->parent) == slot) ? h_gen(e->parent) : 0;
   c->last_tracked = c->head - c->tail < NW_RING;
   if (!c->last_tracked) return merge(c, slot, &o, kind, dir, row, seq, plan);

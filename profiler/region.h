@@ -1,6 +1,6 @@
 /*
  * The shared-memory region one training process writes and the sidecar maps read-only
- * (Go reader: heartbeat/profile). Layout version 2; fixed-width fields, native byte order
+ * (Go reader: heartbeat/profile). Layout version 3; fixed-width fields, native byte order
  * (little-endian on every supported target), explicit padding, 64-byte aligned slots.
  * heartbeat/profile's layout test compiles profiler/test/layout.c against this file and
  * compares every offset with the Go constants, so the two sides cannot drift: change a field
@@ -10,6 +10,11 @@
  * peer direction's network time of send steps (net_us, net_steps), and per comm the ops merged
  * past the tracking ring (merged_ops) and the summed queue and busy times of completed
  * collectives (timed_colls, queue_us, busy_us).
+ *
+ * Version 3 (plugin 3) added each comm slot's history after its peers: the signatures of its
+ * newest collectives (a ring by position) and a chained digest of every signature with marks
+ * at positions that are multiples of 16, 256 and 4096, so the detector can compare what the
+ * ranks called (a size or type mismatch that completes) without NCCL's INFO lines.
  *
  * Concurrency: the header's static part is written before the file is renamed into place.
  * Its counters and flags change later through 8- or 4-byte atomic stores. Each comm slot is
@@ -23,11 +28,14 @@
 #include <stdint.h>
 
 #define NW_MAGIC 0x465250574C43434EULL /* the bytes "NCCLWPRF" read as a little-endian u64 */
-#define NW_LAYOUT_VERSION 2
+#define NW_LAYOUT_VERSION 3
 #define NW_MAX_COMMS 64
 #define NW_MAX_PEERS 64
 #define NW_HEADER_SIZE 4096
 #define NW_STR 16 /* op strings (func, datatype, algo, proto), NUL-padded */
+#define NW_SIGS 64          /* newest collective signatures kept per comm (a power of two) */
+#define NW_MARK_LEVELS 3    /* marks every 16, 256 and 4096 positions */
+#define NW_MARKS_PER_LEVEL 4
 
 enum nw_proc_state { NW_PROC_RUNNING = 1, NW_PROC_EXITED = 2 };
 enum nw_slot_state { NW_SLOT_FREE = 0, NW_SLOT_LIVE = 1 };
@@ -153,9 +161,37 @@ struct nw_comm_hdr {
   uint8_t reserved[88];
 };
 
+/* What a collective was called with: the fields every rank must agree on. */
+struct nw_sig {
+  uint64_t seq; /* position on the comm (as coll_issued counts); 0: entry unused */
+  uint64_t count;
+  uint64_t issue_us;
+  int32_t root;
+  uint32_t proc_seq;
+  char func[NW_STR];
+  char dtype[NW_STR];
+};
+
+/* The digest of every signature up to seq, and when seq was issued. */
+struct nw_mark {
+  uint64_t seq; /* 0: unused */
+  uint64_t digest;
+  uint64_t t_us;
+};
+
+/* A comm's call history: sigs[(seq - 1) % NW_SIGS] holds position seq while it is among the
+ * newest NW_SIGS; marks[level][(seq / every) % NW_MARKS_PER_LEVEL] the mark at seq. */
+struct nw_history {
+  struct nw_sig sigs[NW_SIGS];
+  struct nw_mark marks[NW_MARK_LEVELS][NW_MARKS_PER_LEVEL];
+  uint64_t digest; /* of every collective issued (coll_issued of them) */
+  uint8_t pad[24];
+};
+
 struct nw_comm_slot {
   struct nw_comm_hdr h;
   struct nw_peer peers[NW_MAX_PEERS];
+  struct nw_history hist;
 };
 
 struct nw_region {
@@ -170,6 +206,11 @@ _Static_assert(sizeof(struct nw_op) == 128, "op is 128 bytes");
 _Static_assert(sizeof(struct nw_peer_dir) == 96, "peer direction is 96 bytes");
 _Static_assert(sizeof(struct nw_peer) == 200, "peer is 200 bytes");
 _Static_assert(sizeof(struct nw_comm_hdr) == 512, "comm header is 512 bytes");
+_Static_assert(sizeof(struct nw_sig) == 64, "signature is 64 bytes");
+_Static_assert(sizeof(struct nw_mark) == 24, "mark is 24 bytes");
+_Static_assert(sizeof(struct nw_history) % 64 == 0, "history is whole cache lines");
+_Static_assert(offsetof(struct nw_comm_slot, hist) == sizeof(struct nw_comm_hdr) + NW_MAX_PEERS * sizeof(struct nw_peer),
+               "history follows the peers");
 _Static_assert(sizeof(struct nw_comm_slot) % 64 == 0, "comm slots stay cache-line aligned");
 _Static_assert(offsetof(struct nw_region, comms) == NW_HEADER_SIZE, "slots follow the header");
 

@@ -1,6 +1,6 @@
 package profile
 
-// Byte offsets of layout version 2, mirroring profiler/region.h. TestLayoutMatchesC compiles
+// Byte offsets of layout version 3, mirroring profiler/region.h. TestLayoutMatchesC compiles
 // profiler/test/layout.c and compares every one of them with what gcc computes, so a change on
 // one side without the other fails the tests.
 const (
@@ -8,7 +8,7 @@ const (
 	Magic uint64 = 0x465250574C43434E
 	// LayoutVersion is the only layout this reader decodes; a region of another one is
 	// reported with ErrVersion, never guessed at.
-	LayoutVersion = 2
+	LayoutVersion = 3
 
 	// The defaults of the plugin build; the reader takes the geometry from each header.
 	DefaultMaxComms = 64
@@ -20,6 +20,14 @@ const (
 	peerSize    = 200
 	commHdrSize = 512
 	strLen      = 16
+	sigSize     = 64
+	markSize    = 24
+	historySize = 4416
+	// A comm's history: the newest collective signatures (a ring by position) and the marks,
+	// NumMarkLevels levels (every 16, 256, 4096 positions) of marksPerLevel each.
+	numSigs       = 64
+	numMarkLevels = 3
+	marksPerLevel = 4
 
 	// struct nw_hdr
 	hdrMagic          = 0
@@ -121,4 +129,23 @@ const (
 	chTimedColls    = 400
 	chQueueUs       = 408
 	chBusyUs        = 416
+
+	// struct nw_sig
+	sigSeq     = 0
+	sigCount   = 8
+	sigIssueUs = 16
+	sigRoot    = 24
+	sigProcSeq = 28
+	sigFunc    = 32
+	sigDtype   = 48
+
+	// struct nw_mark
+	markSeq    = 0
+	markDigest = 8
+	markTUs    = 16
+
+	// struct nw_history, after the peers of a comm slot
+	histSigs   = 0
+	histMarks  = numSigs * sigSize
+	histDigest = histMarks + numMarkLevels*marksPerLevel*markSize
 )

@@ -4,9 +4,11 @@ package profile
 var layoutTable = map[string]int{
 	"magic": int(Magic), "layout_version": LayoutVersion,
 	"max_comms": DefaultMaxComms, "max_peers": DefaultMaxPeers, "str": strLen,
+	"sigs": numSigs, "mark_levels": numMarkLevels, "marks_per_level": marksPerLevel,
+	"sizeof.sig": sigSize, "sizeof.mark": markSize, "sizeof.history": historySize,
 	"sizeof.hdr": headerSize, "sizeof.op": opSize, "sizeof.peer_dir": peerDirSize, "sizeof.peer": peerSize,
-	"sizeof.comm_hdr": commHdrSize, "sizeof.comm_slot": commHdrSize + DefaultMaxPeers*peerSize,
-	"sizeof.region": headerSize + DefaultMaxComms*(commHdrSize+DefaultMaxPeers*peerSize),
+	"sizeof.comm_hdr": commHdrSize, "sizeof.comm_slot": commHdrSize + DefaultMaxPeers*peerSize + historySize,
+	"sizeof.region": headerSize + DefaultMaxComms*(commHdrSize+DefaultMaxPeers*peerSize+historySize),
 
 	"hdr.magic": hdrMagic, "hdr.layout_version": hdrLayoutVersion, "hdr.header_size": hdrHeaderSize,
 	"hdr.region_size": hdrRegionSize, "hdr.max_comms": hdrMaxComms, "hdr.comm_size": hdrCommSize,
@@ -43,7 +45,13 @@ var layoutTable = map[string]int{
 	"comm_hdr.last": chLast, "comm_hdr.merged_ops": chMergedOps,
 	"comm_hdr.timed_colls": chTimedColls, "comm_hdr.queue_us": chQueueUs, "comm_hdr.busy_us": chBusyUs,
 
-	"comm_slot.peers": commHdrSize, "region.comms": headerSize,
+	"sig.seq": sigSeq, "sig.count": sigCount, "sig.issue_us": sigIssueUs, "sig.root": sigRoot,
+	"sig.proc_seq": sigProcSeq, "sig.func": sigFunc, "sig.dtype": sigDtype,
+	"mark.seq": markSeq, "mark.digest": markDigest, "mark.t_us": markTUs,
+	"history.sigs": histSigs, "history.marks": histMarks, "history.digest": histDigest,
+
+	"comm_slot.peers": commHdrSize, "comm_slot.hist": commHdrSize + DefaultMaxPeers*peerSize,
+	"region.comms": headerSize,
 
 	"enum.proc_running": int(ProcRunning), "enum.proc_exited": int(ProcExited),
 	"enum.slot_free": slotFree, "enum.slot_live": slotLive,

@@ -193,6 +193,16 @@ func settled(t *testing.T, c Comm) Comm {
 		}
 		op.Issued, op.GPUStarted = 0, 0
 	}
+	c.Sigs = slices.Clone(c.Sigs)
+	for i := range c.Sigs {
+		if c.Sigs[i].Issued == 0 {
+			t.Errorf("comm %s signature %d: no issue time", c.ID, c.Sigs[i].Seq)
+		}
+		c.Sigs[i].Issued = 0
+	}
+	if want := refDigest(c.Sigs); len(c.Sigs) == int(c.CollIssued) && c.Digest != want {
+		t.Errorf("comm %s: digest %#x, the signatures give %#x", c.ID, c.Digest, want)
+	}
 	c.Peers = slices.Clone(c.Peers)
 	for i := range c.Peers {
 		for _, d := range []*PeerDir{&c.Peers[i].Send, &c.Peers[i].Recv} {
@@ -215,7 +225,7 @@ func checkProcess(t *testing.T, p Process, abi int) {
 		t.Errorf("identity not recorded: %+v", p)
 	}
 	if p.ABI != abi || p.Rank != 3 || p.LocalRank != 1 || p.WorldSize != 8 || p.LocalWorldSize != 2 ||
-		p.JobID != "test-job" || p.EventMask != 0x5f || p.Plugin != "ncclwatch-profiler 2" || p.Disabled {
+		p.JobID != "test-job" || p.EventMask != 0x5f || p.Plugin != "ncclwatch-profiler 3" || p.Disabled {
 		t.Errorf("process header: %+v", p)
 	}
 	// The driver is not linked with NCCL, so there is no ncclGetVersion to ask.
@@ -299,6 +309,9 @@ func testBasic(t *testing.T, b *built, ver int) {
 		InFlight: &Op{Kind: OpColl, Seq: 3, NCCLSeq: 2, Func: "AllReduce", Count: 3000, Datatype: "ncclFloat32",
 			Algo: "RING", Proto: "SIMPLE", NChannels: 2, KernelChStarted: 2, ProxyOpen: 2, GPUTimer: timer, ProcSeq: 5},
 		Last: &Op{Kind: OpP2P, Seq: 2, Func: "Send", Count: 8192, Datatype: "ncclInt8", Root: 3, NChannels: p2pCh, ProcSeq: 6},
+		Sigs: []Sig{{Seq: 1, Func: "AllReduce", Count: 1000, Datatype: "ncclFloat32", ProcSeq: 1},
+			{Seq: 2, Func: "AllReduce", Count: 2000, Datatype: "ncclFloat32", ProcSeq: 2},
+			{Seq: 3, Func: "AllReduce", Count: 3000, Datatype: "ncclFloat32", ProcSeq: 5}},
 		Peers: []Peer{
 			// Network steps: every send step that reached SendWait and ended (4 + 4 + 1).
 			{Rank: 2, Send: PeerDir{ProxyOps: 3, ProxyOpsDone: 2, Steps: 12, StepsDone: 9, State: StateSendPeerWait, NetSteps: 9}},
@@ -308,6 +321,7 @@ func testBasic(t *testing.T, b *built, ver int) {
 				Recv: PeerDir{P2PIssued: 1, P2PDone: 1, ProxyOps: 1, ProxyOpsDone: 1, Steps: 2, StepsDone: 2, State: StateRecvGPUWait, Channel: 3}},
 		},
 	}
+	want.Digest = refDigest(want.Sigs)
 	if got := settled(t, r.Comms[0]); !reflect.DeepEqual(got, want) {
 		t.Errorf("comm\n got %s\nwant %s", dump(got), dump(want))
 	}
@@ -410,6 +424,50 @@ func testBurst(t *testing.T, b *built) {
 		case s.ProxyOps != 300 || s.OpenProxyOps() != c.sendOpen || s.StepsDone != c.stepsDone || s.NetSteps != c.netStep ||
 			m.Peers[0].Recv.ProxyOps != 300:
 			t.Errorf("burst %d: peer %+v", c.done, m.Peers[0])
+		}
+		checkHistory(t, m, Sig{Func: "AllReduce", Count: 1024, Datatype: "ncclFloat32"})
+	}
+}
+
+// checkHistory checks a comm's call history after CollIssued collectives of one signature:
+// the newest 64 signatures, the last four marks every 16 positions (and the level above),
+// and digests equal to the signatures'.
+func checkHistory(t *testing.T, m Comm, each Sig) {
+	t.Helper()
+	n := m.CollIssued
+	all := make([]Sig, n)
+	for i := range all {
+		all[i] = each
+		all[i].Seq = uint64(i + 1)
+	}
+	if m.Digest != refDigest(all) {
+		t.Errorf("digest %#x, want %#x", m.Digest, refDigest(all))
+	}
+	if len(m.Sigs) != min(int(n), numSigs) || m.Sigs[len(m.Sigs)-1].Seq != n {
+		t.Fatalf("%d signatures ending at %d, want the newest %d", len(m.Sigs), m.Sigs[len(m.Sigs)-1].Seq, min(int(n), numSigs))
+	}
+	for _, g := range m.Sigs {
+		if g.Issued == 0 || g.Func != each.Func || g.Count != each.Count || g.Datatype != each.Datatype {
+			t.Errorf("signature %+v", g)
+		}
+	}
+	want := map[uint64]bool{}
+	for k := range uint64(marksPerLevel) {
+		if s := (n/16 - k) * 16; s > 0 && n/16 >= k {
+			want[s] = true
+		}
+	}
+	for s := uint64(256); s <= n; s += 256 {
+		if n/256-s/256 < marksPerLevel {
+			want[s] = true
+		}
+	}
+	if len(m.Marks) != len(want) {
+		t.Errorf("marks %+v, want positions %v", m.Marks, want)
+	}
+	for _, mk := range m.Marks {
+		if !want[mk.Seq] || mk.Digest != refDigest(all[:mk.Seq]) || mk.T == 0 {
+			t.Errorf("mark %+v (want the digest %#x)", mk, refDigest(all[:mk.Seq]))
 		}
 	}
 }
@@ -615,4 +673,34 @@ func TestRegionLockTellsALiveProcess(t *testing.T) {
 	if alive, err := Alive(rank.Path()); err != nil || alive {
 		t.Fatalf("killed process: alive %v, %v", alive, err)
 	}
+}
+
+// refDigest is the plugin's call-history digest, written from its contract in
+// profiler/region.h: per signature the function and datatype as their 16 NUL-padded bytes
+// (two words each), the root for rooted collectives only, then the count.
+func refDigest(sigs []Sig) uint64 {
+	mix := func(d, v uint64) uint64 {
+		d ^= v + 0x9e3779b97f4a7c15
+		d *= 0xbf58476d1ce4e5b9
+		return d ^ d>>31
+	}
+	words := func(s string) (uint64, uint64) {
+		var b [16]byte
+		copy(b[:15], s)
+		return le.Uint64(b[:8]), le.Uint64(b[8:])
+	}
+	var d uint64
+	for _, g := range sigs {
+		f0, f1 := words(g.Func)
+		t0, t1 := words(g.Datatype)
+		root := uint64(0)
+		switch g.Func {
+		case "Broadcast", "Reduce", "Gather", "Scatter":
+			root = uint64(uint32(int32(g.Root)))
+		}
+		for _, v := range []uint64{f0, f1, t0, t1, root, g.Count} {
+			d = mix(d, v)
+		}
+	}
+	return d
 }

@@ -92,7 +92,7 @@ func readMapped(mem []byte) (r *Region, err error) {
 	return decode(img, g, busy)
 }
 
-// copySlot copies one comm slot (its header and the peer rows in use) between two equal,
+// copySlot copies one comm slot (its header, the peer rows in use and its history) between two equal,
 // even loads of its sequence number.
 func copySlot(dst, src []byte, maxPeers int) bool {
 	for try := range slotTries {
@@ -105,6 +105,9 @@ func copySlot(dst, src []byte, maxPeers int) bool {
 			}
 			end := commHdrSize + n*peerSize
 			loadWords(dst[commHdrSize:end], src[commHdrSize:end])
+			if n := len(src) - historySize; n >= end {
+				loadWords(dst[n:], src[n:])
+			}
 			if load64(src, chSeq) == s1 {
 				binary.LittleEndian.PutUint64(dst[chSeq:], s1)
 				return true

@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -219,6 +220,31 @@ type Comm struct {
 	InFlight *Op    `json:"in_flight,omitempty"`
 	Last     *Op    `json:"last,omitempty"`
 	Peers    []Peer `json:"peers,omitempty"`
+	// Sigs are the newest collectives' signatures (up to 64, oldest first): what this rank
+	// called at each position, to compare with its peers. Marks are the digest of every
+	// signature up to positions that are multiples of 16, 256 and 4096; Digest is the digest
+	// up to CollIssued. Equal digests at one position mean the ranks called the same things.
+	Sigs   []Sig  `json:"sigs,omitempty"`
+	Marks  []Mark `json:"marks,omitempty"`
+	Digest uint64 `json:"digest,omitempty"`
+}
+
+// Sig is what a collective was called with.
+type Sig struct {
+	Seq      uint64          `json:"seq"`
+	Func     string          `json:"func"`
+	Count    uint64          `json:"count"`
+	Datatype string          `json:"datatype"`
+	Root     int             `json:"root"`
+	Issued   snapshot.Micros `json:"issued"`
+	ProcSeq  uint32          `json:"proc_seq,omitempty"`
+}
+
+// Mark is the digest of a communicator's call history up to Seq.
+type Mark struct {
+	Seq    uint64          `json:"seq"`
+	Digest uint64          `json:"digest"`
+	T      snapshot.Micros `json:"t"`
 }
 
 // CommID is NCCL's commId of a communicator (its commHash, 2.26+).
@@ -341,7 +367,7 @@ func checkHeader(b []byte) (geometry, error) {
 			ErrCorrupt, hs, ps, ops, LayoutVersion, headerSize, peerSize, opSize)
 	case mc == 0 || mc > 4096 || mp == 0 || mp > 65536:
 		return g, fmt.Errorf("%w: %d comm slots of %d peers", ErrCorrupt, mc, mp)
-	case uint64(cs) != commHdrSize+uint64(mp)*peerSize:
+	case uint64(cs) != commHdrSize+uint64(mp)*peerSize+historySize:
 		return g, fmt.Errorf("%w: comm slot of %d bytes for %d peers", ErrCorrupt, cs, mp)
 	case rs != headerSize+uint64(mc)*uint64(cs):
 		return g, fmt.Errorf("%w: region of %d bytes for %d slots of %d", ErrCorrupt, rs, mc, cs)
@@ -462,6 +488,7 @@ func decodeComm(s []byte, slot, maxPeers int) (Comm, error) {
 		InFlight:      decodeOp(s[chInflight : chInflight+opSize]),
 		Last:          decodeOp(s[chLast : chLast+opSize]),
 	}
+	c.Sigs, c.Marks, c.Digest = decodeHistory(s[len(s)-historySize:], c.CollIssued)
 	for i := range n {
 		p := s[commHdrSize+i*peerSize : commHdrSize+(i+1)*peerSize]
 		c.Peers = append(c.Peers, Peer{
@@ -471,6 +498,33 @@ func decodeComm(s []byte, slot, maxPeers int) (Comm, error) {
 		})
 	}
 	return c, nil
+}
+
+// decodeHistory reads a comm's newest signatures (those of positions still in the ring,
+// oldest first) and its marks (oldest first).
+func decodeHistory(h []byte, issued uint64) (sigs []Sig, marks []Mark, digest uint64) {
+	for i := range numSigs {
+		b := h[histSigs+i*sigSize : histSigs+(i+1)*sigSize]
+		seq := u64(b, sigSeq)
+		if seq == 0 || seq > issued || issued-seq >= numSigs || (seq-1)%numSigs != uint64(i) {
+			continue
+		}
+		sigs = append(sigs, Sig{Seq: seq, Func: cstr(b, sigFunc, strLen), Count: u64(b, sigCount),
+			Datatype: cstr(b, sigDtype, strLen), Root: i32(b, sigRoot), Issued: snapshot.Micros(u64(b, sigIssueUs)),
+			ProcSeq: u32(b, sigProcSeq)})
+	}
+	sort.Slice(sigs, func(a, b int) bool { return sigs[a].Seq < sigs[b].Seq })
+	seen := map[uint64]bool{}
+	for i := range numMarkLevels * marksPerLevel {
+		b := h[histMarks+i*markSize : histMarks+(i+1)*markSize]
+		// A mark of a higher level repeats one of a lower level at the same position.
+		if seq := u64(b, markSeq); seq != 0 && seq <= issued && !seen[seq] {
+			seen[seq] = true
+			marks = append(marks, Mark{Seq: seq, Digest: u64(b, markDigest), T: snapshot.Micros(u64(b, markTUs))})
+		}
+	}
+	sort.Slice(marks, func(a, b int) bool { return marks[a].Seq < marks[b].Seq })
+	return sigs, marks, u64(h, histDigest)
 }
 
 func decodeOp(b []byte) *Op {

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -19,7 +20,7 @@ type image struct {
 }
 
 func newImage(maxComms, maxPeers int) *image {
-	commSize := commHdrSize + maxPeers*peerSize
+	commSize := commHdrSize + maxPeers*peerSize + historySize
 	m := &image{b: make([]byte, headerSize+maxComms*commSize), maxComms: maxComms, maxPeers: maxPeers}
 	b := m.b
 	le.PutUint64(b[hdrMagic:], Magic)
@@ -49,8 +50,8 @@ func newImage(maxComms, maxPeers int) *image {
 }
 
 func (m *image) slot(i int) []byte {
-	off := headerSize + i*(commHdrSize+m.maxPeers*peerSize)
-	return m.b[off : off+commHdrSize+m.maxPeers*peerSize]
+	off := headerSize + i*(commHdrSize+m.maxPeers*peerSize+historySize)
+	return m.b[off : off+commHdrSize+m.maxPeers*peerSize+historySize]
 }
 
 // comm fills slot i with a live communicator: a collective in flight and one peer.
@@ -213,10 +214,11 @@ func TestDecodeTable(t *testing.T) {
 
 func TestVersionErrorSaysBoth(t *testing.T) {
 	m := newImage(1, 1)
-	le.PutUint32(m.b[hdrLayoutVersion:], 3)
+	le.PutUint32(m.b[hdrLayoutVersion:], LayoutVersion+1)
 	_, err := Decode(m.b)
 	var ve *VersionError
-	if !errors.As(err, &ve) || ve.Version != 3 || !strings.Contains(err.Error(), "3 (this reader knows 2)") {
+	if !errors.As(err, &ve) || ve.Version != LayoutVersion+1 ||
+		!strings.Contains(err.Error(), fmt.Sprintf("%d (this reader knows %d)", LayoutVersion+1, LayoutVersion)) {
 		t.Fatalf("err %v", err)
 	}
 }

@@ -16,6 +16,9 @@ int main(void) {
   VAL("max_comms", NW_MAX_COMMS);
   VAL("max_peers", NW_MAX_PEERS);
   VAL("str", NW_STR);
+  VAL("sigs", NW_SIGS);
+  VAL("mark_levels", NW_MARK_LEVELS);
+  VAL("marks_per_level", NW_MARKS_PER_LEVEL);
   VAL("enum.proc_running", NW_PROC_RUNNING);
   VAL("enum.proc_exited", NW_PROC_EXITED);
   VAL("enum.slot_free", NW_SLOT_FREE);
@@ -31,6 +34,9 @@ int main(void) {
   SIZE("peer_dir", struct nw_peer_dir);
   SIZE("peer", struct nw_peer);
   SIZE("comm_hdr", struct nw_comm_hdr);
+  SIZE("sig", struct nw_sig);
+  SIZE("mark", struct nw_mark);
+  SIZE("history", struct nw_history);
   SIZE("comm_slot", struct nw_comm_slot);
   SIZE("region", struct nw_region);
 
@@ -130,7 +136,22 @@ int main(void) {
   OFF("comm_hdr", struct nw_comm_hdr, queue_us);
   OFF("comm_hdr", struct nw_comm_hdr, busy_us);
 
+  OFF("sig", struct nw_sig, seq);
+  OFF("sig", struct nw_sig, count);
+  OFF("sig", struct nw_sig, issue_us);
+  OFF("sig", struct nw_sig, root);
+  OFF("sig", struct nw_sig, proc_seq);
+  OFF("sig", struct nw_sig, func);
+  OFF("sig", struct nw_sig, dtype);
+  OFF("mark", struct nw_mark, seq);
+  OFF("mark", struct nw_mark, digest);
+  OFF("mark", struct nw_mark, t_us);
+  OFF("history", struct nw_history, sigs);
+  OFF("history", struct nw_history, marks);
+  OFF("history", struct nw_history, digest);
+
   OFF("comm_slot", struct nw_comm_slot, peers);
+  OFF("comm_slot", struct nw_comm_slot, hist);
   OFF("region", struct nw_region, comms);
   return 0;
 }
