@@ -254,22 +254,34 @@ func markMismatch(j *Job, g *Group) (Finding, bool) {
 		digest string
 		member int
 	}
-	bySeq := map[int64][]mark{}
+	// The plugin's digests ("p…") leave out the reduction op the log's fold in: each is
+	// compared only with digests of its own kind.
+	type at struct {
+		seq    int64
+		plugin bool
+	}
+	bySeq := map[at][]mark{}
 	for i, m := range g.Members {
 		for _, mk := range m.Comm.Marks {
-			bySeq[mk.Seq] = append(bySeq[mk.Seq], mark{mk.Digest, i})
+			k := at{mk.Seq, strings.HasPrefix(mk.Digest, "p")}
+			bySeq[k] = append(bySeq[k], mark{mk.Digest, i})
 		}
 	}
-	var seqs []int64
+	var seqs []at
 	for s, ms := range bySeq {
 		if len(ms) >= 2 {
 			seqs = append(seqs, s)
 		}
 	}
-	sort.Slice(seqs, func(a, b int) bool { return seqs[a] < seqs[b] })
+	sort.Slice(seqs, func(a, b int) bool {
+		if seqs[a].seq != seqs[b].seq {
+			return seqs[a].seq < seqs[b].seq
+		}
+		return !seqs[a].plugin
+	})
 	lastEqual := int64(0)
-	for _, s := range seqs {
-		ms := bySeq[s]
+	for _, k := range seqs {
+		ms, s := bySeq[k], k.seq
 		counts := map[string][]int{}
 		for _, mk := range ms {
 			counts[mk.digest] = append(counts[mk.digest], mk.member)

@@ -14,7 +14,9 @@ func Op(o *snapshot.Op) incident.Op {
 
 // SameSignature reports whether two ranks issued the same call at one position.
 func SameSignature(a, b *snapshot.Op) bool {
-	return a.Op == b.Op && a.Count == b.Count && a.Dtype == b.Dtype && a.Red == b.Red && a.Root == b.Root
+	// The plugin does not see the reduction op (Red ""): it matches any.
+	return a.Op == b.Op && a.Count == b.Count && a.Dtype == b.Dtype && a.Root == b.Root &&
+		(a.Red == b.Red || a.Red == "" || b.Red == "")
 }
 
 // opAt finds a member's op at a sequence position among its recent and last ops.

@@ -53,6 +53,18 @@ func (c StragglerConfig) warmup(g *Group) int64 {
 	return int64(c.StragglerWarmupSteps) * step
 }
 
+// pluginOnly: every member's ops come from the profiler plugin alone (no log). The plugin
+// times each rank's collectives on its GPU, which MeasuredStragglers judges; arrival lag
+// inferred from issue times would be a second, weaker verdict on the same question.
+func pluginOnly(g *Group) bool {
+	for _, m := range g.Members {
+		if m.Proc.Source != snapshot.SourcePlugin {
+			return false
+		}
+	}
+	return true
+}
+
 // afterWarmup drops the samples at positions up to last.
 func afterWarmup(s []lagSample, last int64) []lagSample {
 	i := sort.Search(len(s), func(i int) bool { return s[i].seq > last })
@@ -118,7 +130,7 @@ func Straggler(j *Job, cfg Config, timing Timing) []Finding {
 	// Per communicator in parallel, then per process: the communicator where it lags most.
 	perGroup := make([][]*verdict, len(j.Groups))
 	j.eachGroup(func(gi int, g *Group) {
-		if len(g.Members) < 2 {
+		if len(g.Members) < 2 || pluginOnly(g) {
 			return
 		}
 		series, firstArrival := lagSeries(g)

@@ -59,7 +59,8 @@ func (s *Sidecar) snapshot(delta bool) *snapshot.Node {
 		starts = append(starts, r.info.StartTicks)
 		r.mu.Unlock()
 	}
-	n.Processes = s.regions.join(n.Processes, starts, now, s.opts.KeepExited)
+	n.Processes = s.regions.join(n.Processes, starts, now, s.opts.KeepExited,
+		recentOps{n: s.opts.RecentOps, min: s.opts.MinRecentOps, delta: delta})
 	return n
 }
 

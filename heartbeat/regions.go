@@ -435,7 +435,7 @@ func (rs *regionSet) watches(pid int) bool {
 // unknown): a region joins the log of the same process (host, pid, and start ticks where
 // both know them), else it is a process of its own. Regions of processes gone for longer
 // than keep are left out.
-func (rs *regionSet) join(procs []snapshot.Process, starts []uint64, now time.Time, keep time.Duration) []snapshot.Process {
+func (rs *regionSet) join(procs []snapshot.Process, starts []uint64, now time.Time, keep time.Duration, ro recentOps) []snapshot.Process {
 	if rs == nil {
 		return procs
 	}
@@ -448,11 +448,11 @@ func (rs *regionSet) join(procs []snapshot.Process, starts []uint64, now time.Ti
 		}
 		i := rr.logOf(procs, starts, joined)
 		if i < 0 {
-			procs = append(procs, rr.render())
+			procs = append(procs, rr.render(ro))
 			continue
 		}
 		joined[i] = true
-		rr.attach(&procs[i])
+		rr.attach(&procs[i], ro)
 	}
 	return procs
 }

@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -77,6 +78,7 @@ type commWindow struct {
 	colls window[timedSample]
 	peers map[int]*window[netSample]
 	seen  time.Time
+	sent  uint64 // the newest position a delta snapshot carried
 }
 
 // observe takes the region just read into the windows and the issue clock.
@@ -142,8 +144,31 @@ func dtypeName(s string) string {
 }
 
 func (rr *rankRegion) op(o *profile.Op) snapshot.Op {
-	return snapshot.Op{Seq: int64(o.Seq), Op: o.Func, Count: o.Count, Dtype: dtypeName(o.Datatype), Root: o.Root,
+	root := o.Root
+	if o.Kind == profile.OpColl {
+		root = rootOf(o.Func, o.Root)
+	}
+	return snapshot.Op{Seq: int64(o.Seq), Op: o.Func, Count: o.Count, Dtype: dtypeName(o.Datatype), Root: root,
 		T: o.Issued, Idx: rr.issue.at(o.ProcSeq)}
+}
+
+// rootOf is a collective's root where it has one: NCCL hands the plugin whatever root the
+// caller passed to the others, which ranks need not agree on (the digest ignores it too).
+func rootOf(fn string, root int) int {
+	switch fn {
+	case "Broadcast", "Reduce", "Gather", "Scatter":
+		return root
+	}
+	return 0
+}
+
+func hasSeq(ops snapshot.Ops, seq int64) bool {
+	for i := range ops {
+		if ops[i].Seq == seq {
+			return true
+		}
+	}
+	return false
 }
 
 func (rr *rankRegion) flight(o *profile.Op) *snapshot.Flight {
@@ -221,19 +246,59 @@ func keepPeers(ps []snapshot.PeerProgress) []snapshot.PeerProgress {
 	return ps
 }
 
-// pluginComm renders a plugin communicator that no log communicator stands for. Its ops
-// are the ones the plugin shows (in flight and newest): positions with gaps, enough to
-// compare the ranks' calls at the frontier. The plugin does not record the reduction op.
-func (rr *rankRegion) pluginComm(c *profile.Comm) snapshot.Comm {
+// recentOps says which of a communicator's newest ops a snapshot carries, as the log's
+// SnapshotOptions do: up to n; for a delta snapshot only those after what the detector has,
+// but at least min of them.
+type recentOps struct {
+	n, min int
+	delta  bool
+}
+
+// pluginDigest marks a digest as the plugin's: the log's digest folds the reduction op,
+// which the plugin does not see, so the two are compared only with their own kind.
+const pluginDigest = "p"
+
+// pluginComm renders a plugin communicator that no log communicator stands for. Its ops are
+// the plugin's newest signatures (and the op in flight, when older), its marks the plugin's
+// digests. The plugin does not record the reduction op.
+func (rr *rankRegion) pluginComm(c *profile.Comm, ro recentOps) snapshot.Comm {
 	sc := snapshot.Comm{ID: c.ID.String(), Rank: c.Rank, NRanks: max(c.NRanks, 0), State: snapshot.CommReady,
 		Count: int64(c.CollIssued), Done: rr.completion(c)}
+	w := rr.windows[commKey{slot: c.Slot, gen: c.Gen}]
+	after := uint64(0)
+	if ro.delta && w != nil {
+		after = w.sent
+	}
+	sigs := c.Sigs
+	if ro.n > 0 && len(sigs) > ro.n {
+		sigs = sigs[len(sigs)-ro.n:]
+	}
+	i := 0
+	for i < len(sigs)-ro.min && sigs[i].Seq <= after {
+		i++
+	}
+	for _, g := range sigs[i:] {
+		sc.Recent = append(sc.Recent, snapshot.Op{Seq: int64(g.Seq), Op: g.Func, Count: g.Count, Dtype: dtypeName(g.Datatype),
+			Root: rootOf(g.Func, g.Root), T: g.Issued, Idx: rr.issue.at(g.ProcSeq)})
+	}
 	for _, o := range []*profile.Op{c.InFlight, c.Last} {
-		if o == nil || o.Kind != profile.OpColl || o.Seq == 0 || (len(sc.Recent) > 0 && sc.Recent[0].Seq == int64(o.Seq)) {
+		if o == nil || o.Kind != profile.OpColl || o.Seq == 0 || hasSeq(sc.Recent, int64(o.Seq)) {
 			continue
 		}
 		sc.Recent = append(sc.Recent, rr.op(o))
 	}
 	sort.Slice(sc.Recent, func(a, b int) bool { return sc.Recent[a].Seq < sc.Recent[b].Seq })
+	marks := c.Marks
+	j := 0
+	for j < len(marks)-1 && marks[j].Seq <= after {
+		j++
+	}
+	for _, m := range marks[j:] {
+		sc.Marks = append(sc.Marks, snapshot.Mark{Seq: int64(m.Seq), Digest: pluginDigest + strconv.FormatUint(m.Digest, 16), T: m.T})
+	}
+	if ro.delta && w != nil {
+		w.sent = c.CollIssued
+	}
 	if n := len(sc.Recent); n > 0 && sc.Recent[n-1].Seq == sc.Count {
 		last := sc.Recent[n-1]
 		sc.Last = &last
@@ -266,7 +331,7 @@ func (rr *rankRegion) comms() []*profile.Comm {
 }
 
 // render is the region as a process of its own.
-func (rr *rankRegion) render() snapshot.Process {
+func (rr *rankRegion) render(ro recentOps) snapshot.Process {
 	hp := rr.reg.Process
 	p := snapshot.Process{Host: rr.host, PID: rr.pid, Rank: hp.Rank, LocalRank: hp.LocalRank, WorldSize: max(hp.WorldSize, 0),
 		JobID: hp.JobID, NCCL: hp.NCCLVersion, CudaDev: -1, Source: snapshot.SourcePlugin, Plugin: rr.pluginInfo()}
@@ -280,14 +345,14 @@ func (rr *rankRegion) render() snapshot.Process {
 		}
 	}
 	for _, c := range rr.comms() {
-		p.Comms = append(p.Comms, rr.pluginComm(c))
+		p.Comms = append(p.Comms, rr.pluginComm(c, ro))
 	}
 	rr.liveness(&p)
 	return p
 }
 
 // attach adds the region to the process rendered from the same process's log.
-func (rr *rankRegion) attach(p *snapshot.Process) {
+func (rr *rankRegion) attach(p *snapshot.Process, ro recentOps) {
 	p.Source, p.Plugin = snapshot.SourceBoth, rr.pluginInfo()
 	if p.NCCL == "" {
 		p.NCCL = rr.reg.Process.NCCLVersion
@@ -309,7 +374,7 @@ func (rr *rankRegion) attach(p *snapshot.Process) {
 	for _, c := range rest {
 		i := splitChildFor(p.Comms, joined, c)
 		if i < 0 {
-			p.Comms = append(p.Comms, rr.pluginComm(c))
+			p.Comms = append(p.Comms, rr.pluginComm(c, ro))
 			continue
 		}
 		joined[i] = true

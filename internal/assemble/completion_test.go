@@ -256,3 +256,68 @@ func TestPluginMeasuredStragglerAndSlowLink(t *testing.T) {
 		t.Fatalf("findings %v: %+v", kinds, res.Findings)
 	}
 }
+
+// sizedOps has a rank issue and complete collectives on comm 0 with the given counts,
+// numbering its ops from 0; each runs its proxy ops with peer.
+func sizedOps(peer int, counts ...int) []string {
+	var out []string
+	for o, n := range counts {
+		out = append(out, fmt.Sprintf("coll 0 AllReduce %d 1", n), fmt.Sprintf("run %d %d 2", o, peer))
+	}
+	return out
+}
+
+// TestPluginSizeMismatch: with NCCL_DEBUG=WARN, in a communicator of two, rank 1 all-reduces
+// 3072 elements where its peer (and its own pattern) says 4096, and both complete: no log
+// line shows it, the plugin's signatures do. The rank that broke its pattern is named.
+func TestPluginSizeMismatch(t *testing.T) {
+	kit := profiletest.Build(t)
+	dir := t.TempDir()
+	counts := make([][]int, 2)
+	for r := range counts {
+		for i := range 40 {
+			n := 1024
+			if i%2 == 0 {
+				n = 4096
+			}
+			if r == 1 && i == 20 {
+				n = 3072
+			}
+			counts[r] = append(counts[r], n)
+		}
+	}
+	r0, r1 := kit.Start(t, dir, rankEnv(0, 2)...), kit.Start(t, dir, rankEnv(1, 2)...)
+	r0.Do(append([]string{"init 0 abc 2 0"}, sizedOps(1, counts[0]...)...)...)
+	r1.Do(append([]string{"init 0 abc 2 1"}, sizedOps(0, counts[1]...)...)...)
+	n := settled(t, pluginSidecar(t, dir), 2, nil)
+	f := oneFinding(t, judge(n, time.Second), incident.KindMismatch, 1, "collective mismatch at position 21")
+	if !strings.Contains(f.Summary, "AllReduce(count 3072 float32) on global rank 1") {
+		t.Fatalf("summary: %s", f.Summary)
+	}
+}
+
+// TestPluginOldMismatchByDigest: rank 2 of four all-reduced a different size long before the
+// newest signatures the sidecar publishes; the digests at aligned positions still differ
+// from the other three, so the mismatch is found, as an interval.
+func TestPluginOldMismatchByDigest(t *testing.T) {
+	kit := profiletest.Build(t)
+	dir := t.TempDir()
+	var ranks []*profiletest.Rank
+	for r := range 4 {
+		counts := make([]int, 85)
+		for i := range counts {
+			counts[i] = 1024
+		}
+		if r == 2 {
+			counts[4] = 2048
+		}
+		rk := kit.Start(t, dir, rankEnv(r, 4)...)
+		rk.Do(append([]string{fmt.Sprintf("init 0 abc 4 %d", r)}, sizedOps((r+1)%4, counts...)...)...)
+		ranks = append(ranks, rk)
+	}
+	n := settled(t, pluginSidecar(t, dir), 4, nil)
+	f := oneFinding(t, judge(n, time.Second), incident.KindMismatch, 2, "the ranks' op histories differ")
+	if ev := strings.Join(f.Evidence, "\n"); !strings.Contains(ev, "differ at position 32") {
+		t.Fatalf("evidence:\n%s", ev)
+	}
+}
