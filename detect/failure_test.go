@@ -232,6 +232,24 @@ func TestRASMismatch(t *testing.T) {
 			t.Errorf("culprit %+v", f.Culprits)
 		}
 	})
+	t.Run("a rank whose GPU has not started its issued op is not behind", func(t *testing.T) {
+		// The plugin: rank 2 issued collective 62 and its GPU runs something else first; RAS
+		// counts launches and so sees it behind. Rank 3 issued nothing more: it is.
+		ps := make([]*Proc, len(procs))
+		for i, p := range procs {
+			c := *p
+			c.Comms = []snapshot.Comm{{ID: "0xc0ffee", Rank: i, NRanks: 4, State: snapshot.CommReady,
+				Done: &snapshot.Completion{Issued: 62, Done: 61}}}
+			ps[i] = &c
+		}
+		ps[2].Comms[0].Done.InFlight = &snapshot.Flight{Op: snapshot.Op{Seq: 62, Op: "AllReduce"}}
+		j := NewJob("j", j.Now, ps, map[string]*snapshot.Node{"r": node(map[int]int64{0: 80, 1: 80, 2: 61, 3: 61})})
+		j.Offline = true
+		f := wantOne(t, evaluate(j), incident.KindHang, "RAS", "rank 3 (")
+		if f.Culprits[0].Rank != 3 {
+			t.Errorf("culprit %+v", f.Culprits)
+		}
+	})
 	t.Run("dead ranks crashed", func(t *testing.T) {
 		j := NewJob("j", j.Now, procs, map[string]*snapshot.Node{"r": node(map[int]int64{0: 8, 1: 8, 2: 8, 3: 8}, 1)})
 		j.Offline = true

@@ -136,7 +136,7 @@ func RAS(j *Job, cfg Config) []Finding {
 		b := behind[k]
 		culprit, key, name, proc := rasRank(j, b.hash, b.size, b.rank)
 		judged := b.lead-b.count >= minGap || len(commsBehind[key]) >= 2 || timedOut
-		if !judged {
+		if !judged || queuedOnGPU(proc, b.hash) {
 			continue
 		}
 		i, ok := byKey[key]
@@ -249,6 +249,25 @@ func rasRank(j *Job, hash string, size, rank int) (incident.Culprit, string, str
 		return agreed.Culprit(), "rank:" + agreed.Key(), agreed.Name(), agreed
 	}
 	return incident.Culprit{Rank: -1}, fmt.Sprintf("ras:%s/%d", hash, rank), fmt.Sprintf("rank %d of communicator %s", rank, shortComm(hash)), nil
+}
+
+// queuedOnGPU: the profiler plugin shows that the process issued its next collective on the
+// communicator and its GPU has not started it. RAS counts launches, so the rank looks behind,
+// but its host is not: its GPU runs something else first, often an op that waits for the
+// real culprit. CompletionHang judges such a rank after its window, with the cause in view.
+func queuedOnGPU(p *Proc, hash string) bool {
+	if p == nil {
+		return false
+	}
+	for i := range p.Comms {
+		c := &p.Comms[i]
+		if !sameHash(c.ID, hash) || c.Done == nil {
+			continue
+		}
+		f := c.Done.InFlight
+		return f != nil && !f.P2P && f.GPUStart == 0 && p.State != snapshot.ProcExited
+	}
+	return false
 }
 
 // sameHash compares communicator hashes as RAS (zero-padded text, "0x" JSON) and the Init
