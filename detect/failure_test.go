@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -258,6 +259,29 @@ func TestRASMismatch(t *testing.T) {
 			t.Errorf("culprit %+v", f.Culprits)
 		}
 	})
+}
+
+// TestRASNamesTheSplitChildBehind: RAS names rank 1 of a two-rank communicator by a hash
+// the logs never print (a split child). Of the job's two-rank communicators, only {0,2} has
+// its rank 1 (global rank 2) behind in the logs as well: that is the process.
+func TestRASNamesTheSplitChildBehind(t *testing.T) {
+	var procs []*Proc
+	for r := range 4 {
+		count := int64(105)
+		if r == 2 {
+			count = 100
+		}
+		procs = append(procs, &Proc{Node: "vm", Process: snapshot.Process{Host: "vm", PID: 100 + r, Rank: r, CudaDev: -1,
+			Comms: []snapshot.Comm{{ID: fmt.Sprintf("0xabc/s3c%d", r%2), Rank: r / 2, NRanks: 2, Count: count, State: snapshot.CommReady}}}})
+	}
+	ras := &snapshot.Node{Node: "vm", RAS: &snapshot.RAS{Format: "json", Comms: []snapshot.RASComm{{Hash: "0x1f659be212645516",
+		Size: 2, Funcs: map[string]map[int]int64{"AllReduce": {0: 105, 1: 100}}}}}}
+	j := NewJob("j", t0.Add(time.Minute), procs, map[string]*snapshot.Node{"vm": ras})
+	j.Offline = true
+	f := wantOne(t, evaluate(j), incident.KindHang, "rank 2 (vm pid 102)")
+	if f.Culprits[0].Rank != 2 {
+		t.Errorf("culprit %+v", f.Culprits)
+	}
 }
 
 // TestTorchSuspects: PyTorch lines alone; the ranks whose last completed work is lowest

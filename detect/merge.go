@@ -226,8 +226,25 @@ func stoppedRankExplainsNeighbours(_ *Job, _ Config, fs *findings) {
 // evidence, and the death is dated by the first of them if that came first.
 func brokenConnectionsNameTheDead(j *Job, _ Config, fs *findings) {
 	hosts := map[string]bool{}
+	// Processes that saw a connection closed by its peer: when several died on the host,
+	// as one liveness check sees a rank and the peers that aborted on its death, those
+	// that saw their connections broken are not the one that broke them.
+	observed := map[string]bool{}
 	for _, p := range j.Procs {
 		hosts[p.Host] = true
+		for _, e := range p.Events {
+			if e.Kind == snapshot.EventConnClosedRemote {
+				observed[p.Key()] = true
+			}
+		}
+	}
+	observer := func(f *Finding) bool {
+		for _, k := range f.culpritKeys {
+			if observed[k] {
+				return true
+			}
+		}
+		return false
 	}
 	kept := fs.crashes[:0]
 	var hostLevel []Finding
@@ -247,7 +264,10 @@ func brokenConnectionsNameTheDead(j *Job, _ Config, fs *findings) {
 			if strings.HasPrefix(k.Key, "peer:") || len(k.Culprits) == 0 || (!anyHost && k.Culprits[0].Host != hf.Culprits[0].Host) {
 				continue
 			}
-			if dead == nil || earlier(k, dead) {
+			switch {
+			case dead == nil, observer(dead) && !observer(k):
+				dead = k
+			case observer(k) == observer(dead) && earlier(k, dead):
 				dead = k
 			}
 		}

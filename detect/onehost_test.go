@@ -52,6 +52,33 @@ func TestBrokenConnectionsNameTheRankThatDied(t *testing.T) {
 	}
 }
 
+// TestTheDeadIsNotTheOneThatSawItDie: rank 1 exits without a word; ranks 0 and 2 see their
+// connections closed by the peer and abort; one liveness check sees all three gone at once.
+// The rank whose death broke the connections is rank 1 (seen on the H100 with INFO logs).
+func TestTheDeadIsNotTheOneThatSawItDie(t *testing.T) {
+	ps := oneHost()
+	for _, r := range []int{0, 1, 2} {
+		p := ps[r]
+		n := int64(62)
+		if r == 1 {
+			n = 60
+		}
+		p.Comms[0].Count, p.Comms[0].Recent = n, p.Comms[0].Recent[:n]
+		last := p.Comms[0].Recent[n-1]
+		p.Comms[0].Last = &last
+		p.State, p.ExitedAt = snapshot.ProcExited, us(10*time.Second)
+		if r != 1 {
+			p.Events = append(p.Events, snapshot.Event{Kind: snapshot.EventConnClosedRemote, T: us(9800 * time.Millisecond),
+				Peer: "127.0.0.1<47694>", Stage: snapshot.StageRun, Msg: "socketProgress: Connection closed by remote peer localhost<47694>"})
+		}
+	}
+	res := Evaluate(job(12*time.Second, ps...), DefaultConfig(), TimingOK)
+	f := only(t, res.Findings, incident.KindCrash)
+	if got := culpritRanks(f); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("culprits %v, want rank 1 (the one that reported nothing): %s\n%v", got, f.Summary, f.Evidence)
+	}
+}
+
 func TestFinalizedPluginProcessEndedCleanly(t *testing.T) {
 	ps := oneHost()
 	for _, p := range ps {

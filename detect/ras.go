@@ -222,15 +222,18 @@ func sortedRanks(m map[int]int64) []int {
 
 // rasRank names a communicator's rank: its process when the job's logs have the
 // communicator; else, for a split child (RAS names it by a hash the logs never print),
-// the process every logged communicator of that size agrees on; else the rank of the
-// communicator.
+// the process every logged communicator of that size agrees on, or the only one whose
+// logs show that rank behind; else the rank of the communicator.
 func rasRank(j *Job, hash string, size, rank int) (incident.Culprit, string, string, *Proc) {
-	var agreed *Proc
-	ambiguous := false
+	var candidates, behind []*Proc
 	for _, g := range j.Groups {
 		exact := sameHash(g.ID, hash)
 		if !exact && (size == 0 || g.NRanks != size) {
 			continue
+		}
+		lead := int64(0)
+		for _, m := range g.Members {
+			lead = max(lead, m.Comm.Count)
 		}
 		for _, m := range g.Members {
 			if m.Comm.Rank != rank {
@@ -239,16 +242,33 @@ func rasRank(j *Job, hash string, size, rank int) (incident.Culprit, string, str
 			if exact {
 				return m.Proc.Culprit(), "rank:" + m.Proc.Key(), m.Proc.Name(), m.Proc
 			}
-			if agreed != nil && agreed != m.Proc {
-				ambiguous = true
+			candidates = append(candidates, m.Proc)
+			if m.Comm.Count < lead {
+				behind = append(behind, m.Proc)
 			}
-			agreed = m.Proc
 		}
 	}
-	if agreed != nil && !ambiguous {
-		return agreed.Culprit(), "rank:" + agreed.Key(), agreed.Name(), agreed
+	// Split communicators' log lines carry no commId: several of one size may be it. When
+	// only one of them has that rank behind in its own logs too, that is the one RAS means.
+	for _, ps := range [][]*Proc{candidates, behind} {
+		if one := soleProc(ps); one != nil {
+			return one.Culprit(), "rank:" + one.Key(), one.Name(), one
+		}
 	}
 	return incident.Culprit{Rank: -1}, fmt.Sprintf("ras:%s/%d", hash, rank), fmt.Sprintf("rank %d of communicator %s", rank, shortComm(hash)), nil
+}
+
+// soleProc is the one process ps all name, nil when none or several.
+func soleProc(ps []*Proc) *Proc {
+	for _, p := range ps[min(len(ps), 1):] {
+		if p != ps[0] {
+			return nil
+		}
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	return ps[0]
 }
 
 // queuedOnGPU: the profiler plugin shows that the process issued its next collective on the
