@@ -72,6 +72,36 @@ func kinds(r *Report) map[incident.Kind][]FindingReport {
 }
 
 // TestAcceptance states the acceptance checks on the real captures explicitly.
+// TestOneGPUCaptures: the INFO logs of four ranks sharing one H100 (README there), each
+// with one root cause, named by the rank that injected the fault.
+func TestOneGPUCaptures(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		kind incident.Kind
+		rank int
+	}{
+		{"crash", incident.KindHang, 1}, // offline, rank 1 just stopped: nothing in the logs says it died
+		{"silent", incident.KindHang, 2},
+		{"frozen", incident.KindHang, 3},
+		{"order_inversion", incident.KindOrderInversion, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rep, err := Analyze(context.Background(), []string{filepath.Join("../testdata/captures/nccl-2.28.9-1xH100-4ranks", c.name)},
+				Options{Location: time.UTC, Rules: detect.DefaultConfig()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Findings) != 1 {
+				t.Fatalf("want one finding, got %d: %+v", len(rep.Findings), rep.Findings)
+			}
+			f := rep.Findings[0]
+			if f.Kind != c.kind || len(f.Culprits) != 1 || f.Culprits[0].Rank != c.rank {
+				t.Fatalf("want %s naming rank %d, got %s %+v: %s", c.kind, c.rank, f.Kind, f.Culprits, f.Summary)
+			}
+		})
+	}
+}
+
 func TestAcceptance(t *testing.T) {
 	for _, name := range []string{"healthy", "socket", "timestamps", "multicomm", "default_subsys"} {
 		t.Run(name+" has no mismatch, hang or crash", func(t *testing.T) {

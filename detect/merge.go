@@ -64,6 +64,7 @@ var mergeSteps = []mergeStep{
 	inversionExplainsStalls,       // an order inversion explains the hangs and stuck collectives of its communicators
 	deathAndStallOfOneRank,        // a death and a stall of one rank are one cause; the order says which
 	hangAbsorbsP2P,                // a hang absorbs the p2p mismatch of the same rank
+	stopsBehindAStop,              // a rank that stopped while it waits on another stopped rank follows it
 	versionsExplainSizes,          // ranks of different NCCL versions disagree on message sizes: one cause
 	teardownFoldsIntoItsCause,     // the teardown is one line of evidence of what came before it
 	silentInitEchoesAnError,       // an init that failed without a WARN echoes the error another process printed
@@ -500,6 +501,81 @@ func hangAbsorbsP2P(_ *Job, _ Config, fs *findings) {
 			}
 		}
 		kept = append(kept, f)
+	}
+	fs.stalls = kept
+}
+
+// stopsBehindAStop: rank 2 stopped issuing on one communicator because its host waits on
+// an op of another communicator that rank 1, stopped too, never issued: on a communicator of
+// both, rank 2 issued more than rank 1. Rank 2's stop follows rank 1's. Where each is ahead
+// of the other somewhere, they wait on each other (an inversion, two faults): both stay.
+func stopsBehindAStop(j *Job, _ Config, fs *findings) {
+	procs := map[string]*Proc{}
+	for _, p := range j.Procs {
+		procs[p.Key()] = p
+	}
+	var hangs []int
+	for i, f := range fs.stalls {
+		if f.Kind == incident.KindHang && !f.queued && len(f.culpritKeys) == 1 && procs[f.culpritKeys[0]] != nil {
+			hangs = append(hangs, i)
+		}
+	}
+	if len(hangs) < 2 {
+		return
+	}
+	counts := map[string]map[string]int64{}
+	for _, i := range hangs {
+		k := fs.stalls[i].culpritKeys[0]
+		c := map[string]int64{}
+		for _, comm := range procs[k].Comms {
+			if comm.ID != "" {
+				c[comm.ID] = comm.Count
+			}
+		}
+		counts[k] = c
+	}
+	ahead := func(a, b string) bool {
+		for id, n := range counts[a] {
+			if m, ok := counts[b][id]; ok && n > m {
+				return true
+			}
+		}
+		return false
+	}
+	into := map[int]int{}
+	for _, a := range hangs {
+		ka := fs.stalls[a].culpritKeys[0]
+		for _, b := range hangs {
+			kb := fs.stalls[b].culpritKeys[0]
+			if a != b && ahead(ka, kb) && !ahead(kb, ka) {
+				into[a] = b
+				break
+			}
+		}
+	}
+	root := func(i int) int {
+		for range len(hangs) {
+			next, ok := into[i]
+			if !ok {
+				return i
+			}
+			i = next
+		}
+		return -1 // a cycle: leave them
+	}
+	folded := map[int]bool{}
+	for _, i := range hangs {
+		if r := root(i); r >= 0 && r != i {
+			f := fs.stalls[i]
+			absorb(&fs.stalls[r], &f)
+			folded[i] = true
+		}
+	}
+	kept := fs.stalls[:0]
+	for i, f := range fs.stalls {
+		if !folded[i] {
+			kept = append(kept, f)
+		}
 	}
 	fs.stalls = kept
 }
