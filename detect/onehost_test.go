@@ -144,3 +144,37 @@ func TestInversionOutlivesTheStopsItCauses(t *testing.T) {
 		t.Fatalf("the tie and both stops should be left to inversionExplainsStalls, got %+v", fs.all())
 	}
 }
+
+// TestStopsBehindAStop: rank 2 issued more than rank 1 on the world communicator (it waits
+// there on rank 1) and stopped elsewhere: its stop follows rank 1's. When each is ahead of
+// the other somewhere they wait on each other, and both stay.
+func TestStopsBehindAStop(t *testing.T) {
+	proc := func(r int, counts map[string]int64) *Proc {
+		p := &Proc{Process: snapshot.Process{Host: "vm", PID: 10 + r, Rank: r}}
+		for id, n := range counts {
+			p.Comms = append(p.Comms, snapshot.Comm{ID: id, Count: n})
+		}
+		return p
+	}
+	stop := func(p *Proc) Finding {
+		return Finding{Kind: incident.KindHang, Key: "rank:" + p.Key(), culpritKeys: []string{p.Key()},
+			Culprits: []incident.Culprit{p.Culprit()}}
+	}
+	for _, c := range []struct {
+		name   string
+		r1, r2 map[string]int64
+		want   int
+	}{
+		{"rank 2 waits on rank 1", map[string]int64{"world": 61, "tp": 20}, map[string]int64{"world": 62, "dp": 100}, 1},
+		{"each waits on the other", map[string]int64{"world": 61, "dp": 101}, map[string]int64{"world": 62, "dp": 100}, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p1, p2 := proc(1, c.r1), proc(2, c.r2)
+			fs := findings{stalls: []Finding{stop(p2), stop(p1)}}
+			stopsBehindAStop(&Job{Procs: []*Proc{p1, p2}}, DefaultConfig(), &fs)
+			if len(fs.stalls) != c.want || (c.want == 1 && fs.stalls[0].Culprits[0].Rank != 1) {
+				t.Fatalf("want %d finding(s), rank 1 first: %+v", c.want, fs.stalls)
+			}
+		})
+	}
+}
