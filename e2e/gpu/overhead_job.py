@@ -20,8 +20,12 @@ import time
 
 rank = int(os.environ["RANK"])
 world = int(os.environ["WORLD_SIZE"])
-# Before torch loads NCCL: ranks on one GPU must look like separate hosts (NET/Socket on lo).
-if world > 1:
+# PER_GPU=1 (a machine with a GPU per rank): rank r on GPU r, NCCL's own transport (NVLink,
+# P2P). Otherwise every rank on GPU 0, and before torch loads NCCL, ranks must look like
+# separate hosts (NET/Socket on lo).
+per_gpu = os.environ.get("PER_GPU") == "1"
+gpu = int(os.environ.get("LOCAL_RANK", "0")) if per_gpu else 0
+if world > 1 and not per_gpu:
     os.environ["NCCL_HOSTID"] = f"ncclwatch-overhead-rank{rank}"
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_IB_DISABLE", "1")
@@ -76,8 +80,8 @@ def check_results(dev):
 
 
 def main():
-    torch.cuda.set_device(0)
-    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(gpu)
+    dev = torch.device("cuda", gpu)
     dist.init_process_group("nccl", device_id=dev, timeout=datetime.timedelta(seconds=60))
     buf = torch.zeros(NUMEL, device=dev)
     for _ in range(WARMUP):
