@@ -284,6 +284,46 @@ func TestRASNamesTheSplitChildBehind(t *testing.T) {
 	}
 }
 
+// TestRASStragglerIsNotAHang: live, rank 1 arrives 0.2 s late at every step, so RAS sees it
+// a few launches behind on both communicators; it issued its last collective 0.1 s ago and
+// keeps its pace (seen on two H200s: a straggler paged as a hang). Once it has issued nothing
+// for longer than its pace allows, the same report is a hang.
+func TestRASStragglerIsNotAHang(t *testing.T) {
+	now := t0.Add(time.Minute)
+	procs := func(lastAgo time.Duration) []*Proc {
+		var ps []*Proc
+		for r := range 2 {
+			var c snapshot.Comm
+			for _, id := range []string{"0xaa", "0xbb"} {
+				c = snapshot.Comm{ID: id, Rank: r, NRanks: 2, Count: 40, State: snapshot.CommReady}
+				for k := range 40 {
+					at := now.Add(-lastAgo - time.Duration(39-k)*350*time.Millisecond)
+					c.Recent = append(c.Recent, snapshot.Op{Seq: int64(k + 1), Op: "AllReduce", Count: 8, Dtype: "float32", T: snapshot.MicrosOf(at)})
+				}
+				last := c.Recent[39]
+				c.Last = &last
+				if len(ps) == r {
+					ps = append(ps, &Proc{Node: "vm", Process: snapshot.Process{Host: "vm", PID: 100 + r, Rank: r, CudaDev: -1,
+						State: snapshot.ProcRunning}})
+				}
+				ps[r].Comms = append(ps[r].Comms, c)
+			}
+		}
+		return ps
+	}
+	ras := &snapshot.Node{Node: "vm", RAS: &snapshot.RAS{Format: "json", Comms: []snapshot.RASComm{
+		{Hash: "0xaa", Size: 2, Funcs: map[string]map[int]int64{"AllReduce": {0: 41, 1: 40}}},
+		{Hash: "0xbb", Size: 2, Funcs: map[string]map[int]int64{"AllReduce": {0: 41, 1: 40}}}}}}
+	j := NewJob("j", now, procs(100*time.Millisecond), map[string]*snapshot.Node{"vm": ras})
+	if fs := RAS(j, DefaultConfig()); len(fs) != 0 {
+		t.Fatalf("a rank still issuing at its pace is not hung: %+v", fs)
+	}
+	j = NewJob("j", now, procs(3*time.Second), map[string]*snapshot.Node{"vm": ras})
+	if fs := RAS(j, DefaultConfig()); len(fs) != 1 || fs[0].Culprits[0].Rank != 1 {
+		t.Fatalf("3 s without a collective at a 0.35 s pace: want rank 1's hang, got %+v", fs)
+	}
+}
+
 // TestTorchSuspects: PyTorch lines alone; the ranks whose last completed work is lowest
 // are the suspects, the waiting ones are not.
 func TestTorchSuspects(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
@@ -136,7 +137,7 @@ func RAS(j *Job, cfg Config) []Finding {
 		b := behind[k]
 		culprit, key, name, proc := rasRank(j, b.hash, b.size, b.rank)
 		judged := b.lead-b.count >= minGap || len(commsBehind[key]) >= 2 || timedOut
-		if !judged || queuedOnGPU(proc, b.hash) {
+		if !judged || queuedOnGPU(proc, b.hash) || stillIssuing(j, proc) {
 			continue
 		}
 		i, ok := byKey[key]
@@ -256,6 +257,38 @@ func rasRank(j *Job, hash string, size, rank int) (incident.Culprit, string, str
 		}
 	}
 	return incident.Culprit{Rank: -1}, fmt.Sprintf("ras:%s/%d", hash, rank), fmt.Sprintf("rank %d of communicator %s", rank, shortComm(hash)), nil
+}
+
+// stillIssuing: live, the process issued a collective within max(1 s, 2 × the p99 gap
+// between its recent ones). RAS's launch counts lag behind the others' for a rank that is
+// slow but moving (a straggler is a few launches behind on every communicator); a rank that
+// stopped stops issuing, and is judged once that gap has passed.
+func stillIssuing(j *Job, p *Proc) bool {
+	if p == nil || j.Offline || p.State == snapshot.ProcExited {
+		return false
+	}
+	var newest snapshot.Micros
+	var gaps []int64
+	for i := range p.Comms {
+		c := &p.Comms[i]
+		if c.Last != nil {
+			newest = max(newest, c.Last.T)
+		}
+		for k := 1; k < len(c.Recent); k++ {
+			if d := int64(c.Recent[k].T - c.Recent[k-1].T); d > 0 {
+				gaps = append(gaps, d)
+			}
+		}
+	}
+	if newest == 0 {
+		return false
+	}
+	window := time.Second
+	if len(gaps) >= 4 {
+		sort.Slice(gaps, func(a, b int) bool { return gaps[a] < gaps[b] })
+		window = max(window, 2*time.Duration(gaps[min(len(gaps)-1, len(gaps)*99/100)])*time.Microsecond)
+	}
+	return j.Now.Sub(newest.Time()) < window
 }
 
 // soleProc is the one process ps all name, nil when none or several.
