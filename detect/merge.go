@@ -505,6 +505,9 @@ func hangAbsorbsP2P(_ *Job, _ Config, fs *findings) {
 	fs.stalls = kept
 }
 
+// maxStopsCompared bounds stopsBehindAStop's pairwise comparison.
+const maxStopsCompared = 256
+
 // stopsBehindAStop: rank 2 stopped issuing on one communicator because its host waits on
 // an op of another communicator that rank 1, stopped too, never issued: on a communicator of
 // both, rank 2 issued more than rank 1. Rank 2's stop follows rank 1's. Where each is ahead
@@ -520,7 +523,9 @@ func stopsBehindAStop(j *Job, _ Config, fs *findings) {
 			hangs = append(hangs, i)
 		}
 	}
-	if len(hangs) < 2 {
+	// Pairs are compared: past a few hundred stopped ranks (a mass failure) the teardown and
+	// error steps tell the story, and the evaluation must stay fast.
+	if len(hangs) < 2 || len(hangs) > maxStopsCompared {
 		return
 	}
 	counts := map[string]map[string]int64{}
