@@ -254,8 +254,8 @@ func markMismatch(j *Job, g *Group) (Finding, bool) {
 		digest string
 		member int
 	}
-	// The plugin's digests ("p…") leave out the reduction op the log's fold in: each is
-	// compared only with digests of its own kind.
+	// The plugin's digests leave out the reduction op the log's fold in: each is compared
+	// only with digests of its own kind.
 	type at struct {
 		seq    int64
 		plugin bool
@@ -263,7 +263,7 @@ func markMismatch(j *Job, g *Group) (Finding, bool) {
 	bySeq := map[at][]mark{}
 	for i, m := range g.Members {
 		for _, mk := range m.Comm.Marks {
-			k := at{mk.Seq, strings.HasPrefix(mk.Digest, "p")}
+			k := at{mk.Seq, strings.HasPrefix(mk.Digest, snapshot.PluginDigest)}
 			bySeq[k] = append(bySeq[k], mark{mk.Digest, i})
 		}
 	}

@@ -254,10 +254,6 @@ type recentOps struct {
 	delta  bool
 }
 
-// pluginDigest marks a digest as the plugin's: the log's digest folds the reduction op,
-// which the plugin does not see, so the two are compared only with their own kind.
-const pluginDigest = "p"
-
 // pluginComm renders a plugin communicator that no log communicator stands for. Its ops are
 // the plugin's newest signatures (and the op in flight, when older), its marks the plugin's
 // digests. The plugin does not record the reduction op.
@@ -294,7 +290,7 @@ func (rr *rankRegion) pluginComm(c *profile.Comm, ro recentOps) snapshot.Comm {
 		j++
 	}
 	for _, m := range marks[j:] {
-		sc.Marks = append(sc.Marks, snapshot.Mark{Seq: int64(m.Seq), Digest: pluginDigest + strconv.FormatUint(m.Digest, 16), T: m.T})
+		sc.Marks = append(sc.Marks, snapshot.Mark{Seq: int64(m.Seq), Digest: snapshot.PluginDigest + strconv.FormatUint(m.Digest, 16), T: m.T})
 	}
 	if ro.delta && w != nil {
 		w.sent = c.CollIssued

@@ -158,6 +158,11 @@ type Op struct {
 	Idx int64 `json:"i,omitempty"`
 }
 
+// PluginDigest starts the digest of a mark the profiler plugin computed. A log's digest
+// (hex) folds the reduction op in, which the plugin does not see: digests of the two kinds
+// are never compared with each other.
+const PluginDigest = "p"
+
 // Mark is the chained digest of all op signatures up to Seq, and Seq's arrival time.
 // Marks sit at positions that are multiples of 16, 256 and 4096, so two ranks far apart
 // still share one; equal digests at equal positions mean equal histories.
