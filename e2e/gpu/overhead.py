@@ -33,6 +33,21 @@ def med(v):
     return round(statistics.median(v), 3) if v else None
 
 
+def records(line):
+    """The JSON objects after each "OVERHEAD " on a line."""
+    dec, out, i = json.JSONDecoder(), [], line.find("OVERHEAD {")
+    while i >= 0:
+        try:
+            o, end = dec.raw_decode(line, i + len("OVERHEAD "))
+        except ValueError:
+            end = i + 1
+        else:
+            if isinstance(o, dict):
+                out.append(o)
+        i = line.find("OVERHEAD {", end)
+    return out
+
+
 def run_one(a, idx, world, plugin, rep, limit_s):
     tag = f"{idx:02d}-ws{world}-{'plugin' if plugin else 'none'}"
     d = os.path.join(a.out, "runs", tag)
@@ -51,17 +66,12 @@ def run_one(a, idx, world, plugin, rep, limit_s):
     trials, results = {}, {}
     with open(os.path.join(d, "job.log"), errors="replace") as f:
         for line in f:
-            i = line.find("OVERHEAD {")
-            if i < 0:
-                continue
-            try:
-                o = json.loads(line[i + len("OVERHEAD "):])
-            except ValueError:
-                continue
-            if o.get("kind") == "trial":
-                trials.setdefault(o["rank"], []).append(o)
-            elif o.get("kind") == "result":
-                results[o["rank"]] = o
+            # Every record on the line: older jobs' lines could run into each other.
+            for o in records(line):
+                if o.get("kind") == "trial":
+                    trials.setdefault(o["rank"], []).append(o)
+                elif o.get("kind") == "result":
+                    results[o["rank"]] = o
     loaded = 0
     for p in glob.glob(os.path.join(d, "nccl.*.log")):
         with open(p, errors="replace") as f:

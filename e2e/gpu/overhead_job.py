@@ -43,7 +43,9 @@ TAG = os.environ.get("TAG", "")
 
 def out(kind, **kw):
     kw.update(kind=kind, rank=rank, world=world, tag=TAG, t=time.time())
-    print("OVERHEAD " + json.dumps(kw, sort_keys=True), flush=True)
+    # One write per line: the ranks share one stdout, and print's separate write of the
+    # newline (PYTHONUNBUFFERED) let two ranks' lines run into one, which the parser dropped.
+    os.write(1, ("OVERHEAD " + json.dumps(kw, sort_keys=True) + "\n").encode())
 
 
 def timed(buf, n, wait_each):
