@@ -16,7 +16,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	var (
 		stuck, crashes, mism, hangs, p2p, links, setup, cuda, ras, nccl, conns, silent, store []Finding
 		gpu, stragglers, lost, monitoring, diagnostics                                        []Finding
-		inversions, doneHangs, waits, slowLinks, measured                                     []Finding
+		inversions, doneHangs, waits, slowLinks, measured, busyGPUs                           []Finding
 		paused                                                                                []string
 	)
 	rules := []func(){
@@ -43,13 +43,14 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		func() { waits = StuckWaits(j, cfg) },
 		func() { slowLinks = SlowLinks(j, cfg) },
 		func() { measured = MeasuredStragglers(j, cfg) },
+		func() { busyGPUs = BusyGPU(j, cfg) },
 	}
 	parallel(len(rules), 1, func(i int) { rules[i]() })
 	fs := findings{
 		crashes:    crashes,
 		mism:       mism,
 		inversions: inversions,
-		stalls:     append(append(doneHangs, hangs...), p2p...),
+		stalls:     append(append(append(doneHangs, hangs...), busyGPUs...), p2p...),
 		stuck:      append(waits, stuck...),
 		links:      append(links, slowLinks...),
 		errors:     append(append(setup, cuda...), silent...),

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
-	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // StuckInFlight finds communicators where every rank entered the same collective and none
@@ -19,32 +18,19 @@ func StuckInFlight(j *Job, cfg Config) ([]Finding, []string) {
 	var out []Finding
 	var paused []string
 	for _, g := range j.Groups {
-		if len(g.Members) < 2 || len(g.Members) < g.NRanks {
+		if len(g.Members) < 2 || len(g.Members) < g.NRanks || !level(g) {
 			continue
 		}
 		count := g.Members[0].Comm.Count
-		level := count > 0
-		for _, m := range g.Members {
-			level = level && m.Comm.Count == count
-		}
-		if !level {
-			continue
-		}
 		ok, still := stalled(j, g, cfg.HangConfig)
 		if !ok {
 			continue
 		}
-		waiting, idle, unknown := 0, 0, 0
-		for _, m := range g.Members {
-			switch gs := gpuOf(j, m.Proc); {
-			case gs == nil || gs.State == snapshot.GPUUnknown:
-				unknown++
-			case gs.State == snapshot.GPUWaiting:
-				waiting++
-			default:
-				idle++
-			}
+		gs := splitGPUs(j, g)
+		if gs.heldByBusy(j, g) {
+			continue // BusyGPU names them
 		}
+		waiting, idle, unknown := gs.waiting, gs.idle+len(gs.busy), gs.unknown
 		if waiting == 0 || waiting < len(g.Members)-unknown {
 			if idle > 0 {
 				paused = append(paused, g.ID)

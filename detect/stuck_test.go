@@ -45,3 +45,22 @@ func TestStuckInFlightIgnoresStaleGPUSamples(t *testing.T) {
 	fs, _ := StuckInFlight(j, cfg)
 	only(t, fs, incident.KindStuckInFlight)
 }
+
+// TestBusyGPUHoldsSpinningPeers: both ranks issued the collective; rank 0's GPU spins in it,
+// rank 1's computes at full power for the whole hang window (a kernel that does not end). The
+// busy rank is named; it is no pause.
+func TestBusyGPUHoldsSpinningPeers(t *testing.T) {
+	j := job(30*time.Second, rank(0, 30, 100*time.Millisecond, 0, nil), rank(1, 30, 100*time.Millisecond, 0, nil))
+	j.Nodes = map[string]*snapshot.Node{"node0": gpuNode("node0", "waiting"), "node1": gpuNode("node1", "computing")}
+	if fs, paused := StuckInFlight(j, DefaultConfig()); len(fs) != 0 || len(paused) != 0 {
+		t.Fatalf("neither stuck in flight nor paused: %+v paused %v", fs, paused)
+	}
+	f := only(t, BusyGPU(j, DefaultConfig()), incident.KindHang)
+	if len(f.Culprits) != 1 || f.Culprits[0].Rank != 1 {
+		t.Fatalf("want rank 1 named: %+v", f)
+	}
+	res := Evaluate(j, DefaultConfig(), TimingOK)
+	if len(res.Findings) != 1 || res.Findings[0].Culprits[0].Rank != 1 {
+		t.Fatalf("one finding naming rank 1: %+v", res.Findings)
+	}
+}
