@@ -40,10 +40,14 @@ func processEvidence(j *Job, p *Proc, f *Finding) {
 	switch p.State {
 	case snapshot.ProcExited:
 		f.addEvidence("the process has exited (at %s)", fmtTime(p.ExitedAt.Time()))
+		if cleanExit(p) {
+			// Peers still wait in a collective it will never call.
+			f.addEvidence("it destroyed its communicators before exiting: it ended early (fewer steps or batches than its peers, an early return), not a crash")
+		}
 	case snapshot.ProcRunning:
 		f.addEvidence("the process is still alive")
 	}
-	if g := gpuOf(j, p); g != nil {
+	if g := gpuOf(j, p); g != nil && p.State != snapshot.ProcExited {
 		f.addEvidence("its GPU %d: %s", g.Index, describeGPU(g))
 		switch g.State {
 		case snapshot.GPUIdle:

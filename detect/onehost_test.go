@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,5 +177,24 @@ func TestStopsBehindAStop(t *testing.T) {
 				t.Fatalf("want %d finding(s), rank 1 first: %+v", c.want, fs.stalls)
 			}
 		})
+	}
+}
+
+// TestEarlyExitIsNamedAsSuch: rank 1 ran out of batches, destroyed its communicator and
+// exited 0 while the others went on into the next collective. It is the hang's culprit,
+// and the evidence says it ended early rather than crashed or stuck in host code.
+func TestEarlyExitIsNamedAsSuch(t *testing.T) {
+	ps := oneHost()
+	early := ps[1]
+	early.Comms[0].Count, early.Comms[0].Recent = 95, early.Comms[0].Recent[:95]
+	last := early.Comms[0].Recent[94]
+	early.Comms[0].Last = &last
+	early.Comms[0].State = snapshot.CommDestroyed
+	early.State, early.ExitedAt = snapshot.ProcExited, us(10*time.Second)
+	res := Evaluate(job(25*time.Second, ps...), DefaultConfig(), TimingOK)
+	f := only(t, res.Findings, incident.KindHang)
+	ev := strings.Join(f.Evidence, "\n")
+	if culpritRanks(f)[0] != 1 || !strings.Contains(ev, "it ended early") || strings.Contains(ev, "host code is stuck") {
+		t.Fatalf("want rank 1, ended early: %s\n%s", f.Summary, ev)
 	}
 }
