@@ -53,6 +53,8 @@ print(*(s.getsockname()[1] for s in ss))')  # free ports: other dry runs may sha
   dry=(--dry)
 fi
 export STEPS_sub_mismatch=${STEPS_sub_mismatch:-90}  # if NCCL does not hang on it, end soon
+# Dry runs may share this machine (ports above): each gets its own work folder too.
+if [ "${DRYRUN:-0}" = 1 ]; then export WORK=${WORK:-$(mktemp -d /tmp/e2e-onegpu-work.XXXXXX)}; fi
 export WORK=${WORK:-/tmp/e2e-onegpu-work}
 case $part in
   plugin)
