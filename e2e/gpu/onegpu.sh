@@ -61,7 +61,7 @@ case $part in
     export LOGMODE=plugin CASES=${CASES:-"healthy silent frozen crash order_inversion sub_mismatch order_inversion_full"}
     ;;
   info)
-    oh_work=/tmp/e2e-onegpu-overhead
+    oh_work=$WORK-overhead
     rm -rf "$oh_work"
     timeout -k 5 $((OVERHEAD_S + 20)) python3 "$HERE/overhead.py" --out "$oh_work" --max-s "$OVERHEAD_S" \
       --plugin "$PLUGIN_SO" "${dry[@]}" > "$oh_work.log" 2>&1
