@@ -2,7 +2,8 @@ package detect
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/ncclwatch/watchdog/incident"
@@ -129,7 +130,7 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 				c.what, snapshot.IBStatusName(e.Code), p.Name(), hcaWords(p, e.Dev), book.describe(e.Peer), c.why)
 			if key == "link:peer:"+peerHost && !c.remote {
 				f.Summary = fmt.Sprintf("IB %s (%s): %d hosts (%s) report it with %s, the one they share: look at its link and node first; %s",
-					c.what, snapshot.IBStatusName(e.Code), len(reporters[peerHost]), strings.Join(sortedKeys(reporters[peerHost]), ", "),
+					c.what, snapshot.IBStatusName(e.Code), len(reporters[peerHost]), strings.Join(slices.Sorted(maps.Keys(reporters[peerHost])), ", "),
 					book.describe(e.Peer), c.why)
 			}
 			if e.T != 0 {
@@ -168,7 +169,7 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 	f := Finding{Kind: incident.KindLink, Severity: incident.SeverityWarning, Culprits: []incident.Culprit{},
 		Key: "link:flush:" + first.p.Host}
 	f.Summary = fmt.Sprintf("IB requests were flushed (%s) on %s talking to %s: a consequence of an earlier error on those connections that these logs do not hold (look at the peer's log and at the first error of the job)",
-		snapshot.IBStatusName(snapshot.IBWRFlushErr), strings.Join(sortedKeys(hosts), ", "), book.describe(first.e.Peer))
+		snapshot.IBStatusName(snapshot.IBWRFlushErr), strings.Join(slices.Sorted(maps.Keys(hosts)), ", "), book.describe(first.e.Peer))
 	for _, r := range flushes {
 		f.addEvidence("%s: %s", r.p.Name(), r.e.Msg)
 		f.culpritKeys = appendUnique(f.culpritKeys, r.p.Key())
@@ -230,13 +231,4 @@ func hcaPort(p *Proc, dev string) string {
 		return name
 	}
 	return dev
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -2,6 +2,8 @@ package detect
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -86,7 +88,7 @@ func RAS(j *Job, cfg Config) []Finding {
 				}
 			}
 			byFunc := rasCounts(&c)
-			for _, fn := range sortedFuncs(byFunc) {
+			for _, fn := range slices.Sorted(maps.Keys(byFunc)) {
 				counts := byFunc[fn]
 				lead := int64(-1)
 				for _, v := range counts {
@@ -95,7 +97,7 @@ func RAS(j *Job, cfg Config) []Finding {
 				if lead < newest[c.Hash+"/"+fn] {
 					continue
 				}
-				for _, r := range sortedRanks(counts) {
+				for _, r := range slices.Sorted(maps.Keys(counts)) {
 					v := counts[r]
 					if r < 0 || v >= lead {
 						continue
@@ -154,7 +156,7 @@ func RAS(j *Job, cfg Config) []Finding {
 			out = append(out, f)
 		}
 		f := &out[i]
-		f.addEvidence("RAS (%s): on communicator %s, %s launched %s up to %d, the most is %d", strings.Join(sortedKeys(b.reports), ", "),
+		f.addEvidence("RAS (%s): on communicator %s, %s launched %s up to %d, the most is %d", strings.Join(slices.Sorted(maps.Keys(b.reports)), ", "),
 			shortComm(b.hash), name, b.fn, b.count, b.lead)
 	}
 	for _, k := range deadOrder {
@@ -200,24 +202,6 @@ func rasCounts(c *snapshot.RASComm) map[string]map[int]int64 {
 		k := -1 - len(m)
 		m[k] = g.Count
 	}
-	return out
-}
-
-func sortedFuncs(m map[string]map[int]int64) []string {
-	out := make([]string, 0, len(m))
-	for fn := range m {
-		out = append(out, fn)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func sortedRanks(m map[int]int64) []int {
-	out := make([]int, 0, len(m))
-	for r := range m {
-		out = append(out, r)
-	}
-	sort.Ints(out)
 	return out
 }
 

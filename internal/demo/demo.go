@@ -10,9 +10,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -132,7 +133,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	for _, name := range opts.Scenarios {
 		sc, ok := all[name]
 		if !ok {
-			return nil, fmt.Errorf("demo: no scenario %q (have %s, all)", name, strings.Join(sortedKeys(all), ", "))
+			return nil, fmt.Errorf("demo: no scenario %q (have %s, all)", name, strings.Join(slices.Sorted(maps.Keys(all)), ", "))
 		}
 		scs = append(scs, sc)
 	}
@@ -208,15 +209,6 @@ func consoleSettings() alert.Settings {
 	s := alert.DefaultSettings()
 	s.GroupWait = 0
 	return s
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // runScenario runs one job: its simulator and one sidecar per node, until the expected

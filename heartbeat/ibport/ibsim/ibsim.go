@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -108,7 +109,7 @@ func WritePort(root string, p Port) error {
 	for _, name := range StandardCounters {
 		files = append(files, counterFile("counters/"+name, p.Counters[name]))
 	}
-	for _, name := range sortedKeys(p.Counters) {
+	for _, name := range slices.Sorted(maps.Keys(p.Counters)) {
 		if !slices.Contains(StandardCounters, name) {
 			files = append(files, counterFile("counters/"+name, p.Counters[name]))
 		}
@@ -117,7 +118,7 @@ func WritePort(root string, p Port) error {
 		if err := os.MkdirAll(filepath.Join(dir, "hw_counters"), 0o755); err != nil {
 			return fmt.Errorf("ibsim: %w", err)
 		}
-		for _, name := range sortedKeys(p.HWCounters) {
+		for _, name := range slices.Sorted(maps.Keys(p.HWCounters)) {
 			files = append(files, counterFile("hw_counters/"+name, p.HWCounters[name]))
 		}
 	}
@@ -165,7 +166,7 @@ func WriteNetIf(root string, n NetIf) error {
 	for _, name := range standardStats {
 		files = append(files, counterFile("statistics/"+name, n.Stats[name]))
 	}
-	for _, name := range sortedKeys(n.Stats) {
+	for _, name := range slices.Sorted(maps.Keys(n.Stats)) {
 		if !slices.Contains(standardStats, name) {
 			files = append(files, counterFile("statistics/"+name, n.Stats[name]))
 		}
@@ -214,13 +215,4 @@ func WriteFile(path, content string) error {
 		return err
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]uint64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
