@@ -20,16 +20,28 @@ type HangConfig struct {
 
 // HangWindow is how long a communicator may sit still, given its recent pace.
 func (c HangConfig) HangWindow(g *Group) time.Duration {
-	gaps := recentGaps(g)
-	w := c.HangFloor
-	if len(gaps) >= 4 {
-		sort.Slice(gaps, func(a, b int) bool { return gaps[a] < gaps[b] })
-		p99 := gaps[min(len(gaps)-1, len(gaps)*99/100)]
-		if d := time.Duration(c.HangK * float64(p99) * float64(time.Microsecond)); d > w {
-			w = d
+	return max(c.HangFloor, time.Duration(c.HangK*float64(p99Gap(recentGaps(g)))))
+}
+
+// p99Gap is the 99th percentile of gaps (µs) between ops, 0 with fewer than 4 of them.
+func p99Gap(gaps []int64) time.Duration {
+	if len(gaps) < 4 {
+		return 0
+	}
+	sort.Slice(gaps, func(a, b int) bool { return gaps[a] < gaps[b] })
+	return time.Duration(gaps[min(len(gaps)-1, len(gaps)*99/100)]) * time.Microsecond
+}
+
+// opGaps are the µs between a communicator's recent ops at consecutive positions.
+func opGaps(c *snapshot.Comm) []int64 {
+	var gaps []int64
+	r := c.Recent
+	for i := 1; i < len(r); i++ {
+		if r[i].Seq == r[i-1].Seq+1 && r[i].T > 0 && r[i-1].T > 0 && r[i].T >= r[i-1].T {
+			gaps = append(gaps, int64(r[i].T-r[i-1].T))
 		}
 	}
-	return w
+	return gaps
 }
 
 // recentGaps are the µs between successive ops of the most advanced member.
@@ -43,14 +55,7 @@ func recentGaps(g *Group) []int64 {
 	if best == nil {
 		return nil
 	}
-	var gaps []int64
-	r := best.Recent
-	for i := 1; i < len(r); i++ {
-		if r[i].Seq == r[i-1].Seq+1 && r[i].T > 0 && r[i-1].T > 0 && r[i].T >= r[i-1].T {
-			gaps = append(gaps, int64(r[i].T-r[i-1].T))
-		}
-	}
-	return gaps
+	return opGaps(best)
 }
 
 // lastProgress is the newest op time of any member on the communicator.

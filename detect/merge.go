@@ -161,18 +161,6 @@ func stoppedRankExplainsNeighbours(_ *Job, _ Config, fs *findings) {
 	if len(causes) == 0 {
 		return
 	}
-	causeOf := func(f *Finding) *Finding {
-		for _, c := range causes {
-			for _, k := range c.culpritKeys {
-				for _, fk := range f.culpritKeys {
-					if k == fk {
-						return c
-					}
-				}
-			}
-		}
-		return nil
-	}
 	fold := func(group *[]Finding, consequence func(*Finding) *Finding) {
 		kept := (*group)[:0]
 		for _, f := range *group {
@@ -194,7 +182,7 @@ func stoppedRankExplainsNeighbours(_ *Job, _ Config, fs *findings) {
 		var cause *Finding
 		all := true
 		for _, k := range f.culpritKeys {
-			c := causeOf(&Finding{culpritKeys: []string{k}})
+			c := ownCause(Finding{culpritKeys: []string{k}}, causes)
 			all = all && c != nil
 			if cause == nil {
 				cause = c
@@ -207,7 +195,7 @@ func stoppedRankExplainsNeighbours(_ *Job, _ Config, fs *findings) {
 	})
 	fold(&fs.links, func(f *Finding) *Finding {
 		if f.measured {
-			return causeOf(f)
+			return ownCause(*f, causes)
 		}
 		return nil
 	})

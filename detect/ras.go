@@ -258,32 +258,20 @@ func stillIssuing(j *Job, p *Proc) bool {
 		if c.Last != nil {
 			newest = max(newest, c.Last.T)
 		}
-		for k := 1; k < len(c.Recent); k++ {
-			if d := int64(c.Recent[k].T - c.Recent[k-1].T); d > 0 {
-				gaps = append(gaps, d)
-			}
-		}
+		gaps = append(gaps, opGaps(c)...)
 	}
-	if newest == 0 {
-		return false
-	}
-	window := time.Second
-	if len(gaps) >= 4 {
-		sort.Slice(gaps, func(a, b int) bool { return gaps[a] < gaps[b] })
-		window = max(window, 2*time.Duration(gaps[min(len(gaps)-1, len(gaps)*99/100)])*time.Microsecond)
-	}
-	return j.Now.Sub(newest.Time()) < window
+	return newest != 0 && j.Now.Sub(newest.Time()) < max(time.Second, 2*p99Gap(gaps))
 }
 
 // soleProc is the one process ps all name, nil when none or several.
 func soleProc(ps []*Proc) *Proc {
-	for _, p := range ps[min(len(ps), 1):] {
+	if len(ps) == 0 {
+		return nil
+	}
+	for _, p := range ps[1:] {
 		if p != ps[0] {
 			return nil
 		}
-	}
-	if len(ps) == 0 {
-		return nil
 	}
 	return ps[0]
 }
