@@ -191,16 +191,6 @@ func (rec *recorder) count() int {
 	return len(rec.reqs)
 }
 
-func (rec *recorder) countBody(substr string) int {
-	n := 0
-	for _, r := range rec.requests() {
-		if bytes.Contains(r.raw, []byte(substr)) {
-			n++
-		}
-	}
-	return n
-}
-
 func (rec *recorder) goldenJSON(t *testing.T, name string) {
 	t.Helper()
 	b, err := json.MarshalIndent(rec.requests(), "", "  ")
@@ -312,18 +302,6 @@ func pump(t *testing.T, clock *clockwork.FakeClock, step time.Duration, cond fun
 		}
 		clock.Advance(step)
 		time.Sleep(2 * time.Millisecond)
-	}
-}
-
-// settle waits until the dispatcher has nothing queued, in flight or unsaved.
-func settle(t *testing.T, d *Dispatcher) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !d.idle() {
-		if time.Now().After(deadline) {
-			t.Fatal("dispatcher not idle in 20 s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

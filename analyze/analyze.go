@@ -8,7 +8,6 @@ package analyze
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -408,6 +407,3 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result) {
 	dj.Offline = true
 	return dj, detect.Evaluate(dj, opts.Rules, detect.JobTiming(dj))
 }
-
-// errorsIsInput reports whether err is an input error (exit 2).
-func errorsIsInput(err error) bool { return errors.Is(err, ErrInput) }

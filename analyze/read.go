@@ -34,13 +34,6 @@ type procKey struct {
 	anon string
 }
 
-func (k procKey) String() string {
-	if k.anon != "" {
-		return k.anon
-	}
-	return k.host + ":" + strconv.Itoa(k.pid)
-}
-
 type torchEvent struct {
 	rank int // global rank, -1 when unknown
 	host string
