@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -514,16 +515,15 @@ func decodeHistory(h []byte, issued uint64) (sigs []Sig, marks []Mark, digest ui
 			ProcSeq: u32(b, sigProcSeq)})
 	}
 	sort.Slice(sigs, func(a, b int) bool { return sigs[a].Seq < sigs[b].Seq })
-	seen := map[uint64]bool{}
 	for i := range numMarkLevels * marksPerLevel {
 		b := h[histMarks+i*markSize : histMarks+(i+1)*markSize]
-		// A mark of a higher level repeats one of a lower level at the same position.
-		if seq := u64(b, markSeq); seq != 0 && seq <= issued && !seen[seq] {
-			seen[seq] = true
+		if seq := u64(b, markSeq); seq != 0 && seq <= issued {
 			marks = append(marks, Mark{Seq: seq, Digest: u64(b, markDigest), T: snapshot.Micros(u64(b, markTUs))})
 		}
 	}
 	sort.Slice(marks, func(a, b int) bool { return marks[a].Seq < marks[b].Seq })
+	// A mark of a higher level repeats one of a lower level at the same position.
+	marks = slices.CompactFunc(marks, func(a, b Mark) bool { return a.Seq == b.Seq })
 	return sigs, marks, u64(h, histDigest)
 }
 
