@@ -41,6 +41,15 @@ func onGPU(m Member) *snapshot.Flight {
 	return d.InFlight
 }
 
+// queuedColl is the collective a completion state shows issued but not started on the GPU
+// (busy with something else first), nil when none.
+func queuedColl(d *snapshot.Completion) *snapshot.Flight {
+	if d == nil || d.InFlight == nil || d.InFlight.P2P || d.InFlight.GPUStart != 0 {
+		return nil
+	}
+	return d.InFlight
+}
+
 // idle says whether a member has completed everything it issued on the communicator.
 func idle(m Member) bool {
 	d := m.Comm.Done
@@ -110,7 +119,8 @@ func CompletionHang(j *Job, cfg Config) []Finding {
 			if d == nil {
 				continue
 			}
-			queued := d.InFlight != nil && !d.InFlight.P2P && d.InFlight.Seq == k && d.InFlight.GPUStart == 0
+			q := queuedColl(d)
+			queued := q != nil && q.Seq == k
 			if !queued && (d.Issued >= k || !idle(m)) {
 				continue
 			}

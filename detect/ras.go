@@ -289,8 +289,7 @@ func queuedOnGPU(p *Proc, hash string) bool {
 		if !sameHash(c.ID, hash) || c.Done == nil {
 			continue
 		}
-		f := c.Done.InFlight
-		return f != nil && !f.P2P && f.GPUStart == 0 && p.State != snapshot.ProcExited
+		return queuedColl(c.Done) != nil && p.State != snapshot.ProcExited
 	}
 	return false
 }
