@@ -102,15 +102,29 @@ func describeMismatch(j *Job, g *Group, seq int64, ops []*snapshot.Op) Finding {
 	culprits := map[int]bool{}
 	ambiguous := false
 	if len(bySig[sigs[0]]) == len(bySig[sigs[1]]) {
-		// No majority: the rank whose op breaks its own repeating pattern is the culprit.
-		for i, o := range ops {
-			if o != nil && breaksPattern(g.Members[i].Comm, seq) {
-				culprits[i] = true
-			}
-		}
-		if len(culprits) == 0 || len(culprits) == countNonNil(ops) {
+		// No majority: the rank whose op breaks its own repeating pattern is the culprit;
+		// failing that, the rank whose op is new to the communicator while the others'
+		// were issued before (the repeating pattern may lie in a hole of the history).
+		some := func(suspect func(i int) bool) bool {
 			clear(culprits)
+			for i, o := range ops {
+				if o != nil && suspect(i) {
+					culprits[i] = true
+				}
+			}
+			return len(culprits) > 0 && len(culprits) < countNonNil(ops)
+		}
+		switch {
+		case some(func(i int) bool { return breaksPattern(g.Members[i].Comm, seq) }):
+		case some(func(i int) bool { return newToGroup(g, seq, ops[i]) }):
+			for i := range culprits {
+				f.addEvidence("%s's %s is the first of its kind on %s: every other rank's op at position %d was issued there before",
+					g.Members[i].Proc.Name(), describeOp(ops[i]), shortComm(g.ID), seq)
+			}
+		default:
+			// Nothing tells them apart: every rank with an op at seq is named.
 			ambiguous = true
+			some(func(int) bool { return true })
 		}
 	}
 	if len(culprits) == 0 {
@@ -121,7 +135,7 @@ func describeMismatch(j *Job, g *Group, seq int64, ops []*snapshot.Op) Finding {
 		}
 	}
 	if ambiguous {
-		f.addEvidence("no majority and no repeating pattern tells which rank deviated: the ranks named are as suspect as the others")
+		f.addEvidence("no majority, no repeating pattern and no op new to the communicator tells which rank deviated: every rank at position %d is named", seq)
 	}
 	idx := make([]int, 0, len(culprits))
 	for i := range culprits {
@@ -223,6 +237,25 @@ func alignedShift(a, b *snapshot.Comm, seq int64) bool {
 		matched++
 	}
 	return matched >= 1
+}
+
+// newToGroup reports whether no member issued o's signature before seq, among the ops the
+// history keeps; with no earlier op kept it cannot tell, and says no.
+func newToGroup(g *Group, seq int64, o *snapshot.Op) bool {
+	earlier := false
+	for _, m := range g.Members {
+		for i := range m.Comm.Recent {
+			e := &m.Comm.Recent[i]
+			if e.Seq >= seq {
+				break
+			}
+			if SameSignature(e, o) {
+				return false
+			}
+			earlier = true
+		}
+	}
+	return earlier
 }
 
 // breaksPattern reports whether the op at seq differs from the one a period earlier.

@@ -42,25 +42,36 @@ func opAt(c *snapshot.Comm, seq int64) *snapshot.Op {
 // Period finds the smallest P such that the member's latest ops before seq repeat every P
 // positions (a training step issues the same collectives each iteration); 0 when none.
 // Only the tail is checked, so warm-up ops (an initial Broadcast) do not hide the pattern.
+// The history may have holes (a busy communicator issues more ops between two snapshots
+// than one carries): ops are paired by position, and a pair with a side missing is skipped.
 func Period(c *snapshot.Comm, before int64) int64 {
-	var ops []*snapshot.Op
-	for i := range c.Recent {
-		if c.Recent[i].Seq < before {
-			ops = append(ops, &c.Recent[i])
-		}
-	}
+	ops := c.Recent[:sort.Search(len(c.Recent), func(i int) bool { return c.Recent[i].Seq >= before })]
 	for p := 1; p <= len(ops)/3; p++ {
-		pairs := min(len(ops)-p, max(2*p, 16))
-		ok := true
-		for i := len(ops) - pairs; i < len(ops); i++ {
-			if ops[i].Seq-ops[i-p].Seq != int64(p) || !SameSignature(ops[i], ops[i-p]) {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if repeatsEvery(ops, p) {
 			return int64(p)
 		}
 	}
 	return 0
+}
+
+// repeatsEvery reports whether the newest ops each equal the op p positions earlier: no pair
+// differs among the newest max(2p, 16) pairs, or among all when fewer, which must be at
+// least 2p (without holes, exactly the pairs of the last max(2p, 16)+p ops).
+func repeatsEvery(ops []snapshot.Op, p int) bool {
+	pairs := 0
+	for i := len(ops) - 1; i > 0 && pairs < max(2*p, 16); i-- {
+		want := ops[i].Seq - int64(p)
+		j := i - p // where it lies when the history has no holes
+		if j < 0 || ops[j].Seq != want {
+			j = sort.Search(i, func(k int) bool { return ops[k].Seq >= want })
+			if j == i || ops[j].Seq != want {
+				continue
+			}
+		}
+		if !SameSignature(&ops[i], &ops[j]) {
+			return false
+		}
+		pairs++
+	}
+	return pairs >= 2*p
 }
