@@ -389,3 +389,43 @@ func TestStoreFailures(t *testing.T) {
 		}
 	}
 }
+
+// TestRASUnmappedStragglerIsNotAHang: live on one H100 (4 ranks, straggler on rank 1), RAS
+// reported rank 0 of a split child five launches behind. Communicators of that size hold
+// different processes at rank 0, so no process could be named, and the rank was paged as
+// hung while every candidate went on issuing collectives. Once they stop, it is a hang.
+func TestRASUnmappedStragglerIsNotAHang(t *testing.T) {
+	now := t0.Add(time.Minute)
+	procs := func(lastAgo time.Duration) []*Proc {
+		ps := []*Proc{{Node: "vm", Process: snapshot.Process{Host: "vm", PID: 100, Rank: 0, CudaDev: -1, State: snapshot.ProcRunning}},
+			{Node: "vm", Process: snapshot.Process{Host: "vm", PID: 101, Rank: 1, CudaDev: -1, State: snapshot.ProcRunning}}}
+		// Two logged communicators of two ranks, numbered the other way round in the second.
+		for _, comm := range []struct {
+			id    string
+			order []int
+		}{{"0xaa", []int{0, 1}}, {"0xbb", []int{1, 0}}} {
+			id := comm.id
+			for commRank, p := range comm.order {
+				c := snapshot.Comm{ID: id, Rank: commRank, NRanks: 2, Count: 40, State: snapshot.CommReady}
+				for k := range 40 {
+					at := now.Add(-lastAgo - time.Duration(39-k)*350*time.Millisecond)
+					c.Recent = append(c.Recent, snapshot.Op{Seq: int64(k + 1), Op: "AllReduce", Count: 8, Dtype: "float32", T: snapshot.MicrosOf(at)})
+				}
+				last := c.Recent[39]
+				c.Last = &last
+				ps[p].Comms = append(ps[p].Comms, c)
+			}
+		}
+		return ps
+	}
+	ras := &snapshot.Node{Node: "vm", RAS: &snapshot.RAS{Format: "json", Comms: []snapshot.RASComm{
+		{Hash: "0xcc", Size: 2, Funcs: map[string]map[int]int64{"AllReduce": {0: 370, 1: 375}}}}}}
+	j := NewJob("j", now, procs(100*time.Millisecond), map[string]*snapshot.Node{"vm": ras})
+	if fs := RAS(j, DefaultConfig()); len(fs) != 0 {
+		t.Fatalf("every process that could be rank 0 is still issuing: no hang, got %+v", fs)
+	}
+	j = NewJob("j", now, procs(3*time.Second), map[string]*snapshot.Node{"vm": ras})
+	if fs := RAS(j, DefaultConfig()); len(fs) != 1 || fs[0].Kind != incident.KindHang || fs[0].Culprits[0].Rank != -1 {
+		t.Fatalf("3 s without a collective: want the unmapped rank's hang, got %+v", fs)
+	}
+}

@@ -139,7 +139,7 @@ func RAS(j *Job, cfg Config) []Finding {
 		b := behind[k]
 		culprit, key, name, proc := rasRank(j, b.hash, b.size, b.rank)
 		judged := b.lead-b.count >= minGap || len(commsBehind[key]) >= 2 || timedOut
-		if !judged || queuedOnGPU(proc, b.hash) || stillIssuing(j, proc) {
+		if !judged || queuedOnGPU(proc, b.hash) || stillIssuing(j, proc) || (proc == nil && candidatesIssuing(j, b.size, b.rank)) {
 			continue
 		}
 		i, ok := byKey[key]
@@ -261,6 +261,29 @@ func stillIssuing(j *Job, p *Proc) bool {
 		gaps = append(gaps, opGaps(c)...)
 	}
 	return newest != 0 && j.Now.Sub(newest.Time()) < max(time.Second, 2*p99Gap(gaps))
+}
+
+// candidatesIssuing: RAS names a rank the logs cannot map to one process (a split child
+// whose size several logged communicators share, each with a different process at that
+// rank; or none logged). When every process that could be it, or with no candidate every
+// process of the job, is still issuing collectives, none of them is hung: the skew is a
+// slow rank's, which the straggler rules judge.
+func candidatesIssuing(j *Job, size, rank int) bool {
+	var ps []*Proc
+	for _, g := range j.Groups {
+		if size == 0 || g.NRanks != size {
+			continue
+		}
+		for _, m := range g.Members {
+			if m.Comm.Rank == rank {
+				ps = append(ps, m.Proc)
+			}
+		}
+	}
+	if len(ps) == 0 {
+		ps = j.Procs
+	}
+	return len(ps) > 0 && !slices.ContainsFunc(ps, func(p *Proc) bool { return !stillIssuing(j, p) })
 }
 
 // soleProc is the one process ps all name, nil when none or several.
