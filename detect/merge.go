@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/ncclwatch/watchdog/incident"
@@ -54,26 +55,27 @@ type mergeStep func(j *Job, cfg Config, fs *findings)
 
 // mergeSteps run top to bottom; each sees only what the steps above it kept.
 var mergeSteps = []mergeStep{
-	rasMeetsTheLogs,               // RAS's skew is checked against the ranks' own logs, then judged with them
-	brokenConnectionsNameTheDead,  // connections that broke to a host of several ranks lead to the one that died there
-	findTeardown,                  // most ranks dying at once is the job's teardown
-	measuredSupersedesInferred,    // what the plugin measured replaces what logs suggested about one cause
-	mismatchExplainsStalls,        // a mismatch explains the hang and p2p stalls on its communicator
-	mismatchExplainsInversions,    // a rank that skipped or swapped an op is out of step on its communicator, not out of order
-	stoppedRankExplainsNeighbours, // a rank that stopped or died explains busy GPUs, slow links and order ties around it
-	inversionExplainsStalls,       // an order inversion explains the hangs and stuck collectives of its communicators
-	deathAndStallOfOneRank,        // a death and a stall of one rank are one cause; the order says which
-	hangAbsorbsP2P,                // a hang absorbs the p2p mismatch of the same rank
-	stopsBehindAStop,              // a rank that stopped while it waits on another stopped rank follows it
-	versionsExplainSizes,          // ranks of different NCCL versions disagree on message sizes: one cause
-	teardownFoldsIntoItsCause,     // the teardown is one line of evidence of what came before it
-	silentInitEchoesAnError,       // an init that failed without a WARN echoes the error another process printed
-	errorsExplainFailures,         // an error NCCL printed explains the deaths, stalls and init hangs that follow it
-	laterDeathsFoldIntoFirstCause, // deaths after the job's first root cause are its consequences
-	stuckFollowsItsCause,          // a stuck collective follows a culprit or a link fault on its nodes, else all are one cause
-	ncclErrorsWithoutCause,        // an NCCL error no rule explains is reported, never a clean bill
-	torchTimeoutsWithoutCause,     // PyTorch's timeouts alone say the job hangs, when no rule named why
-	torchTimeoutsAreEvidence,      // PyTorch's timeout lines are evidence, not culprits
+	rasMeetsTheLogs,                 // RAS's skew is checked against the ranks' own logs, then judged with them
+	brokenConnectionsNameTheDead,    // connections that broke to a host of several ranks lead to the one that died there
+	findTeardown,                    // most ranks dying at once is the job's teardown
+	measuredSupersedesInferred,      // what the plugin measured replaces what logs suggested about one cause
+	stragglerBehindAStraggler,       // a rank that waits for a straggler is late at its next collectives
+	mismatchExplainsItsCommunicator, // a mismatch explains the stalls, slow links and late arrivals on its communicator
+	mismatchExplainsInversions,      // a rank that skipped or swapped an op is out of step on its communicator, not out of order
+	stoppedRankExplainsNeighbours,   // a rank that stopped or died explains busy GPUs, slow links and order ties around it
+	inversionExplainsStalls,         // an order inversion explains the hangs and stuck collectives of its communicators
+	deathAndStallOfOneRank,          // a death and a stall of one rank are one cause; the order says which
+	hangAbsorbsP2P,                  // a hang absorbs the p2p mismatch of the same rank
+	stopsBehindAStop,                // a rank that stopped while it waits on another stopped rank follows it
+	versionsExplainSizes,            // ranks of different NCCL versions disagree on message sizes: one cause
+	teardownFoldsIntoItsCause,       // the teardown is one line of evidence of what came before it
+	silentInitEchoesAnError,         // an init that failed without a WARN echoes the error another process printed
+	errorsExplainFailures,           // an error NCCL printed explains the deaths, stalls and init hangs that follow it
+	laterDeathsFoldIntoFirstCause,   // deaths after the job's first root cause are its consequences
+	stuckFollowsItsCause,            // a stuck collective follows a culprit or a link fault on its nodes, else all are one cause
+	ncclErrorsWithoutCause,          // an NCCL error no rule explains is reported, never a clean bill
+	torchTimeoutsWithoutCause,       // PyTorch's timeouts alone say the job hangs, when no rule named why
+	torchTimeoutsAreEvidence,        // PyTorch's timeout lines are evidence, not culprits
 }
 
 // hasCause reports a critical finding: a root cause the job's failure is explained by.
@@ -412,20 +414,75 @@ func torchTimeoutsWithoutCause(j *Job, cfg Config, fs *findings) {
 	}
 }
 
-// mismatchExplainsStalls: ranks that called different collectives wait on each other for
-// ever, so the hang and the point-to-point stall on a mismatched communicator are the
-// mismatch's doing.
-func mismatchExplainsStalls(_ *Job, _ Config, fs *findings) {
+// mismatchExplainsItsCommunicator: ranks that called different collectives wait on each
+// other for ever, or run ops of different shapes against each other, so the hang, the
+// point-to-point stall, the stuck collective, the slow send steps and the late arrivals on
+// a mismatched communicator are the mismatch's doing.
+func mismatchExplainsItsCommunicator(_ *Job, _ Config, fs *findings) {
 	byComm := fs.mismatchByComm()
-	kept := fs.stalls[:0]
-	for _, f := range fs.stalls {
-		if m := byComm[f.Comm]; m != nil {
-			absorb(m, &f)
+	for _, group := range []*[]Finding{&fs.stalls, &fs.stuck, &fs.links, &fs.rest} {
+		kept := (*group)[:0]
+		for _, f := range *group {
+			m := byComm[f.Comm]
+			if m != nil && f.Comm != "" && (group != &fs.rest || f.Kind == incident.KindStraggler) {
+				absorb(m, &f)
+				continue
+			}
+			kept = append(kept, f)
+		}
+		*group = kept
+	}
+}
+
+// stragglerBehindAStraggler: a rank that waits for a straggler on one communicator reaches
+// its next collectives late too (a tensor-parallel peer of a slow rank is late at the
+// data-parallel all-reduce), so it looks like a straggler of its own. The straggler it
+// waits for, as late or later, is the cause.
+func stragglerBehindAStraggler(j *Job, _ Config, fs *findings) {
+	var stragglers []int
+	for i := range fs.rest {
+		if fs.rest[i].Kind == incident.KindStraggler {
+			stragglers = append(stragglers, i)
+		}
+	}
+	follows := make([]bool, len(fs.rest))
+	for _, b := range stragglers {
+		for _, a := range stragglers {
+			cause, f := &fs.rest[a], &fs.rest[b]
+			if a == b || follows[a] || cause.LagSeconds < f.LagSeconds {
+				continue
+			}
+			waiting := waitsOn(j, cause, f)
+			if waiting == nil {
+				continue
+			}
+			absorb(cause, f)
+			cause.addEvidence("%s waits for it on %s, and so arrives late at its next collectives", procNames(waiting), shortComm(cause.Comm))
+			follows[b] = true
+			break
+		}
+	}
+	fs.rest = without(fs.rest, follows)
+}
+
+// waitsOn returns f's culprits when they are all peers, not culprits, on cause's
+// communicator: they wait for cause there. Nil otherwise.
+func waitsOn(j *Job, cause, f *Finding) []*Proc {
+	var waiting []*Proc
+	for _, g := range j.Groups {
+		if g.ID != cause.Comm {
 			continue
 		}
-		kept = append(kept, f)
+		for _, m := range g.Members {
+			if k := m.Proc.Key(); slices.Contains(f.culpritKeys, k) && !slices.Contains(cause.culpritKeys, k) {
+				waiting = append(waiting, m.Proc)
+			}
+		}
 	}
-	fs.stalls = kept
+	if len(waiting) == 0 || len(waiting) != len(f.culpritKeys) {
+		return nil
+	}
+	return waiting
 }
 
 // deathAndStallOfOneRank: a rank that dies stops progressing, and a rank that hangs is

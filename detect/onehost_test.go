@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -196,5 +197,85 @@ func TestEarlyExitIsNamedAsSuch(t *testing.T) {
 	ev := strings.Join(f.Evidence, "\n")
 	if culpritRanks(f)[0] != 1 || !strings.Contains(ev, "it ended early") || strings.Contains(ev, "host code is stuck") {
 		t.Fatalf("want rank 1, ended early: %s\n%s", f.Summary, ev)
+	}
+}
+
+// TestMismatchExplainsItsCommunicator: live on one H100, rank 1's Broadcast against rank 3's
+// AllReduce on their data-parallel pair also showed as a slow link 3->1 and rank 1 as a
+// straggler on that pair: one root cause. A straggler elsewhere is its own.
+func TestMismatchExplainsItsCommunicator(t *testing.T) {
+	mk := func(kind incident.Kind, comm, key string, ranks ...int) Finding {
+		f := Finding{Kind: kind, Severity: incident.SeverityWarning, Comm: comm, Key: key}
+		for _, r := range ranks {
+			f.Culprits = append(f.Culprits, incident.Culprit{Rank: r})
+			f.culpritKeys = append(f.culpritKeys, fmt.Sprintf("vm:%d", r))
+		}
+		return f
+	}
+	mism := mk(incident.KindMismatch, "dp13", "mismatch:dp13", 1)
+	mism.Severity = incident.SeverityCritical
+	fs := findings{mism: []Finding{mism},
+		links: []Finding{mk(incident.KindLink, "dp13", "link:3-1", 3, 1)},
+		rest: []Finding{mk(incident.KindStraggler, "dp13", "straggler:vm:1", 1), mk(incident.KindStraggler, "dp02", "straggler:vm:2", 2),
+			mk(incident.KindGPU, "dp13", "gpu:vm:1", 1)}}
+	mismatchExplainsItsCommunicator(&Job{}, DefaultConfig(), &fs)
+	var keys []string
+	for _, f := range fs.all() {
+		keys = append(keys, f.Key)
+	}
+	if want := []string{"mismatch:dp13", "straggler:vm:2", "gpu:vm:1"}; !slices.Equal(keys, want) {
+		t.Fatalf("kept %v, want %v", keys, want)
+	}
+	if ev := strings.Join(fs.mism[0].Evidence, "\n"); strings.Count(ev, "also:") != 2 {
+		t.Fatalf("the mismatch should carry the link and the straggler: %s", ev)
+	}
+}
+
+// TestStragglerBehindAStraggler: live on one H100, rank 1 slept before its collectives; rank 0,
+// its tensor-parallel peer, waited for it there and so reached the world all-reduce late,
+// and the plugin's timings made rank 0 a straggler on the world communicator too. Rank 0
+// follows rank 1. Where each waits for the other somewhere, the larger lag is the cause; a
+// straggler that waits for no other stays.
+func TestStragglerBehindAStraggler(t *testing.T) {
+	p := func(r int) *Proc { return &Proc{Process: snapshot.Process{Host: "vm", PID: r, Rank: r}} }
+	ps := []*Proc{p(0), p(1), p(2), p(3)}
+	comm := func(id string, members ...int) {
+		for i, r := range members {
+			ps[r].Comms = append(ps[r].Comms, snapshot.Comm{ID: id, Rank: i, NRanks: len(members), Count: 10})
+		}
+	}
+	comm("world", 0, 1, 2, 3)
+	comm("tp01", 0, 1)
+	comm("tp23", 2, 3)
+	j := NewJob("j", t0, ps, nil)
+	straggler := func(r int, comm string, lag float64) Finding {
+		return Finding{Kind: incident.KindStraggler, Comm: comm, LagSeconds: lag, Key: fmt.Sprintf("straggler:%s", ps[r].Key()),
+			Culprits: []incident.Culprit{ps[r].Culprit()}, culpritKeys: []string{ps[r].Key()}, Summary: fmt.Sprintf("rank %d late", r)}
+	}
+	for _, c := range []struct {
+		name string
+		fs   []Finding
+		want []int
+		on   string // where the one kept is waited for
+	}{
+		{"rank 0 waits for rank 1", []Finding{straggler(1, "tp01", 0.196), straggler(0, "world", 0.065)}, []int{1}, "tp01"},
+		{"found in the other order", []Finding{straggler(0, "world", 0.065), straggler(1, "tp01", 0.196)}, []int{1}, "tp01"},
+		{"the larger lag is the cause", []Finding{straggler(1, "tp01", 0.05), straggler(0, "world", 0.3)}, []int{0}, "world"},
+		{"rank 2 does not wait for rank 1", []Finding{straggler(1, "tp01", 0.2), straggler(2, "tp23", 0.1)}, []int{1, 2}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := findings{rest: append([]Finding(nil), c.fs...)}
+			stragglerBehindAStraggler(j, DefaultConfig(), &fs)
+			var got []int
+			for _, f := range fs.rest {
+				got = append(got, f.Culprits[0].Rank)
+			}
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("kept stragglers of ranks %v, want %v", got, c.want)
+			}
+			if c.on != "" && !strings.Contains(strings.Join(fs.rest[0].Evidence, "\n"), "waits for it on "+c.on) {
+				t.Fatalf("evidence %q", fs.rest[0].Evidence)
+			}
+		})
 	}
 }
