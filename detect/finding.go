@@ -41,6 +41,9 @@ type Finding struct {
 	// queued: a completion hang whose rank issued the op but whose GPU never started it:
 	// the GPU is busy elsewhere, often behind an op that waits for another culprit.
 	queued bool
+	// vague: the rule could not tell the culprit from its peers (a tie nothing broke), so
+	// it names them all; a later view like it does not replace a precise one.
+	vague bool
 }
 
 // Teardown is a job's teardown: Ranks rank processes on Hosts hosts died between First

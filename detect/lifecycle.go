@@ -49,6 +49,7 @@ type tracked struct {
 	clearAt  time.Time // when the finding was last missing (zero while present)
 	snapshot string    // what notifiers see, to tell a real change from a new LastSeen
 	torn     string    // the evidence line of a teardown folded into it
+	vague    bool      // the finding behind inc could not tell its culprit from the peers
 }
 
 // NewLifecycle returns an empty lifecycle.
@@ -115,7 +116,7 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 			inc := f.Incident(job, now)
 			inc.ID = incidentID(job, f.Key, now)
 			inc.Revision = 1
-			t = &tracked{inc: inc, key: f.Key}
+			t = &tracked{inc: inc, key: f.Key, vague: f.vague}
 			t.snapshot = notifiable(inc)
 			j.open[f.Key] = t
 			notify = append(notify, t.inc)
@@ -125,11 +126,14 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 		t.clearAt = time.Time{}
 		prev := t.inc
 		next := f.Incident(job, prev.OpenedAt)
-		if len(prev.Ops) > 0 && len(next.Ops) == 0 && prev.Kind == next.Kind {
+		if prev.Kind == next.Kind && (len(prev.Ops) > 0 && len(next.Ops) == 0 || f.vague && !t.vague) {
 			// A vaguer view of the same root cause (a mismatch seen through digests once
-			// its ops aged out) does not replace the precise one.
+			// its ops aged out, or once the history that told its culprit apart did) does
+			// not replace the precise one.
 			next.Comm, next.Seq, next.Culprits, next.Ops = prev.Comm, prev.Seq, prev.Culprits, prev.Ops
 			next.Summary, next.Evidence, next.Victims = prev.Summary, prev.Evidence, prev.Victims
+		} else {
+			t.vague = f.vague
 		}
 		next.ID, next.Revision, next.LastSeen = prev.ID, prev.Revision, now
 		if next.FaultAt.IsZero() || (!prev.FaultAt.IsZero() && prev.FaultAt.Before(next.FaultAt)) {

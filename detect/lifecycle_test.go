@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -48,5 +49,40 @@ func TestLifecycle(t *testing.T) {
 	}
 	if got := l2.Incidents("j"); len(got) != 1 || got[0].ID != open[0].ID {
 		t.Fatalf("incidents after restore %+v", got)
+	}
+}
+
+// TestVagueViewKeepsThePreciseCulprit: live on one H100, a two-rank mismatch first named
+// rank 1 (its op broke the pattern); once the ops before it aged out of the history, the
+// same mismatch could no longer tell the ranks apart and named both. The incident keeps
+// rank 1. A precise view replaces a vague one.
+func TestVagueViewKeepsThePreciseCulprit(t *testing.T) {
+	l := NewLifecycle(5 * time.Second)
+	mism := func(vague bool, ranks ...int) Finding {
+		f := Finding{Kind: incident.KindMismatch, Severity: incident.SeverityCritical, Key: "mismatch:dp", vague: vague,
+			Ops: map[string]incident.Op{"0": {Op: "AllReduce"}, "1": {Op: "Broadcast"}}}
+		for _, r := range ranks {
+			f.Culprits = append(f.Culprits, incident.Culprit{Rank: r})
+		}
+		return f
+	}
+	steps := []struct {
+		f    Finding
+		want []int
+	}{
+		{mism(true, 1, 3), []int{1, 3}}, // first seen vague: both
+		{mism(false, 1), []int{1}},      // a precise view replaces it
+		{mism(true, 1, 3), []int{1}},    // a vague one does not
+	}
+	for i, s := range steps {
+		l.Update("j", []Finding{s.f}, t0.Add(time.Duration(i)*time.Second))
+		got := l.Incidents("j")
+		var ranks []int
+		for _, c := range got[0].Culprits {
+			ranks = append(ranks, c.Rank)
+		}
+		if len(got) != 1 || !slices.Equal(ranks, s.want) {
+			t.Fatalf("step %d: culprits %v, want %v", i, ranks, s.want)
+		}
 	}
 }

@@ -103,8 +103,9 @@ func describeMismatch(j *Job, g *Group, seq int64, ops []*snapshot.Op) Finding {
 	ambiguous := false
 	if len(bySig[sigs[0]]) == len(bySig[sigs[1]]) {
 		// No majority: the rank whose op breaks its own repeating pattern is the culprit;
-		// failing that, the rank whose op is new to the communicator while the others'
-		// were issued before (the repeating pattern may lie in a hole of the history).
+		// failing that, the rank whose op is the only one of its kind on the communicator
+		// while the others' recur (the pattern may lie in a hole of the history, or have
+		// aged out of it).
 		some := func(suspect func(i int) bool) bool {
 			clear(culprits)
 			for i, o := range ops {
@@ -118,7 +119,7 @@ func describeMismatch(j *Job, g *Group, seq int64, ops []*snapshot.Op) Finding {
 		case some(func(i int) bool { return breaksPattern(g.Members[i].Comm, seq) }):
 		case some(func(i int) bool { return newToGroup(g, seq, ops[i]) }):
 			for i := range culprits {
-				f.addEvidence("%s's %s is the first of its kind on %s: every other rank's op at position %d was issued there before",
+				f.addEvidence("%s's %s is the only one of its kind on %s: every other rank's op at position %d was issued there at other positions too",
 					g.Members[i].Proc.Name(), describeOp(ops[i]), shortComm(g.ID), seq)
 			}
 		default:
@@ -135,6 +136,7 @@ func describeMismatch(j *Job, g *Group, seq int64, ops []*snapshot.Op) Finding {
 		}
 	}
 	if ambiguous {
+		f.vague = true
 		f.addEvidence("no majority, no repeating pattern and no op new to the communicator tells which rank deviated: every rank at position %d is named", seq)
 	}
 	idx := make([]int, 0, len(culprits))
@@ -239,23 +241,24 @@ func alignedShift(a, b *snapshot.Comm, seq int64) bool {
 	return matched >= 1
 }
 
-// newToGroup reports whether no member issued o's signature before seq, among the ops the
-// history keeps; with no earlier op kept it cannot tell, and says no.
+// newToGroup reports whether o's signature is the only one of its kind in the group's kept
+// history: no member issued it at another position. With no other op kept it cannot tell,
+// and says no. Ops after seq count too: the ops before seq age out of the history first.
 func newToGroup(g *Group, seq int64, o *snapshot.Op) bool {
-	earlier := false
+	others := false
 	for _, m := range g.Members {
 		for i := range m.Comm.Recent {
 			e := &m.Comm.Recent[i]
-			if e.Seq >= seq {
-				break
+			if e.Seq == seq {
+				continue
 			}
 			if SameSignature(e, o) {
 				return false
 			}
-			earlier = true
+			others = true
 		}
 	}
-	return earlier
+	return others
 }
 
 // breaksPattern reports whether the op at seq differs from the one a period earlier.

@@ -87,8 +87,10 @@ func TestMismatchTieBetweenTwoRanks(t *testing.T) {
 		{name: "rank 0 breaks the pattern", edits: [2]func(int64, *snapshot.Op){at41(int32s), nil}, want: []int{0}},
 		{name: "rank 0, history with holes", edits: [2]func(int64, *snapshot.Op){at41(int32s), nil}, drop: holes, want: []int{0}},
 		{name: "rank 1, history with holes", edits: [2]func(int64, *snapshot.Op){nil, at41(broadcast)}, drop: holes, want: []int{1}},
+		{name: "the ops before it aged out", edits: [2]func(int64, *snapshot.Op){at41(int32s), nil},
+			drop: func(s int64) bool { return s < 41 }, want: []int{0}, evidence: "only one of its kind"},
 		{name: "no pattern: the op new to the communicator",
-			edits: [2]func(int64, *snapshot.Op){irregular(broadcast), irregular(nil)}, want: []int{0}, evidence: "first of its kind"},
+			edits: [2]func(int64, *snapshot.Op){irregular(broadcast), irregular(nil)}, want: []int{0}, evidence: "only one of its kind"},
 		{name: "nothing tells them apart: both named",
 			edits: [2]func(int64, *snapshot.Op){irregular(broadcast), irregular(int32s)}, want: []int{0, 1}, evidence: "every rank at position 41"},
 	}
