@@ -91,6 +91,7 @@ case_plan() {
   if [ "$ONE_GPU" = 1 ]; then
     b=$((b + EXTRA_S)); [ "$f" -lt 100000 ] && f=20
     [ "$c" = healthy ] && s=60
+    [ "$c" = straggler_onset ] && s=50  # ~0.5 s steps once rank 1 sleeps: 90 outlast the cap
   fi
   local v
   v=BUDGET_$c; BUDGET=${!v:-$b}
