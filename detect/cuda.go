@@ -33,12 +33,19 @@ func cudaCause(text, file string) string {
 		return "CUDA could not start on this host: a driver problem (version, a fork after CUDA was initialized, devices not visible in the container)"
 	case strings.Contains(t, "peer access") || strings.Contains(t, "peer mapping"):
 		return "GPU peer-to-peer access failed between two GPUs of this host: the platform does not support it (IOMMU/ACS, a virtual machine); NCCL_P2P_DISABLE=1 confirms it"
+	case strings.Contains(t, "device-side assert"):
+		return "a kernel's assertion failed on this GPU (usually the application's: an index out of range, a label outside the classes) and the CUDA context is dead; run with CUDA_LAUNCH_BLOCKING=1 to find the kernel"
+	case strings.Contains(t, "misaligned address") || strings.Contains(t, "illegal instruction"):
+		return "a kernel on this GPU faulted and the CUDA context is dead: usually the application's own kernel (or a custom extension's); run with CUDA_LAUNCH_BLOCKING=1 to find it"
 	case strings.Contains(t, "unspecified launch failure") || strings.Contains(t, "uncorrectable ecc") || strings.Contains(t, "hardware"):
 		return "the GPU failed (a hardware or driver fault): check its XID errors and take it out of service if they repeat"
 	case strings.Contains(t, "invalid device ordinal") || strings.Contains(t, "invalid device"):
 		return "the process asked for a GPU it cannot see: CUDA_VISIBLE_DEVICES or the local rank to device mapping is wrong"
 	case strings.Contains(t, "busy or unavailable"):
 		return "the GPU is in exclusive-process mode and already taken: two ranks (or another job) on one GPU"
+	}
+	if file == snapshot.SrcTorchWatchdog {
+		return "work on this GPU failed and its CUDA context is dead; the CUDA error says how (run with CUDA_LAUNCH_BLOCKING=1 to find the kernel)"
 	}
 	return "a CUDA call inside NCCL failed on this GPU; the CUDA error says which resource"
 }
@@ -107,7 +114,12 @@ func CUDA(j *Job, cfg Config) []Finding {
 		if fl.first.Lines > 0 && knownStage(opsLogged, fl.first, fl.ev) == snapshot.StageUnknown {
 			when = "when, these lines do not show"
 		}
-		fl.f.Summary = fmt.Sprintf("%s: CUDA failed inside NCCL with '%s' (%s): %s", who, fl.text, when,
+		where := "inside NCCL"
+		if fl.ev.Src == snapshot.SrcTorchWatchdog {
+			// The watchdog only polls the GPU's work: the fault came from a kernel on that GPU.
+			where = "under PyTorch's NCCL watchdog (its check of the GPU's work)"
+		}
+		fl.f.Summary = fmt.Sprintf("%s: CUDA failed %s with '%s' (%s): %s", who, where, fl.text, when,
 			cudaCause(fl.text, fl.ev.Src))
 		out = append(out, fl.f)
 	}

@@ -52,7 +52,7 @@ func failureSeen(j *Job) bool {
 				snapshot.EventVersionMismatch, snapshot.EventNoInterface, snapshot.EventCollMismatch,
 				snapshot.EventNetSizeMismatch, snapshot.EventRASPeerDead, snapshot.EventCommAbort, snapshot.EventTorchTimeout,
 				snapshot.EventTorchNCCLError, snapshot.EventTorchTerminate, snapshot.EventProxyError, snapshot.EventTorchStore,
-				snapshot.EventRankConflict:
+				snapshot.EventRankConflict, snapshot.EventTorchStuck:
 				return true
 			case snapshot.EventLauncherExit:
 				if e.Code != 0 {

@@ -20,7 +20,13 @@ type Proc struct {
 }
 
 // Key identifies a process across the job.
-func (p *Proc) Key() string { return p.Host + ":" + strconv.Itoa(p.PID) }
+func (p *Proc) Key() string {
+	if p.Host == "?" && p.PID == 0 {
+		// Known by its rank alone (PyTorch's lines): one process per rank.
+		return "?:rank" + strconv.Itoa(p.Rank)
+	}
+	return p.Host + ":" + strconv.Itoa(p.PID)
+}
 
 // Culprit renders the process as an incident culprit.
 func (p *Proc) Culprit() incident.Culprit {

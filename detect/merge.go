@@ -410,8 +410,27 @@ func ncclErrorsWithoutCause(_ *Job, _ Config, fs *findings) {
 // missing): the job hangs, and the report says what to log to see why.
 func torchTimeoutsWithoutCause(j *Job, cfg Config, fs *findings) {
 	if !hasCause(fs) {
-		fs.rest = append(fs.rest, torchTimeouts(j, cfg)...)
+		fs.rest = append(fs.rest, torchWatchdog(j, cfg)...)
 	}
+}
+
+// torchWatchdog is one finding from PyTorch's watchdog lines: its timeouts and its heartbeat
+// monitor's stuck watchdog tell of one hang. The one that names a suspect leads (the timeouts
+// when both or neither do); the other is its evidence.
+func torchWatchdog(j *Job, cfg Config) []Finding {
+	timeouts, stuck := torchTimeouts(j, cfg), torchStuck(j, cfg)
+	if len(stuck) == 0 {
+		return timeouts
+	}
+	if len(timeouts) == 0 {
+		return stuck
+	}
+	lead, other := &timeouts[0], &stuck[0]
+	if len(lead.Culprits) == 0 && len(other.Culprits) > 0 {
+		lead, other = other, lead
+	}
+	lead.addEvidence("%s", other.Summary)
+	return []Finding{*lead}
 }
 
 // mismatchExplainsItsCommunicator: ranks that called different collectives wait on each

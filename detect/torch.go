@@ -22,6 +22,7 @@ type torchRank struct {
 	timedOut  int64 // SeqNum of the work that timed out, -1 when none
 	completed int64 // last completed work, -1 when not said
 	enqueued  int64
+	pg        string
 	lines     []string
 }
 
@@ -33,6 +34,8 @@ type torchRank struct {
 func torchTimeouts(j *Job, cfg Config) []Finding {
 	groups := map[string]map[int]*torchRank{}
 	var timeouts []string
+	failed := map[int]string{} // rank: the watchdog's failure line
+	timedOut := map[int]bool{} // ranks with a timeout line
 	for _, p := range j.Procs {
 		if p.Rank < 0 {
 			continue
@@ -53,6 +56,7 @@ func torchTimeouts(j *Job, cfg Config) []Finding {
 			}
 			switch e.Kind {
 			case snapshot.EventTorchTimeout:
+				timedOut[p.Rank] = true
 				if tr.timedOut < 0 {
 					tr.timedOut = int64(e.Code)
 					timeouts = append(timeouts, fmt.Sprintf("%s timed out at its SeqNum %d: %s", p.Name(), e.Code, e.Msg))
@@ -61,14 +65,27 @@ func torchTimeouts(j *Job, cfg Config) []Finding {
 				if e.Code >= 0 && (tr.completed < 0 || int64(e.Code) < tr.completed) {
 					tr.completed, tr.enqueued = int64(e.Code), e.Enqueued
 				}
+				// The watchdog caught a failed or timed-out work: where the timeout line
+				// itself was not kept (2.6+ prints both), this says the same.
+				if _, ok := failed[p.Rank]; e.Fatal && !ok {
+					failed[p.Rank] = fmt.Sprintf("%s: %s", p.Name(), e.Msg)
+				}
 			}
 			tr.lines = append(tr.lines, e.Msg)
 		}
 	}
-	if len(timeouts) == 0 {
+	var failures []string
+	for r, line := range failed {
+		if !timedOut[r] {
+			failures = append(failures, line)
+		}
+	}
+	if len(timeouts) == 0 && len(failures) == 0 {
 		return nil
 	}
 	sort.Strings(timeouts)
+	sort.Strings(failures)
+	timeouts = append(timeouts, failures...)
 	quote := max(cfg.TorchQuoted, 1)
 	// Suspects: in a process group where ranks report different last completed work, the
 	// ranks at the lowest.
@@ -122,10 +139,15 @@ func torchTimeouts(j *Job, cfg Config) []Finding {
 		}
 		return []Finding{f}
 	}
+	n := len(timedOut) + len(failures)
 	f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{},
-		Victims: len(timeouts), Key: "torch-timeout"}
-	f.Summary = fmt.Sprintf("PyTorch's watchdog timed out %d rank(s) waiting in a collective; those ranks were only waiting, and the NCCL lines here do not show which rank stopped (%s)",
-		len(timeouts), "run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL and keep every rank's log")
+		Victims: n, Key: "torch-timeout"}
+	what := "timed out %d rank(s) waiting in a collective; those ranks were only waiting"
+	if len(failures) == len(timeouts) {
+		what = "caught a failed or timed-out collective on %d rank(s); a rank that times out was only waiting"
+	}
+	f.Summary = fmt.Sprintf("PyTorch's watchdog "+what+", and the NCCL lines here do not show which rank stopped (%s)",
+		n, "run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL and keep every rank's log")
 	if silent := silentRanks(j, groups); silent != "" {
 		f.Summary += "; " + silent
 	}
@@ -135,7 +157,30 @@ func torchTimeouts(j *Job, cfg Config) []Finding {
 		}
 		f.addEvidence("%s", t)
 	}
+	for _, tr := range sortedRanks(groups) {
+		if tr.completed >= 0 && len(f.Evidence) < quote+4 {
+			f.addEvidence("%s: last completed work %d, last enqueued %d", tr.proc.Name(), tr.completed, tr.enqueued)
+		}
+	}
 	return []Finding{f}
+}
+
+// sortedRanks lists the ranks of every process group, by group and rank.
+func sortedRanks(groups map[string]map[int]*torchRank) []*torchRank {
+	var out []*torchRank
+	for pg, g := range groups {
+		for _, tr := range g {
+			tr.pg = pg
+			out = append(out, tr)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].pg != out[b].pg {
+			return out[a].pg < out[b].pg
+		}
+		return out[a].proc.Rank < out[b].proc.Rank
+	})
+	return out
 }
 
 // silentRanks names the ranks below the highest that timed out which logged no timeout:
@@ -165,15 +210,28 @@ func silentRanks(j *Job, groups map[string]map[int]*torchRank) string {
 }
 
 func torchRanks(trs []*torchRank) string {
-	var rs []string
+	ranks := make([]int, len(trs))
 	for i, t := range trs {
+		ranks[i] = t.proc.Rank
+	}
+	return rankList(ranks)
+}
+
+// rankList names up to eight ranks ("rank 3", "ranks 0,1,2"; "?" for one PyTorch did not number).
+func rankList(ranks []int) string {
+	var rs []string
+	for i, r := range ranks {
 		if i == 8 {
-			rs = append(rs, fmt.Sprintf("and %d more", len(trs)-8))
+			rs = append(rs, fmt.Sprintf("and %d more", len(ranks)-8))
 			break
 		}
-		rs = append(rs, strconv.Itoa(t.proc.Rank))
+		if r < 0 {
+			rs = append(rs, "?")
+			continue
+		}
+		rs = append(rs, strconv.Itoa(r))
 	}
-	if len(trs) == 1 {
+	if len(ranks) == 1 {
 		return "rank " + rs[0]
 	}
 	return "ranks " + strings.Join(rs, ",")

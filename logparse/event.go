@@ -35,6 +35,7 @@ var eventKinds = [NumKinds]snapshot.EventKind{
 	KindIBSetup:          snapshot.EventIBSetup,
 	KindTorchStore:       snapshot.EventTorchStore,
 	KindRankConflict:     snapshot.EventRankConflict,
+	KindTorchStuck:       snapshot.EventTorchStuck,
 }
 
 // EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when
@@ -66,6 +67,13 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 	case KindTorchTimeout:
 		e.Code = int(l.Torch.SeqNum)
 		e.Comm = string(l.Torch.PG)
+	case KindTorchStuck:
+		e.Comm = string(l.Torch.PG)
+	case KindCudaError:
+		if l.Torch.Watchdog {
+			e.Src = snapshot.SrcTorchWatchdog
+		}
+		e.Peer = string(l.Text)
 	case KindTorchWorkStatus:
 		e.Code = int(l.Torch.Completed)
 		e.Enqueued = max(l.Torch.Enqueued, 0)
@@ -90,7 +98,7 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 func (k Kind) FromTorch() bool {
 	switch k {
 	case KindTorchTimeout, KindTorchWorkStatus, KindTorchTerminate, KindTorchNCCLError, KindTorchCommCreated,
-		KindLauncherExit, KindTorchStore:
+		KindLauncherExit, KindTorchStore, KindTorchStuck:
 		return true
 	}
 	return false

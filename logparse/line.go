@@ -59,6 +59,7 @@ const (
 	KindIBSetup         // an ibv_* call failed outside the data path, a device could not be opened
 	KindTorchStore      // PyTorch could not get NCCL's unique id from a rank through its store
 	KindRankConflict    // Bootstrap Root : rank R of N ranks has already checked in
+	KindTorchStuck      // PyTorch's heartbeat monitor: the watchdog thread made no progress
 	NumKinds
 )
 
@@ -96,6 +97,7 @@ var kindNames = [NumKinds]string{
 	KindIBSetup:          string(snapshot.EventIBSetup),
 	KindTorchStore:       string(snapshot.EventTorchStore),
 	KindRankConflict:     string(snapshot.EventRankConflict),
+	KindTorchStuck:       string(snapshot.EventTorchStuck),
 }
 
 func (k Kind) String() string {
@@ -265,6 +267,9 @@ type Torch struct {
 	PGDesc    []byte // default_pg, ...
 	PG        []byte // the process group's id: "0" of "[PG ID 0 PG GUID ...]", "1" of "[PG 1 Rank 0]"
 	PID       int    // launcher exit: the failed child's pid
+	// Watchdog is set on a CUDA error that ProcessGroupNCCL's watchdog thread raised
+	// (KindCudaError): PyTorch's check of the GPU's work failed, not a call inside NCCL.
+	Watchdog bool
 }
 
 // Timestamp is a calendar time without a zone, as NCCL prints it (local time of its host).

@@ -68,6 +68,12 @@ func got(l *Line) string {
 		fmt.Fprintf(&b, " rank=%d op=%q code=%d", l.Ranks[0], l.Detail, l.Code)
 	case KindCudaError:
 		fmt.Fprintf(&b, " code=%d error=%q", l.Code, l.Detail)
+		if l.Torch.Watchdog {
+			fmt.Fprintf(&b, " watchdog rank=%d", l.Torch.Rank)
+		}
+	case KindTorchStuck:
+		t := l.Torch
+		fmt.Fprintf(&b, " rank=%d pg=%s queued=%d stuck=%dms", t.Rank, t.PG, l.Code, t.TimeoutMs)
 	case KindTorchStore:
 		fmt.Fprintf(&b, " rank=%d reason=%q", l.Ranks[0], l.Detail)
 	case KindRankConflict:
@@ -85,7 +91,7 @@ func got(l *Line) string {
 		fmt.Fprintf(&b, " rank=%d seq=%d optype=%s numel=%d/%d timeout=%d ran=%d", t.Rank, t.SeqNum, t.OpType, t.NumelIn, t.NumelOut, t.TimeoutMs, t.RanForMs)
 	case KindTorchWorkStatus:
 		t := l.Torch
-		fmt.Fprintf(&b, " rank=%d pg=%s/%s seq=%d enq=%d done=%d", t.Rank, t.PG, t.PGDesc, t.SeqNum, t.Enqueued, t.Completed)
+		fmt.Fprintf(&b, " rank=%d pg=%s/%s seq=%d enq=%d done=%d fatal=%t", t.Rank, t.PG, t.PGDesc, t.SeqNum, t.Enqueued, t.Completed, l.Fatal)
 	case KindTorchTerminate:
 		fmt.Fprintf(&b, " rank=%d", l.Torch.Rank)
 	case KindTorchCommCreated:
@@ -96,6 +102,15 @@ func got(l *Line) string {
 		fmt.Fprintf(&b, " text=%q", l.Text)
 	}
 	return b.String()
+}
+
+// parseLike parses line into l and checks what got renders of it.
+func parseLike(t *testing.T, l *Line, line, want string) {
+	t.Helper()
+	Parse([]byte(line), l)
+	if g := got(l); g != want {
+		t.Errorf("\n line %q\n got  %s\n want %s", line, g, want)
+	}
 }
 
 func TestParse(t *testing.T) {
@@ -275,11 +290,11 @@ func TestParse(t *testing.T) {
 		{"torch timeout old form", "[rank25]:[E ProcessGroupNCCL.cpp:1316] [Rank 25] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=BROADCAST, TensorShape=[1024], Timeout(ms)=1800000) ran for 1800123 milliseconds before timing out.",
 			"kind=torch_timeout lrank=25 rank=25 seq=7 optype=BROADCAST numel=-1/-1 timeout=1800000 ran=1800123"},
 		{"torch work status (real)", "[rank0]:[E1121 22:51:18.197461605 ProcessGroupNCCL.cpp:2303] [PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 92 PG status: last enqueued work: 97, last completed work: 91",
-			"kind=torch_work_status lrank=0 rank=0 pg=0/default_pg seq=92 enq=97 done=91"},
+			"kind=torch_work_status lrank=0 rank=0 pg=0/default_pg seq=92 enq=97 done=91 fatal=true"},
 		{"torch dump signal", "[rank1]:[E1121 22:51:23.697341150 ProcessGroupNCCL.cpp:1914] [PG ID 0 PG GUID 0(default_pg) Rank 1] Received a dump signal due to a collective timeout from  rank 0 and we will try our best to dump the debug info. Last enqueued NCCL work: 91, last completed NCCL work: 91.This is most likely caused by",
-			"kind=torch_work_status lrank=1 rank=1 pg=0/default_pg seq=-1 enq=91 done=91"},
+			"kind=torch_work_status lrank=1 rank=1 pg=0/default_pg seq=-1 enq=91 done=91 fatal=false"},
 		{"torch terminate", "[rank3]:[E0601 10:52:17.123 ProcessGroupNCCL.cpp:630] [Rank 3] To avoid data inconsistency, we are taking the entire process down.", "kind=torch_terminate lrank=3 rank=3"},
-		{"torch terminate pg", "[rank3]:[E0601 10:52:17.123 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0 Rank 3] Process group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered", "kind=torch_terminate lrank=3 rank=3"},
+		{"torch terminate pg", "[rank3]:[E0601 10:52:17.123 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0 Rank 3] Process group watchdog thread terminated with exception: [Rank 3] NCCL communicator was aborted on rank 3.", "kind=torch_terminate lrank=3 rank=3"},
 		{"torch comm created", "[rank3]:[I0601 10:52:17.123 ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0(default_pg) Rank 3] ProcessGroupNCCL created ncclComm_ 0x55cec3d7ed80 on CUDA device: 3", "kind=torch_comm_created lrank=3 comm=55cec3d7ed80 rank=3"},
 		{"torch nccl error", "[rank3]: torch.distributed.DistBackendError: NCCL error in: /pytorch/ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error, NCCL version 2.21.5", `kind=torch_nccl_error lrank=3 result=6 version="2.21.5"`},
 		{"torchrun failure (real)", "E1121 22:52:05.021000 1170 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 3) local_rank: 1 (pid: 1211) of binary: /opt/torch/.venv/bin/python",
@@ -288,10 +303,7 @@ func TestParse(t *testing.T) {
 	var l Line
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			Parse([]byte(c.line), &l)
-			if g := got(&l); g != c.want {
-				t.Errorf("\n line %q\n got  %s\n want %s", c.line, g, c.want)
-			}
+			parseLike(t, &l, c.line, c.want)
 		})
 	}
 }

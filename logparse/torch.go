@@ -19,6 +19,9 @@ func parseTorch(b []byte, l *Line) {
 	}
 	l.Msg = b
 	t := &l.Torch
+	if i := index(b, "Last error:"); i > 0 && quotedInside(b, b[i+len("Last error:"):], l) {
+		return
+	}
 	switch {
 	case contains(b, "Watchdog caught collective operation timeout: WorkNCCL("):
 		l.Kind = KindTorchTimeout
@@ -36,7 +39,10 @@ func parseTorch(b []byte, l *Line) {
 		t.TimeoutMs = keyValue(inner, "Timeout(ms)=")
 		t.RanForMs = keyValue(inner, "ran for ")
 	case contains(b, "failure detected by watchdog at work sequence id: "):
+		// 2.6+: the watchdog caught a failed or timed-out work (Fatal), unlike the dump's
+		// status line.
 		l.Kind = KindTorchWorkStatus
+		l.Fatal = true
 		pgPrefix(b, t)
 		t.SeqNum = keyValue(b, "work sequence id: ")
 		t.Enqueued = keyValue(b, "last enqueued work: ")
@@ -51,6 +57,7 @@ func parseTorch(b []byte, l *Line) {
 		if t.SeqNum < 0 {
 			t.SeqNum = keyValue(b, "Timeout at NCCL work: ")
 		}
+		l.Fatal = t.SeqNum >= 0
 		t.Enqueued = keyValue(b, "ast enqueued NCCL work: ")
 		t.Completed = keyValue(b, "ast completed NCCL work: ")
 	case contains(b, "is setting up NCCL communicator and ret") && contains(b, "got error"):
@@ -62,16 +69,15 @@ func parseTorch(b []byte, l *Line) {
 	case hasPrefix(b, "Last error:"):
 		// PyTorch quotes NCCL's last WARN after its error, on this line or the next.
 		ParseQuoted(trimSpace(b[len("Last error:"):]), l)
-	case contains(b, "Process group watchdog thread terminated with exception") ||
+	case contains(b, "Heartbeat monitor timed out") || contains(b, "s watchdog got stuck for "):
+		parseTorchStuck(b, l)
+	case contains(b, "watchdog thread terminated with exception: CUDA error: "):
+		parseWatchdogCUDA(b, l)
+	case contains(b, "watchdog thread terminated with exception") ||
 		contains(b, "we are taking the entire process down") ||
-		hasPrefix(b, "terminate called after throwing") ||
-		contains(b, "Heartbeat monitor timed out") || contains(b, "NCCL communicator was aborted on rank "):
+		hasPrefix(b, "terminate called after throwing") || contains(b, "NCCL communicator was aborted on rank "):
 		l.Kind = KindTorchTerminate
-		if hasPrefix(b, "[PG ") {
-			pgPrefix(b, t)
-		} else {
-			t.Rank = bracketRank(b)
-		}
+		torchRank(b, t)
 	case contains(b, "ProcessGroupNCCL created ncclComm_ 0x"):
 		l.Kind = KindTorchCommCreated
 		pgPrefix(b, t)
@@ -99,6 +105,75 @@ func parseTorch(b []byte, l *Line) {
 		l.LocalRk = int(keyValue(b, "local_rank: "))
 		t.PID = int(keyValue(b, "(pid: "))
 	}
+}
+
+// torchRank reads the rank of a PyTorch message: its process group prefix ("[PG 0 Rank
+// 1]", "[PG ID 0 PG GUID 0(default_pg) Rank 2]", after "what():" too) or "[Rank N]".
+func torchRank(b []byte, t *Torch) {
+	if contains(b, "[PG ") {
+		pgPrefix(b, t)
+	} else {
+		t.Rank = bracketRank(b)
+	}
+}
+
+// parseTorchStuck reads the heartbeat monitor's "Heartbeat monitor timed out! Process will be
+// terminated after dumping debug info. workMetaList_.size()=103" (2.2+) and its fatal
+// "ProcessGroupNCCL's watchdog got stuck for 600 seconds without making progress in
+// monitoring enqueued collectives": the watchdog thread itself is blocked. Code is the
+// number of works still queued on the rank, -1 when the line does not say.
+func parseTorchStuck(b []byte, l *Line) {
+	l.Kind = KindTorchStuck
+	l.Fatal = true
+	torchRank(b, &l.Torch)
+	l.Code = int(min(keyValue(b, "workMetaList_.size()="), 1<<30))
+	if s := keyValue(b, "s watchdog got stuck for "); s >= 0 {
+		l.Torch.TimeoutMs = min(s, 1<<40) * 1000
+	}
+}
+
+// parseWatchdogCUDA reads "[PG 0 (default_pg) Rank 0] Process group watchdog thread terminated
+// with exception: CUDA error: an illegal memory access was encountered" (1.13-2.1 "NCCL
+// watchdog thread ..."): the watchdog's check of the GPU's work found its CUDA context dead,
+// from a kernel that faulted on that GPU. It is read as the rank's CUDA failure.
+func parseWatchdogCUDA(b []byte, l *Line) {
+	l.Kind = KindCudaError
+	l.Quoted = true
+	l.Fatal = true
+	l.Torch.Watchdog = true
+	torchRank(b, &l.Torch)
+	s := scanner{b: b}
+	s.skipTo("CUDA error: ")
+	e := s.rest()
+	// A pasted line may go on with PyTorch's advice that followed on lines of its own.
+	for _, next := range []string{" CUDA kernel errors", " For debugging", " Compile with", "\\n"} {
+		if k := index(e, next); k > 0 {
+			e = e[:k]
+		}
+	}
+	l.Detail = trimSpace(bytes.TrimRight(e, ". "))
+}
+
+// quotedInside reads the NCCL WARN that a whole PyTorch error pasted on one line quotes after
+// "Last error:" ("[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed ...
+// ncclRemoteError: ... Last error: NET/IB : Got completion from peer ... with error 12"):
+// when it is a WARN the rules know, it is the line's event, for the rank the line names.
+func quotedInside(b, quote []byte, l *Line) bool {
+	if len(trimSpace(quote)) == 0 {
+		return false
+	}
+	var t Torch
+	t.Rank = -1
+	torchRank(b[:len(b)-len(quote)], &t)
+	var q Line
+	q.LauncherRank = l.LauncherRank
+	ParseQuoted(trimSpace(quote), &q)
+	if q.Kind == KindWarn || q.Kind == KindUnknown {
+		return false
+	}
+	q.Torch.Rank = t.Rank
+	*l = q
+	return true
 }
 
 // ncclResultOf finds the ncclResult_t an error text names, by its enum name or by

@@ -89,7 +89,17 @@ const (
 	// [R] via c10d key-value store ..., but store->get(...) got error: <reason>": PyTorch's
 	// rank N never got NCCL's unique id from rank R; Ranks is [R], Detail the reason.
 	EventTorchStore EventKind = "torch_store"
+	// EventTorchStuck: PyTorch's heartbeat monitor found ProcessGroupNCCL's watchdog thread
+	// making no progress ("Heartbeat monitor timed out! ... workMetaList_.size()=N", "watchdog
+	// got stuck for S seconds"): the thread is blocked, usually inside a CUDA or NCCL call of
+	// a job that hangs. Code is N, the works queued on the rank (-1 when the line does not
+	// say), Comm the process group.
+	EventTorchStuck EventKind = "torch_stuck"
 )
+
+// SrcTorchWatchdog is the Src of an EventCudaError raised by PyTorch's ProcessGroupNCCL
+// watchdog thread rather than by NCCL.
+const SrcTorchWatchdog = "ProcessGroupNCCL"
 
 // Completion statuses (ibv_wc_status, EventIBCompletion's Code) the rules tell apart;
 // IBStatusName names every one.

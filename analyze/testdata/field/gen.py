@@ -575,6 +575,7 @@ def main():
     write("store_reset_rank0", {"deepspeed.log": lines}, {"exit": 1, "kind": "crash", "rank": 0, "say": ["unique id"]})
 
     field14c()
+    torchwords()
 
 
 def field14c():
@@ -767,6 +768,64 @@ def field14c():
     lines += p.warn("proxy.cc:1519", "[Proxy Service 11] Failed to execute operation Connect from rank 11, retcode 2", tid=p.pid + 236)
     lines += p.warn("misc/socket.cc:49", "socketProgress: Connection closed by remote peer <host_b>.ibnet<53735>", tid=p.pid + 227)
     write("silent_socket_then_proxy_error", {"rank11.log": lines}, {"exit": 1, "kind": "crash", "findings": 1, "say": ["sockets"]})
+
+
+def torchwords():
+    """PyTorch's ProcessGroupNCCL wordings besides its timeout line: the heartbeat monitor,
+    2.6+'s "failure detected by watchdog", a CUDA error in the watchdog thread, and a whole
+    error pasted on one line with NCCL's last WARN inside. Only PyTorch's and the launcher's
+    lines, as posted; ranks and addresses are made up."""
+    # 54. The heartbeat monitor fires on every rank (PyTorch 2.3 glog prefix): rank 2 had far
+    # fewer works queued than its peers, it stopped enqueuing first.
+    lines = []
+    for r, queued in ((0, 58), (1, 58), (2, 31), (3, 57)):
+        pre = "[rank%d]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank %d] " % (r, r)
+        lines += [pre + "Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=%d" % queued,
+                  "[rank%d]:[E ProcessGroupNCCL.cpp:1153] [PG 0 Rank %d] ProcessGroupNCCL preparing to dump debug info." % (r, r)]
+    for r in (0, 1, 2, 3):
+        lines.append("[rank%d]:[F ProcessGroupNCCL.cpp:1169] [PG 0 Rank %d] [PG 0 Rank %d] ProcessGroupNCCL's watchdog got stuck for 600 seconds without making progress in monitoring enqueued collectives. This typically indicates a NCCL/CUDA API hang blocking the watchdog, and could be triggered by another thread holding the GIL inside a CUDA api, or other deadlock-prone behaviors." % (r, r, r))
+    write("torch_heartbeat_fewest_queued", {"train.log": lines},
+          {"exit": 1, "kind": "hang", "rank": 2, "findings": 1, "say": ["heartbeat monitor", "31 queued work(s)", "suspect"]})
+
+    # 55. PyTorch 2.7: only "failure detected by watchdog at work sequence id" kept, without
+    # its timeout line, on every rank of the default group; rank 1 completed one work less.
+    lines = []
+    ts = "E0214 03:17:42.5518%05d"
+    for r in (0, 1, 2, 3):
+        done = 9311 if r == 1 else 9312
+        lines += ["[rank%d]:[%s ProcessGroupNCCL.cpp:2268] [PG ID 0 PG GUID 0(default_pg) Rank %d]  failure detected by watchdog at work sequence id: %d PG status: last enqueued work: %d, last completed work: %d" % (r, ts % (r * 7), r, done + 1, done + 2, done),
+                  "[rank%d]:[%s ProcessGroupNCCL.cpp:670] Stack trace of the failed collective not found, potentially because FlightRecorder is disabled. You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value." % (r, ts % (r * 7 + 1)),
+                  "[rank%d]:[%s ProcessGroupNCCL.cpp:684] [Rank %d] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data." % (r, ts % (r * 7 + 2), r)]
+    write("torch_failure_detected_2_7", {"job.err": lines},
+          {"exit": 1, "kind": "hang", "rank": 1, "findings": 1, "say": ["completed work only up to 9311", "suspect"]})
+
+    # 56. Rank 1's watchdog thread dies of a CUDA error (a kernel faulted on its GPU); the
+    # other ranks time out waiting for it.
+    lines = []
+    for r in (0, 2, 3):
+        lines += torch_timeout(r, 4410, op="ALLGATHER", ts="E0822 11:05:31.40021%04d" % r)
+    lines += ["[rank1]:[E0822 10:55:30.118273644 ProcessGroupNCCL.cpp:1515] [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered",
+              "[rank1]:CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+              "[rank1]:For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+              "[rank1]:Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+              "[rank1]:",
+              "[rank1]:Exception raised from c10_cuda_check_implementation at /pytorch/c10/cuda/CUDAException.cpp:43 (most recent call first):",
+              "[rank1]:frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f3a1c96c446 in /opt/venv/lib/python3.11/site-packages/torch/lib/libc10.so)",
+              "terminate called after throwing an instance of 'c10::DistBackendError'",
+              "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered"]
+    write("torch_watchdog_cuda_error", {"console.log": lines},
+          {"exit": 1, "kind": "gpu", "rank": 1, "findings": 1, "say": ["illegal memory access", "PyTorch's NCCL watchdog"], "avoid": ["inside NCCL"]})
+
+    # 57. PyTorch 1.13's whole error pasted as one line per rank, NCCL's last WARN inside:
+    # rank 3's IB completion timed out talking to a peer; rank 1 only lost its connection.
+    flat = ("[rank%d]:[E ProcessGroupNCCL.cpp:455] [Rank %d] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, "
+            "subsequent GPU operations might run on corrupted/incomplete data. [E ProcessGroupNCCL.cpp:460] To avoid data inconsistency, we are taking the entire process down. "
+            "terminate called after throwing an instance of 'std::runtime_error' what(): NCCL error: remote process exited or there was a network error, NCCL version 2.14.3 "
+            "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely. Last error: %s")
+    lines = [flat % (3, 3, "NET/IB : Got completion from peer 10.52.7.19<44871> with error 12, opcode 0, len 0, vendor err 129"),
+             flat % (1, 1, "NET/IB : Got completion from peer 10.52.7.19<44902> with error 5, opcode 0, len 0, vendor err 249")]
+    write("torch_one_line_last_error", {"issue.txt": lines},
+          {"exit": 1, "kind": "link", "findings": 1, "say": ["10.52.7.19", "did not answer"]})
 
 
 if __name__ == "__main__":
