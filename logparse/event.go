@@ -35,6 +35,8 @@ var eventKinds = [NumKinds]snapshot.EventKind{
 	KindIBSetup:          snapshot.EventIBSetup,
 	KindTorchStore:       snapshot.EventTorchStore,
 	KindRankConflict:     snapshot.EventRankConflict,
+	KindP2PError:         snapshot.EventP2PError,
+	KindNetError:         snapshot.EventNetError,
 }
 
 // EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when

@@ -59,6 +59,8 @@ const (
 	KindIBSetup         // an ibv_* call failed outside the data path, a device could not be opened
 	KindTorchStore      // PyTorch could not get NCCL's unique id from a rank through its store
 	KindRankConflict    // Bootstrap Root : rank R of N ranks has already checked in
+	KindP2PError        // GPU peer-to-peer (CUDA/HIP IPC) between two GPUs of one host failed
+	KindNetError        // a network plugin (AWS OFI / libfabric) failed a transfer or a call
 	NumKinds
 )
 
@@ -96,6 +98,8 @@ var kindNames = [NumKinds]string{
 	KindIBSetup:          string(snapshot.EventIBSetup),
 	KindTorchStore:       string(snapshot.EventTorchStore),
 	KindRankConflict:     string(snapshot.EventRankConflict),
+	KindP2PError:         string(snapshot.EventP2PError),
+	KindNetError:         string(snapshot.EventNetError),
 }
 
 func (k Kind) String() string {
