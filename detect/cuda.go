@@ -66,8 +66,9 @@ func CUDA(j *Job, cfg Config) []Finding {
 	var order []string
 	for _, p := range j.Procs {
 		var mine *failure
-		for _, e := range p.Events {
-			if e.Kind != snapshot.EventCudaError || !recentEvent(j, cfg.EventConfig, int64(e.T)) || echoed(j, p, e) {
+		stray := strayAllocations(p)
+		for i, e := range p.Events {
+			if e.Kind != snapshot.EventCudaError || stray[i] || !recentEvent(j, cfg.EventConfig, int64(e.T)) || echoed(j, p, e) {
 				continue
 			}
 			if mine != nil {

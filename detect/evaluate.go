@@ -15,7 +15,7 @@ type Result struct {
 func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	var (
 		stuck, crashes, mism, hangs, p2p, links, setup, cuda, ras, nccl, conns, silent, store []Finding
-		gpu, stragglers, lost, monitoring, diagnostics                                        []Finding
+		gpu, stragglers, lost, monitoring, diagnostics, stray                                 []Finding
 		inversions, doneHangs, waits, slowLinks, measured, busyGPUs                           []Finding
 		paused                                                                                []string
 	)
@@ -44,6 +44,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		func() { slowLinks = SlowLinks(j, cfg) },
 		func() { measured = MeasuredStragglers(j, cfg) },
 		func() { busyGPUs = BusyGPU(j, cfg) },
+		func() { stray = StrayAllocator(j, cfg) },
 	}
 	parallel(len(rules), 1, func(i int) { rules[i]() })
 	fs := findings{
@@ -69,7 +70,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 			fs.errors = append(fs.errors, f)
 		}
 	}
-	for _, rule := range [][]Finding{gpu, measured, stragglers, lost, monitoring, diagnostics} {
+	for _, rule := range [][]Finding{gpu, measured, stragglers, lost, monitoring, diagnostics, stray} {
 		fs.rest = append(fs.rest, rule...)
 	}
 	for _, step := range mergeSteps {

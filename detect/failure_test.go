@@ -72,11 +72,31 @@ func TestIBCompletionByStatus(t *testing.T) {
 		}
 	})
 	t.Run("local protection error is GPUDirect RDMA and ACS", func(t *testing.T) {
-		f := wantOne(t, evaluate(offlineJob(map[int][]snapshot.Event{1: {cqe(4, "10.0.0.2<9>", snapshot.StageRun)}})),
+		f := wantOne(t, evaluate(offlineJob(map[int][]snapshot.Event{1: {cqe(4, "10.0.0.2<9>", snapshot.StageFirst)}})),
 			incident.KindLink, "ACS", "NCCL_NET_GDR_LEVEL=0")
 		if f.Culprits[0].Rank != 1 {
 			t.Errorf("culprit %+v", f.Culprits)
 		}
+	})
+	t.Run("local protection error after progress is not ACS", func(t *testing.T) {
+		f := wantOne(t, evaluate(offlineJob(map[int][]snapshot.Event{1: {cqe(4, "10.0.0.2<9>", snapshot.StageRun)}})),
+			incident.KindLink, "after the job had run for a while", "would have failed the first transfer", "memory registration")
+		if strings.Contains(f.Summary, "GPUDirect RDMA is broken") {
+			t.Errorf("summary still blames ACS: %q", f.Summary)
+		}
+	})
+	t.Run("a peer whose queue pair failed explains the completion errors with it", func(t *testing.T) {
+		qp := snapshot.Event{Kind: snapshot.EventIBAsync, Dev: "mlx5_0", Port: 1, Fatal: true, Detail: "local access violation work queue error",
+			Msg: "NET/IB : mlx5_0:1 async fatal event on QP (0x1): local access violation work queue error"}
+		f := wantOne(t, evaluate(offlineJob(map[int][]snapshot.Event{2: {qp}, 0: {cqe(9, "10.0.0.2<9>", snapshot.StageRun)}})),
+			incident.KindLink, "queue pair (QP)", "gpu-b", "access violation")
+		if f.Culprits[0].Host != "gpu-b" || len(f.Evidence) != 2 || !strings.Contains(f.Evidence[1], "consequence") {
+			t.Errorf("culprit %+v evidence %q", f.Culprits, f.Evidence)
+		}
+	})
+	t.Run("a port event stays a port event", func(t *testing.T) {
+		pe := snapshot.Event{Kind: snapshot.EventIBAsync, Dev: "mlx5_0", Port: 1, Fatal: true, Detail: "port error", Msg: "NET/IB : mlx5_0:1 Got async event : port error"}
+		wantOne(t, evaluate(offlineJob(map[int][]snapshot.Event{2: {pe}})), incident.KindLink, "IB port event")
 	})
 	t.Run("remote access error names the peer", func(t *testing.T) {
 		f := wantOne(t, evaluate(offlineJob(map[int][]snapshot.Event{1: {cqe(10, "10.0.0.2<9>", snapshot.StageRun)}})),

@@ -44,8 +44,10 @@ func ibCauseOf(status int, stage snapshot.Stage) ibCause {
 		return ibCause{what: "receiver-not-ready retries exhausted", remote: true,
 			why: "the peer posted no receive in time: it stalled or died"}
 	case snapshot.IBLocProtErr:
-		return ibCause{what: "local protection error",
-			why: "GPUDirect RDMA is broken on this host: the HCA cannot reach GPU memory, most often because PCIe ACS (or the IOMMU) redirects peer-to-peer traffic; confirm with NCCL_NET_GDR_LEVEL=0 (works, slower), then disable ACS"}
+		return locProtCause(stage)
+	case ibRemInvReq:
+		return ibCause{what: "remote invalid request", remote: true,
+			why: "the peer's HCA rejected the request: its queue pair was in error or the request did not fit what it had posted"}
 	case snapshot.IBRemAccess:
 		return ibCause{what: "remote access error", remote: true,
 			why: "the peer's HCA refused the RDMA access: GPUDirect RDMA or memory registration is broken on the peer (ACS, the peer-memory module)"}
@@ -56,6 +58,24 @@ func ibCauseOf(status int, stage snapshot.Stage) ibCause {
 	return ibCause{what: "completion error", why: "the connection failed on the HCA"}
 }
 
+// ibRemInvReq is IBV_WC_REM_INV_REQ_ERR: the peer's HCA refused the request.
+const ibRemInvReq = 9
+
+// locProtCause: PCIe ACS or an IOMMU that keeps the HCA from GPU memory fails the very
+// first transfer, so a job that had run for a while lost access to memory it used before.
+func locProtCause(stage snapshot.Stage) ibCause {
+	const acs = "GPUDirect RDMA is broken on this host: the HCA cannot reach GPU memory, most often because PCIe ACS (or the IOMMU) redirects peer-to-peer traffic; confirm with NCCL_NET_GDR_LEVEL=0 (works, slower), then disable ACS"
+	switch stage {
+	case snapshot.StageRun:
+		return ibCause{what: "local protection error after the job had run for a while",
+			why: "the HCA could no longer access memory it had used: ACS or IOMMU settings would have failed the first transfer, so look at the memory registration (a buffer the application freed or remapped while NCCL used it, user buffer registration), the peer-memory/DMA-BUF driver and the HCA's firmware and driver; NCCL_NET_GDR_LEVEL=0 tells whether GPU memory is involved"}
+	case snapshot.StageUnknown:
+		return ibCause{what: "local protection error",
+			why: acs + " (that fails the very first transfer: if the job had run for a while before this, look instead at the memory registration, a buffer freed while NCCL used it, or the HCA's driver)"}
+	}
+	return ibCause{what: "local protection error", why: acs}
+}
+
 // IBCompletion turns NCCL's IB completion errors into findings by status, with the cause
 // NCCL's maintainers give: 12 (retries exhausted: link or peer lost, or RDMA unusable when
 // it happens before any op), 13 (receiver not ready), 4 (GPUDirect RDMA broken, usually
@@ -64,7 +84,16 @@ func ibCauseOf(status int, stage snapshot.Stage) ibCause {
 // A finding names host, HCA and port, the rank of the reporting process, and the peer
 // (with its host when one of the job's processes logged that address).
 func IBCompletion(j *Job, cfg Config) []Finding {
+	out, _ := ibCompletions(j, cfg, nil)
+	return out
+}
+
+// ibCompletions is IBCompletion, where a completion error with a peer whose host put a
+// queue pair in error (qp, from ibEvents) is that host's doing: it becomes a line of
+// evidence for that host (byPeer) instead of a finding.
+func ibCompletions(j *Job, cfg Config, qp map[string]int) (out []Finding, byPeer map[string][]string) {
 	book := newPeerBook(j)
+	byPeer = map[string][]string{}
 	type report struct {
 		p *Proc
 		e snapshot.Event
@@ -83,7 +112,7 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 		}
 	}
 	if len(causes) == 0 && len(flushes) == 0 {
-		return nil
+		return nil, byPeer
 	}
 	minReporters := max(cfg.IBPeerReporters, 2)
 	// Hosts reporting errors with each peer host: several reporters and one peer make
@@ -104,6 +133,14 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 		p, e := r.p, r.e
 		c := ibCauseOf(e.Code, knownStage(opsLogged, p, e))
 		peerHost := book.host(e.Peer)
+		if h, sure := qpPeer(qp, peerHost, p.Host); h != "" && e.Code != snapshot.IBLocProtErr {
+			line := fmt.Sprintf("then %s%s: %s: a consequence, its peer's queue pair had failed", p.Name(), hcaWords(p, e.Dev), e.Msg)
+			if !sure {
+				line += fmt.Sprintf(" (these logs do not map %s to a host; %s is the only other host whose HCA reported a queue-pair error)", e.Peer, h)
+			}
+			byPeer[h] = append(byPeer[h], line)
+			continue
+		}
 		var key string
 		var culprit incident.Culprit
 		var keys []string
@@ -146,18 +183,17 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 		f.culpritKeys = appendUnique(f.culpritKeys, p.Key())
 		f.addEvidence("%s%s: %s", p.Name(), hcaWords(p, e.Dev), e.Msg)
 	}
-	var out []Finding
 	for _, k := range order {
 		out = append(out, *found[k])
 	}
 	if len(flushes) == 0 {
-		return out
+		return out, byPeer
 	}
 	if len(out) > 0 {
 		// Flushed requests are what the first error left behind on its queue pairs.
 		out[0].addEvidence("%d flushed request(s) (%s) follow: consequences of this error, not causes", len(flushes),
 			snapshot.IBStatusName(snapshot.IBWRFlushErr))
-		return out
+		return out, byPeer
 	}
 	// Only flushes: the error that put the queue pairs in error state is not in these logs
 	// (another rank's log, or an earlier part of this one). Say where they point.
@@ -174,7 +210,29 @@ func IBCompletion(j *Job, cfg Config) []Finding {
 		f.addEvidence("%s: %s", r.p.Name(), r.e.Msg)
 		f.culpritKeys = appendUnique(f.culpritKeys, r.p.Key())
 	}
-	return []Finding{f}
+	return []Finding{f}, byPeer
+}
+
+// qpPeer is the host among qp's that a completion error's peer is on: the peer's own host,
+// or, when no log maps the peer's address, the only other host with a failed queue pair
+// (sure is false then).
+func qpPeer(qp map[string]int, peerHost, reporter string) (host string, sure bool) {
+	if peerHost != "" {
+		if _, ok := qp[peerHost]; ok && peerHost != reporter {
+			return peerHost, true
+		}
+		return "", false
+	}
+	for h := range qp {
+		if h == reporter {
+			continue
+		}
+		if host != "" {
+			return "", false
+		}
+		host = h
+	}
+	return host, false
 }
 
 // knownStage is the stage of an event where the logs can tell it: with no op line anywhere

@@ -30,8 +30,10 @@ var errorCounters = []string{"symbol_error", "link_error_recovery", "link_downed
 func Link(j *Job, cfg Config) []Finding {
 	var out []Finding
 	out = append(out, networkFallback(j)...)
-	out = append(out, ibEvents(j, cfg)...)
-	out = append(out, IBCompletion(j, cfg)...)
+	events, qp := ibEvents(j, cfg)
+	comps, byPeer := ibCompletions(j, cfg, qp)
+	out = append(out, qpErrorsExplainCompletions(events, qp, comps, byPeer)...)
+	out = append(out, netPluginErrors(j, cfg)...)
 	out = append(out, portFindings(j, cfg)...)
 	return out
 }
@@ -93,12 +95,15 @@ func networkFallback(j *Job) []Finding {
 	return out
 }
 
-// ibEvents turns NCCL's IB async port events into findings, one per (host, HCA port).
-// Completion errors are the IBCompletion rule's (ib.go).
-func ibEvents(j *Job, cfg Config) []Finding {
+// ibEvents turns NCCL's IB async events into findings, one per (host, HCA port), each
+// named for what it is about: a port, a queue pair, a completion queue, the device.
+// Completion errors are the IBCompletion rule's (ib.go). qp maps the hosts whose HCA put a
+// queue pair in error to the index of that finding.
+func ibEvents(j *Job, cfg Config) (out []Finding, qp map[string]int) {
 	type key struct{ host, dev string }
 	found := map[key]*Finding{}
 	var order []key
+	qpHost := map[key]bool{}
 	for _, p := range j.Procs {
 		for _, e := range p.Events {
 			if e.Kind != snapshot.EventIBAsync || !recentEvent(j, cfg.EventConfig, int64(e.T)) {
@@ -123,19 +128,93 @@ func ibEvents(j *Job, cfg Config) []Finding {
 			}
 			f.addEvidence("%s: NCCL got IB async event %q on %s port %d", p.Name(), e.Detail, e.Dev, e.Port)
 			if f.Summary == "" {
-				f.Summary = fmt.Sprintf("IB port event %q on %s %s port %d", e.Detail, p.Host, e.Dev, e.Port)
+				target := ibAsyncTarget(e)
+				f.Summary = fmt.Sprintf("IB %s event %q on %s %s port %d%s", target.name, e.Detail, p.Host, e.Dev, e.Port, target.why(e.Detail))
 				if !strings.Contains(e.Detail, "error") && !strings.Contains(e.Msg, "fatal") {
 					f.Severity = incident.SeverityWarning
 				}
+				qpHost[k] = target.queue && f.Severity == incident.SeverityCritical
 			}
 			f.culpritKeys = appendUnique(f.culpritKeys, p.Key())
 		}
 	}
-	var out []Finding
-	for _, k := range order {
+	qp = map[string]int{}
+	for i, k := range order {
 		out = append(out, *found[k])
+		if _, seen := qp[k.host]; qpHost[k] && !seen {
+			qp[k.host] = i
+		}
 	}
-	return out
+	return out, qp
+}
+
+// asyncTarget is what an IB async event is about.
+type asyncTarget struct {
+	name  string
+	queue bool // a queue pair or queue of one connection, not the port or the device
+}
+
+// ibAsyncTarget tells an event of a queue pair, completion queue or shared receive queue
+// (ibv_event_type_str's words, or NCCL 2.23+'s "async fatal event on QP (0x..)") from a
+// port's (active, error, LID, P_Key, SM, GID, client reregistration) and the device's.
+func ibAsyncTarget(e snapshot.Event) asyncTarget {
+	d, m := strings.ToLower(e.Detail), e.Msg
+	switch {
+	case strings.Contains(m, " on QP") || strings.Contains(d, "work queue") || strings.Contains(d, "last wqe") ||
+		strings.Contains(d, "communication established") || strings.Contains(d, "send queue drained") ||
+		strings.Contains(d, "path migration"):
+		return asyncTarget{name: "queue pair (QP)", queue: true}
+	case strings.Contains(m, " on CQ") || strings.Contains(d, "cq error"):
+		return asyncTarget{name: "completion queue (CQ)", queue: true}
+	case strings.Contains(m, " on SRQ") || strings.Contains(d, "srq"):
+		return asyncTarget{name: "shared receive queue (SRQ)", queue: true}
+	case strings.Contains(d, "catastrophic") || strings.Contains(d, "device fatal"):
+		return asyncTarget{name: "device"}
+	}
+	return asyncTarget{name: "port"}
+}
+
+// why says what a queue's error means for the job; a port's event speaks for itself.
+func (t asyncTarget) why(detail string) string {
+	switch {
+	case !t.queue:
+		return ""
+	case strings.Contains(detail, "access violation"):
+		return ": the HCA was refused access to memory a request named (a registration that is no longer valid: GPUDirect RDMA or the peer-memory module, or a buffer freed while NCCL used it); its queue pair is in error and its peers' requests fail next"
+	}
+	return ": a queue pair of this HCA went into error; its peers' requests on it fail next"
+}
+
+// qpErrorsExplainCompletions: a host whose queue pair failed breaks its connections, so
+// its peers' completion errors with it are its consequences (byPeer: evidence by that
+// host), and its own completion error on the failed queue is one fault with the event.
+func qpErrorsExplainCompletions(events []Finding, qp map[string]int, comps []Finding, byPeer map[string][]string) []Finding {
+	absorbed := map[int]bool{}
+	for host, lines := range byPeer {
+		f := &events[qp[host]]
+		for _, l := range lines {
+			f.Victims++
+			f.addEvidence("%s", l)
+		}
+	}
+	for i := range comps {
+		for host, k := range qp {
+			if absorbed[k] || len(byPeer[host]) > 0 || !hasHost(comps[i].Culprits, host) {
+				continue
+			}
+			for _, l := range events[k].Evidence {
+				comps[i].addEvidence("%s", l)
+			}
+			absorbed[k] = true
+		}
+	}
+	var out []Finding
+	for k, f := range events {
+		if !absorbed[k] {
+			out = append(out, f)
+		}
+	}
+	return append(out, comps...)
 }
 
 func appendUnique(s []string, v string) []string {

@@ -100,6 +100,9 @@ func SilentInitFailure(j *Job, _ Config) []Finding {
 		if len(p.Comms) > 0 && !allInInit(p) {
 			continue
 		}
+		if f, ok := proxyLost(p); ok {
+			return []Finding{f}
+		}
 		for _, e := range p.Events {
 			if warning(e) {
 				// A WARN before the breadcrumbs: they are its path, and the rule that
@@ -153,4 +156,38 @@ func breadcrumbArea(src string) string {
 		return " (CUDA)"
 	}
 	return ""
+}
+
+// proxyLost reads "Socket recv failed while polling for opId": the proxy thread of a
+// process that was setting up lost its connection to the process it served (its own rank,
+// or another rank of its host using it) in the middle of an operation. The breadcrumbs
+// around it are its path; the first error is in the process at the other end.
+func proxyLost(p *Proc) (Finding, bool) {
+	for i, e := range p.Events {
+		if e.Kind != snapshot.EventSocketError || e.Code != snapshot.SocketProxyPoll {
+			continue
+		}
+		f := Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{},
+			culpritKeys: []string{p.Key()}, Key: silentKey + p.Key()}
+		where := ""
+		for _, b := range p.Events[i+1:] {
+			if b.Kind == snapshot.EventBreadcrumb && b.Src != "" {
+				where = fmt.Sprintf("; the failed operation was in %s%s", b.Src, breadcrumbArea(b.Src))
+				break
+			}
+		}
+		f.Summary = fmt.Sprintf("%s: NCCL's proxy lost its connection while it polled for an operation (the socket closed under it) while the ranks were setting up: the process at the other end (this rank's own, or another rank of %s that used this proxy) went away or failed first, and its log holds the first error%s",
+			p.Name(), orUnknown(p.Host), where)
+		f.addEvidence("%s: %s", p.Name(), e.Msg)
+		for _, b := range p.Events {
+			if b.Kind == snapshot.EventBreadcrumb {
+				f.addEvidence("%s: %s", p.Name(), b.Msg)
+			}
+		}
+		if e.T != 0 {
+			f.FaultAt = e.T.Time()
+		}
+		return f, true
+	}
+	return Finding{}, false
 }

@@ -104,6 +104,30 @@ func Setup(j *Job, cfg Config) []Finding {
 					f.Summary = fmt.Sprintf("NCCL on %s found no usable network interface for its sockets: NCCL_SOCKET_IFNAME names an interface that host does not have (or excludes every one); set it to an interface all hosts share", on)
 					return f
 				})
+			case snapshot.EventP2PError:
+				add("config:p2p:"+p.Host, p, e, func() *Finding {
+					f := &Finding{Kind: incident.KindConfig, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{p.Culprit()}}
+					f.Summary = fmt.Sprintf("%s could not share GPU memory with another process of %s through CUDA IPC (%s): GPU peer-to-peer between the GPUs of this host fails: the platform does not support it (the PCIe topology, a virtual machine, the IOMMU or PCIe ACS) or the processes run in containers that do not share an IPC namespace; NCCL_P2P_DISABLE=1 confirms it (NCCL then goes through shared memory)",
+						p.Name(), orUnknown(p.Host), orUnknown(e.Detail))
+					return f
+				})
+			case snapshot.EventSocketError:
+				if e.Code != snapshot.SocketWrongType {
+					continue
+				}
+				add("config:transport", p, e, func() *Finding {
+					f := &Finding{Kind: incident.KindConfig, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{p.Culprit()}}
+					f.Summary = fmt.Sprintf("%s was reached by a rank of this job over another network transport than its own (%s): the nodes disagree on the network: InfiniBand works on one node and not on the other, NCCL_IB_DISABLE or NCCL_NET differ between them, or they load different NCCL versions; compare \"Using network\" on every node, then fix IB on the odd node or set NCCL_IB_DISABLE=1 on all",
+						p.Name(), socketTypeWords(e.Detail))
+					return f
+				})
+				// The proxy's failed Connect that follows is this mismatch's doing.
+				for _, q := range p.Events {
+					if q.Kind == snapshot.EventProxyError {
+						found["config:transport"].addEvidence("then %s: %s", p.Name(), q.Msg)
+						break
+					}
+				}
 			case snapshot.EventIBSetup:
 				if !e.Fatal {
 					continue
@@ -223,4 +247,14 @@ func rankCulprits(j *Job, reporter *Proc, ranks []int) []incident.Culprit {
 		out = append(out, reporter.Culprit())
 	}
 	return out
+}
+
+// socketTypeWords reads "4 != 3" (the type received, then the one expected) as "it got a
+// NET/IB connection where it listens for NET/Socket".
+func socketTypeWords(detail string) string {
+	var got, want int
+	if n, _ := fmt.Sscanf(detail, "%d != %d", &got, &want); n != 2 {
+		return "wrong socket type " + orUnknown(detail)
+	}
+	return fmt.Sprintf("it got a %s connection where it listens for %s", snapshot.SocketTypeName(got), snapshot.SocketTypeName(want))
 }

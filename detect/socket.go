@@ -30,8 +30,9 @@ func Connections(j *Job, cfg Config) []Finding {
 	}
 	var connects, breaks []failure
 	for _, p := range j.Procs {
-		for _, e := range p.Events {
-			if !recentEvent(j, cfg.EventConfig, int64(e.T)) || echoed(j, p, e) {
+		stray := strayAllocations(p)
+		for i, e := range p.Events {
+			if stray[i] || !recentEvent(j, cfg.EventConfig, int64(e.T)) || echoed(j, p, e) {
 				continue
 			}
 			switch e.Kind {

@@ -36,6 +36,8 @@ var eventKinds = [NumKinds]snapshot.EventKind{
 	KindTorchStore:       snapshot.EventTorchStore,
 	KindRankConflict:     snapshot.EventRankConflict,
 	KindTorchStuck:       snapshot.EventTorchStuck,
+	KindP2PError:         snapshot.EventP2PError,
+	KindNetError:         snapshot.EventNetError,
 }
 
 // EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when

@@ -56,10 +56,25 @@ func parseSocketFailure(l *Line) {
 		}
 		l.Detail = reasonAfter(m)
 		l.Fatal = true
-	case contains(m, "wrong magic") || contains(m, "wrong type"):
+	case contains(m, "wrong type"):
+		// The magic matched, so a rank of this job connected, but with another kind of
+		// socket ("wrong type 4 != 3": NET/IB where NET/Socket listens): the nodes chose
+		// different network transports.
+		l.Code = snapshot.SocketWrongType
+		l.Fatal = true
+		l.Detail = m
+		if s := (scanner{b: m}); s.skipTo("wrong type ") {
+			l.Detail = trimSpace(s.rest())
+		}
+	case contains(m, "wrong magic"):
 		// Something that is not this job's NCCL connected to its port: a scanner, a health
 		// check, a rank of another run.
 		l.Detail = m
+	case contains(m, "failed while polling"):
+		// "Socket recv failed while polling for opId=0x..": the proxy's connection to the
+		// process it serves broke mid-operation.
+		l.Code = snapshot.SocketProxyPoll
+		l.Fatal = true
 	case contains(m, "onnect"):
 		parseConnectFailure(l, true)
 	default:
@@ -318,4 +333,57 @@ func parseProxyFailure(l *Line) {
 	case s.skipTo("tpRank "):
 		l.Ranks[0], _ = s.int()
 	}
+}
+
+// isIPCFailure reports the P2P transport's failures to share GPU memory between processes:
+// "failed to open CUDA IPC handle : 64 peer access is not supported between these two
+// devices" (NCCL 2.3-2.5), RCCL's "hipIpcGetMemHandle failed : invalid argument",
+// "cudaIpcOpenMemHandle failed".
+func isIPCFailure(m []byte) bool {
+	return contains(m, "IPC handle") || contains(m, "IpcGetMemHandle") || contains(m, "IpcOpenMemHandle")
+}
+
+// parseIPCFailure reads the reason after " : ", with the CUDA error number before it when
+// NCCL printed one ("64 peer access is not supported ...").
+func parseIPCFailure(l *Line) {
+	l.Kind = KindP2PError
+	l.Fatal = true
+	r := reasonAfter(l.Msg)
+	s := scanner{b: r}
+	if n, ok := s.int(); ok && s.space() {
+		l.Code = n
+		r = s.rest()
+	}
+	l.Detail = r
+}
+
+// parseOFIFailure reads the AWS OFI NCCL plugin's WARNs ("NET/OFI ..."): "Request 0x.. [seq N]
+// completed with error. RC: 113. Error: 2 (UNDELIVERABLE). Completed length: 0[, Request:
+// ..]", the older "RC: 5. Error: Input/output error. Completed length: 0", "Unable to read
+// from fi_cq_readerr. RC: -5. Error: ...". A failed completion is a transfer the fabric
+// could not carry; the plugin's other WARNs (probing providers at start) may be followed by
+// NCCL using another network, and count only when PyTorch quotes them as its last error.
+func parseOFIFailure(l *Line) {
+	m := l.Msg
+	l.Kind = KindNetError
+	l.Fatal = l.Quoted || contains(m, "completed with error") || contains(m, "fi_cq_readerr") ||
+		contains(m, "completion queue")
+	s := scanner{b: m}
+	if s.skipTo("RC: ") {
+		l.Code, _ = s.int()
+	}
+	if !s.skipTo("Error: ") {
+		return
+	}
+	r := s.rest()
+	if e := index(r, ". Completed"); e >= 0 {
+		r = r[:e]
+	}
+	// "2 (UNDELIVERABLE)": the provider's number, then its name.
+	if o := bytes.IndexByte(r, '('); o >= 0 && o < 8 {
+		if c := bytes.IndexByte(r[o:], ')'); c > 1 {
+			r = r[o+1 : o+c]
+		}
+	}
+	l.Detail = bytes.TrimRight(trimSpace(r), ".")
 }

@@ -152,6 +152,33 @@ func TestFailureEvents(t *testing.T) {
 			snapshot.Event{Kind: snapshot.EventShmError, Code: snapshot.ShmAttach, Fatal: true}},
 		{w + "[Proxy Service 9] Failed to execute operation Connect from rank 9, retcode 6",
 			snapshot.Event{Kind: snapshot.EventProxyError, Ranks: []int{9}, Detail: "Connect", Code: 6}},
+		// GPU peer-to-peer through CUDA/HIP IPC, NCCL 2.3-2.5 and RCCL.
+		{w + "failed to open CUDA IPC handle : 64 peer access is not supported between these two devices",
+			snapshot.Event{Kind: snapshot.EventP2PError, Code: 64, Detail: "peer access is not supported between these two devices", Fatal: true}},
+		{w + "failed to open CUDA IPC handle : 11 invalid argument",
+			snapshot.Event{Kind: snapshot.EventP2PError, Code: 11, Detail: "invalid argument", Fatal: true}},
+		{w + "hipIpcGetMemHandle failed : invalid argument",
+			snapshot.Event{Kind: snapshot.EventP2PError, Detail: "invalid argument", Fatal: true}},
+		// A rank of this job on another transport; the proxy losing its client.
+		{w + "socketFinalizeAccept: wrong type 4 != 3",
+			snapshot.Event{Kind: snapshot.EventSocketError, Code: snapshot.SocketWrongType, Detail: "4 != 3", Fatal: true}},
+		{w + "socketFinalizeAccept: wrong magic 1234 != 5678",
+			snapshot.Event{Kind: snapshot.EventSocketError}},
+		{w + "Socket recv failed while polling for opId=0x7f00aa001000",
+			snapshot.Event{Kind: snapshot.EventSocketError, Code: snapshot.SocketProxyPoll, Fatal: true}},
+		// AWS OFI NCCL, new and old wording; a provider probe is no failure of its own.
+		{w + "NET/OFI Request 0x7f00aa002000 completed with error. RC: 113. Error: 2 (UNDELIVERABLE). Completed length: 0",
+			snapshot.Event{Kind: snapshot.EventNetError, Code: 113, Detail: "UNDELIVERABLE", Fatal: true}},
+		{w + "NET/OFI Request 0x7f00aa002000 seq 12 completed with error. RC: 5. Error: 4099 (Unresponsive remote). Completed length: 0, Request: {dev: 0}",
+			snapshot.Event{Kind: snapshot.EventNetError, Code: 5, Detail: "Unresponsive remote", Fatal: true}},
+		{w + "NET/OFI Request 0x7f00aa002000 completed with error. RC: 5. Error: Input/output error. Completed length: 0, Request: {}",
+			snapshot.Event{Kind: snapshot.EventNetError, Code: 5, Detail: "Input/output error", Fatal: true}},
+		{w + "NET/OFI Unable to read from fi_cq_readerr. RC: -5. Error: Input/output error",
+			snapshot.Event{Kind: snapshot.EventNetError, Code: -5, Detail: "Input/output error", Fatal: true}},
+		{w + "NET/OFI Couldn't find any optimal provider",
+			snapshot.Event{Kind: snapshot.EventNetError}},
+		{w + "[Rem Allocator] Allocation failed (segment 0, fd 41)",
+			snapshot.Event{Kind: snapshot.EventWarn, Code: snapshot.WarnRemAllocator}},
 	} {
 		var l Line
 		Parse([]byte(tt.line), &l)
@@ -180,7 +207,10 @@ func FuzzFailureMessage(f *testing.F) {
 		"NET/IB : Got completion with error 4, opcode 0", "NET/IB: Got completion from peer a<1> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=x",
 		"Proxy Call to rank 9 failed (", "[Proxy Service 9] Failed to execute operation Connect from rank", "Message truncated : peer",
 		"Bootstrap Root : rank 1 of 8 ranks has already checked in", "Bootstrap Root : mismatch in rank count from procs 8 : ",
-		"[Service thread] Unknown command 7 from localRank -1"} {
+		"[Service thread] Unknown command 7 from localRank -1", "failed to open CUDA IPC handle : 64 x", "hipIpcGetMemHandle failed : ",
+		"socketFinalizeAccept: wrong type 4 != 3", "Socket recv failed while polling for opId=0x1",
+		"NET/OFI Request 0x1 completed with error. RC: 113. Error: 2 (UNDELIVERABLE). Completed length: 0",
+		"NET/OFI x RC: 1. Error: (", "[Rem Allocator] Allocation failed (segment 0, fd 1)"} {
 		f.Add([]byte(m))
 	}
 	f.Fuzz(func(t *testing.T, msg []byte) {

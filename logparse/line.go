@@ -60,6 +60,8 @@ const (
 	KindTorchStore      // PyTorch could not get NCCL's unique id from a rank through its store
 	KindRankConflict    // Bootstrap Root : rank R of N ranks has already checked in
 	KindTorchStuck      // PyTorch's heartbeat monitor: the watchdog thread made no progress
+	KindP2PError        // GPU peer-to-peer (CUDA/HIP IPC) between two GPUs of one host failed
+	KindNetError        // a network plugin (AWS OFI / libfabric) failed a transfer or a call
 	NumKinds
 )
 
@@ -98,6 +100,8 @@ var kindNames = [NumKinds]string{
 	KindTorchStore:       string(snapshot.EventTorchStore),
 	KindRankConflict:     string(snapshot.EventRankConflict),
 	KindTorchStuck:       string(snapshot.EventTorchStuck),
+	KindP2PError:         string(snapshot.EventP2PError),
+	KindNetError:         string(snapshot.EventNetError),
 }
 
 func (k Kind) String() string {

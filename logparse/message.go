@@ -1,6 +1,10 @@
 package logparse
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/ncclwatch/watchdog/snapshot"
+)
 
 // parseMessage classifies the message of a prefixed NCCL line.
 func parseMessage(l *Line) {
@@ -491,6 +495,14 @@ func parseWarn(l *Line) {
 		parseIBAsync(l)
 	case hasPrefix(m, "Call to ibv_") || hasPrefix(m, "Call to ibv"):
 		parseIBSetup(l)
+	case hasPrefix(m, "NET/OFI "):
+		parseOFIFailure(l)
+	case isIPCFailure(m):
+		parseIPCFailure(l)
+	case hasPrefix(m, "[Rem Allocator]"):
+		// NCCL before 2.12: the bootstrap's remote-allocator service, which any connection
+		// to its port reaches; the rules judge it with what came before it.
+		l.Code = snapshot.WarnRemAllocator
 	case contains(m, "Connection closed by localRank ") || contains(m, "Could not receive type from localRank "):
 		// "[Service thread] Could not receive type from localRank 3, res=3, closed=1": the
 		// proxy lost a local peer mid-message, which it also only does when that peer died.

@@ -226,7 +226,7 @@ func TestTrackerFailureRuns(t *testing.T) {
 		want  []string // kind:stage:msg of each event
 	}{
 		{"plugin continuation", []string{w + "NET/OFI first part", "second part of it"},
-			[]string{"warn:init:NET/OFI first part | second part of it"}},
+			[]string{"net_error:init:NET/OFI first part | second part of it"}},
 		{"pytorch line is not a continuation", []string{w + "NET/IB : Got completion from peer 10.0.0.2<5> with error 12, opcode 0",
 			"[E ProcessGroupNCCL.cpp:456] Some NCCL operations have failed or timed out."},
 			[]string{"ib_completion:init:NET/IB : Got completion from peer 10.0.0.2<5> with error 12, opcode 0"}},

@@ -69,6 +69,16 @@ const (
 	// size, which NCCL's maintainers trace to transport or configuration, not to the
 	// application's calls; Peer is the remote address.
 	EventNetSizeMismatch EventKind = "net_size_mismatch"
+	// EventP2PError: NCCL's P2P transport could not share GPU memory between two processes
+	// of one host ("failed to open CUDA IPC handle : 64 peer access is not supported ...",
+	// RCCL's "hipIpcGetMemHandle failed : invalid argument"); Code is the CUDA error number
+	// when NCCL printed one, Detail the reason.
+	EventP2PError EventKind = "p2p_error"
+	// EventNetError: a network plugin failed a transfer or a call (AWS OFI NCCL: "NET/OFI
+	// Request 0x.. completed with error. RC: 113. Error: 2 (UNDELIVERABLE)", "Unable to read
+	// from fi_cq_readerr"); Code is libfabric's RC (an errno) when printed, Detail the
+	// provider's reason. Fatal for a failed completion and for PyTorch's quote.
+	EventNetError EventKind = "net_error"
 )
 
 // Events from PyTorch and launcher output.
@@ -114,6 +124,30 @@ const (
 // ShmAttach is EventShmError's Code when a segment could not be attached (0: created or
 // grown): a segment gone or in another IPC namespace, not a full /dev/shm.
 const ShmAttach = 1
+
+// EventSocketError's codes that tell its failures apart (0: any other).
+const (
+	// SocketWrongType: "socketFinalizeAccept: wrong type 4 != 3": a job's own rank connected
+	// with another kind of socket than the listener expects (Detail "4 != 3", received then
+	// expected: see SocketTypeName), which is what two nodes on different network transports do.
+	SocketWrongType = 1
+	// SocketProxyPoll: "Socket recv failed while polling for opId=0x..": the proxy lost its
+	// connection to the process it served (usually its own rank's) mid-operation.
+	SocketProxyPoll = 2
+)
+
+// WarnRemAllocator is EventWarn's Code for "[Rem Allocator] Allocation failed" of NCCL
+// before 2.12: its bootstrap's remote-allocator service answering a connection.
+const WarnRemAllocator = 1
+
+// SocketTypeName names ncclSocketType, as "wrong type X != Y" prints it.
+func SocketTypeName(t int) string {
+	names := [...]string{"unknown", "bootstrap", "proxy", "NET/Socket", "NET/IB", "RAS"}
+	if t >= 0 && t < len(names) {
+		return names[t]
+	}
+	return "unknown"
+}
 
 // ncclResult_t values (EventBreadcrumb and EventTorchNCCLError codes).
 const (

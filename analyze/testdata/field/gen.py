@@ -576,6 +576,7 @@ def main():
 
     field14c()
     torchwords()
+    fieldwarnrules()
 
 
 def field14c():
@@ -826,6 +827,66 @@ def torchwords():
              flat % (1, 1, "NET/IB : Got completion from peer 10.52.7.19<44902> with error 5, opcode 0, len 0, vendor err 249")]
     write("torch_one_line_last_error", {"issue.txt": lines},
           {"exit": 1, "kind": "link", "findings": 1, "say": ["10.52.7.19", "did not answer"]})
+
+def fieldwarnrules():
+    """NCCL WARNs that name their own cause: GPU peer-to-peer through CUDA IPC, nodes on
+    different transports, a network plugin's failed delivery, a peer's queue pair in
+    error, and NCCL's remote allocator answering a stray connection. Written from the
+    format strings; hosts, pids and addresses are made up."""
+    # 54. NCCL 2.4: two processes of one host cannot open each other's CUDA IPC handles.
+    ps = [P("dgx-lab-3", 7301 + 9 * r, r, r, 2, "10.8.1.3", version="2.4.8+cuda10.1") for r in range(2)]
+    lines = []
+    for p, why in zip(ps, ("64 peer access is not supported between these two devices", "11 invalid argument")):
+        lines += p.warn("transport/p2p.cu:548", "failed to open CUDA IPC handle : " + why)
+        lines += p.crumbs("init.cu:568", "init.cu:642", code=1)
+    write("p2p_ipc_unsupported", {"train.log": lines},
+          {"exit": 1, "kind": "config", "host": "dgx-lab-3", "findings": 1, "say": ["CUDA IPC", "NCCL_P2P_DISABLE=1"], "avoid": ["out of memory"]})
+
+    # 55. NCCL 2.18: a rank whose node fell back to NET/Socket accepts a NET/IB connection
+    # from the other node; its proxy then fails the Connect.
+    p = P("a100-n4", 28411, 2, 2, 16, "10.20.0.4", version="2.18.1+cuda12.1", net="Socket")
+    lines = [p.info("Channel 00/0 : 2[2] -> 1[1] via P2P/IPC/read")]
+    lines += p.warn("misc/socket.cc:441", "socketFinalizeAccept: wrong type 4 != 3", tid=p.pid + 66)
+    lines += p.crumbs("misc/socket.cc:561", "misc/socket.cc:665", "transport/net_socket.cc:375", "transport/net.cc:728", "proxy.cc:1306", "proxy.cc:1377", code=3, tid=p.pid + 66)
+    lines += p.warn("proxy.cc:1519", "[Proxy Service 2] Failed to execute operation Connect from rank 2, retcode 3", tid=p.pid + 66)
+    write("wrong_socket_type_transports", {"rank2.log": lines},
+          {"exit": 1, "kind": "config", "findings": 1, "say": ["NET/IB", "NET/Socket", "NCCL_IB_DISABLE"], "avoid": ["proxy_error"]})
+
+    # 56. PyTorch quotes the AWS OFI plugin's failed completion as NCCL's last error.
+    lines = ["[rank5]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3641, remote process exited or there was a network error, NCCL version 2.27.3",
+             "[rank5]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+             "[rank5]: Last error:",
+             "[rank5]: NET/OFI Request 0x7f3a5c2e1040 completed with error. RC: 113. Error: 2 (UNDELIVERABLE). Completed length: 0"]
+    write("ofi_undeliverable_quoted", {"train.log": lines},
+          {"exit": 1, "kind": "link", "rank": 5, "findings": 1, "say": ["libfabric", "no route to host"], "avoid": ["remote process exited"]})
+
+    # 57. NCCL 2.20: one node's HCA puts a queue pair in error (local access violation);
+    # the other node's request to it then fails with status 9.
+    ps = two_nodes(version="2.20.5+cuda12.4")
+    def b57(p):
+        L = p.init() + p.colls(0, 40)
+        if p.rank == 0:
+            for _ in range(2):
+                L += p.warn("transport/net_ib.cc:101", "NET/IB : mlx5_0:1 Got async event : local access violation work queue error", tid=p.pid + 3)
+        if p.rank == 2:
+            L += p.warn("transport/net_ib.cc:1909", "NET/IB : Got completion from peer %s<41023> with status=9 opcode=0 len=0 vendor err 138 (Send) localGid ::ffff:%s remoteGids::ffff:%s" % (ps[0].ip, p.ib_ip, ps[0].ib_ip), tid=p.pid + 90)
+            L += p.crumbs("transport/net.cc:1137", "proxy.cc:698", tid=p.pid + 90)
+        return L
+    write("ib_qp_error_peer_consequence", per_proc(ps, b57),
+          {"exit": 1, "kind": "link", "host": "gpu-node07", "findings": 1, "say": ["queue pair (QP)", "access violation"], "avoid": ["IB port event"]})
+
+    # 58. NCCL 2.10: a stray connection reaches the bootstrap's remote allocator; its
+    # "allocation" fails with out of memory, and the job goes on.
+    p = P("azvm-0b1e77", 39, 0, 0, 1, "10.0.0.6", version="2.10.3+cuda11.4")
+    lines = p.init() + p.colls(0, 30)
+    lines += p.warn("include/socket.h:423", "Net : Connection closed by remote peer 10.0.0.9<52111>", tid=p.pid + 259)
+    lines += p.crumbs("include/socket.h:445", "include/socket.h:457", "bootstrap.cc:229", code=2, tid=p.pid + 259)
+    lines += p.warn("bootstrap.cc:279", "[Rem Allocator] Allocation failed (segment 0, fd 87)", tid=p.pid + 259)
+    lines += p.warn("include/alloc.h:48", "Cuda failure 'out of memory'", tid=p.pid + 259)
+    lines += p.crumbs("bootstrap.cc:231", code=1, tid=p.pid + 259)
+    lines += p.colls(30, 60)
+    write("stray_remote_allocator", {"train.log": lines},
+          {"exit": 1, "kind": "config", "findings": 1, "say": ["stray connection", "not the GPU's"], "avoid": ["ran out of memory", "went away"]})
 
 
 if __name__ == "__main__":
