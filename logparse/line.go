@@ -264,7 +264,10 @@ type Torch struct {
 	Completed int64
 	PGDesc    []byte // default_pg, ...
 	PG        []byte // the process group's id: "0" of "[PG ID 0 PG GUID ...]", "1" of "[PG 1 Rank 0]"
-	PID       int    // launcher exit: the failed child's pid
+	PID       int    // launcher exit: the failed child's pid; nccl-tests' failure: its pid
+	// Host is the host nccl-tests' failure lines name ("host: Test NCCL failure ...",
+	// " .. host pid 77: Test failure ..."): whose failure it is, with PID when printed.
+	Host []byte
 }
 
 // Timestamp is a calendar time without a zone, as NCCL prints it (local time of its host).
