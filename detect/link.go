@@ -121,9 +121,15 @@ func ibEvents(j *Job, cfg Config) []Finding {
 				found[k] = f
 				order = append(order, k)
 			}
-			f.addEvidence("%s: NCCL got IB async event %q on %s port %d", p.Name(), e.Detail, e.Dev, e.Port)
+			// NCCL before 2.20 names no HCA: said so rather than an empty port.
+			where, on := "an HCA NCCL does not name", p.Host+" (NCCL does not name the HCA)"
+			if e.Dev != "" {
+				where = fmt.Sprintf("%s port %d", e.Dev, e.Port)
+				on = p.Host + " " + where
+			}
+			f.addEvidence("%s: NCCL got IB async event %q on %s", p.Name(), e.Detail, where)
 			if f.Summary == "" {
-				f.Summary = fmt.Sprintf("IB port event %q on %s %s port %d", e.Detail, p.Host, e.Dev, e.Port)
+				f.Summary = fmt.Sprintf("IB port event %q on %s", e.Detail, on)
 				if !strings.Contains(e.Detail, "error") && !strings.Contains(e.Msg, "fatal") {
 					f.Severity = incident.SeverityWarning
 				}
