@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ncclwatch/watchdog/detect"
+	"github.com/ncclwatch/watchdog/logparse"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -175,7 +176,7 @@ func versionOf(results []*fileResult, files []string, fallback string) string {
 	for _, r := range results {
 		for _, f := range files {
 			if r.stat.Path == f && r.version != "" {
-				return strings.SplitN(r.version, "+", 2)[0]
+				return logparse.VersionNumber(r.version)
 			}
 		}
 	}
@@ -367,6 +368,8 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result) {
 			if p = byPID[te.ev.PID]; p != nil && p.LocalRank < 0 {
 				p.LocalRank = te.ev.LocalRank
 			}
+		case te.host != "" && te.rank < 0:
+			p = hostProc(jb, te.host, te.pid)
 		case te.rank >= 0:
 			p = byRank[te.rank]
 			if p == nil {
@@ -406,4 +409,26 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result) {
 	dj := detect.NewJob("offline", now, jb.procs, nodes)
 	dj.Offline = true
 	return dj, detect.Evaluate(dj, opts.Rules, detect.JobTiming(dj))
+}
+
+// hostProc is the process nccl-tests names in its failure lines: the one with that host and
+// pid, else the host's only process, else one known by these alone.
+func hostProc(jb *job, host string, pid int) *detect.Proc {
+	var only *detect.Proc
+	n := 0
+	for _, p := range jb.procs {
+		if p.Host != host {
+			continue
+		}
+		if pid > 0 && p.PID == pid {
+			return p
+		}
+		only, n = p, n+1
+	}
+	if n == 1 && (pid == 0 || only.PID == 0) {
+		return only
+	}
+	p := &detect.Proc{Process: snapshot.Process{Host: host, PID: pid, Rank: -1, LocalRank: -1, CudaDev: -1}, Node: host}
+	jb.procs = append(jb.procs, p)
+	return p
 }

@@ -3,7 +3,6 @@ package analyze
 import (
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/ncclwatch/watchdog/logparse"
 )
@@ -82,7 +81,7 @@ func coverageOf(results []*fileResult, skipped []Skipped) Coverage {
 			c.GapFiles++
 		}
 		if r.version != "" {
-			versions[strings.SplitN(r.version, "+", 2)[0]] = true
+			versions[logparse.VersionNumber(r.version)] = true
 		}
 		for _, rep := range r.ras {
 			if rep.Version != "" {

@@ -36,7 +36,9 @@ type procKey struct {
 
 type torchEvent struct {
 	rank int // global rank, -1 when unknown
+	// host and pid: the process nccl-tests names in its failure lines ("" and 0: none).
 	host string
+	pid  int
 	ev   snapshot.Event
 }
 
@@ -115,6 +117,10 @@ type fileReader struct {
 	// the next line is NCCL's last WARN, quoted (-2: none pending).
 	quoteFor int
 	gaps     *gapReader // where the lines come from: says which lines follow a gap
+	// unlinked holds the line being read with a poster's markdown links undone; unlinking
+	// is set while it is read, so that its parts are not unlinked into the same storage.
+	unlinked  []byte
+	unlinking bool
 }
 
 type fragment struct {
@@ -279,6 +285,17 @@ func (fr *fileReader) apply(raw []byte) {
 		}
 	}
 	logparse.Parse(raw, l)
+	if !fr.unlinking && l.Kind != logparse.KindColl {
+		// A log pasted into a GitHub thread and copied back: read its lines unlinked.
+		// Per-op lines hold nothing a renderer links.
+		if u, ok := logparse.Unlink(fr.unlinked[:0], raw); ok {
+			fr.unlinked, fr.unlinking = u, true
+			st.Lines--
+			fr.apply(u)
+			fr.unlinking = false
+			return
+		}
+	}
 	switch {
 	case l.Quoted:
 		st.Torch++
@@ -333,6 +350,11 @@ func (fr *fileReader) apply(raw []byte) {
 			fr.cur.t.Apply(l, raw, time.Time{})
 		}
 	case l.Kind == logparse.KindBlank:
+	case l.Torch.PID > 0 && l.Torch.Host != nil:
+		// nccl-tests' " .. host pid 77: Test failure" names the pid of the failure it
+		// reported on the line before.
+		fr.testPID(string(l.Torch.Host), l.Torch.PID)
+		st.Unknown++
 	default:
 		if fr.rejoin(raw) {
 			return
@@ -345,6 +367,16 @@ func (fr *fileReader) apply(raw []byte) {
 			}
 		}
 		st.Unknown++
+	}
+}
+
+// testPID gives the newest failure nccl-tests reported for host without a pid its pid.
+func (fr *fileReader) testPID(host string, pid int) {
+	for i := len(fr.res.torch) - 1; i >= 0 && i >= len(fr.res.torch)-4; i-- {
+		if te := &fr.res.torch[i]; te.host == host && te.pid == 0 {
+			te.pid = pid
+			return
+		}
 	}
 }
 
@@ -580,6 +612,6 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 		rank = l.Torch.Rank
 	}
 	if len(fr.res.torch) < 10000 {
-		fr.res.torch = append(fr.res.torch, torchEvent{rank: rank, ev: ev})
+		fr.res.torch = append(fr.res.torch, torchEvent{rank: rank, ev: ev, host: string(l.Torch.Host), pid: l.Torch.PID})
 	}
 }

@@ -112,8 +112,11 @@ func CUDA(j *Job, cfg Config) []Finding {
 			who = fmt.Sprintf("%d ranks on %s", n, fl.first.Host)
 		}
 		when := stageWords(knownStage(opsLogged, fl.first, fl.ev))
-		if fl.first.Lines > 0 && knownStage(opsLogged, fl.first, fl.ev) == snapshot.StageUnknown {
+		switch {
+		case fl.first.Lines > 0 && knownStage(opsLogged, fl.first, fl.ev) == snapshot.StageUnknown:
 			when = "when, these lines do not show"
+		case strings.HasPrefix(fl.ev.Msg, "Test CUDA failure") || strings.HasPrefix(fl.ev.Msg, "Test NCCL failure"):
+			when = "as nccl-tests reported it"
 		}
 		where := "inside NCCL"
 		if fl.ev.Src == snapshot.SrcTorchWatchdog {

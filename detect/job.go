@@ -58,6 +58,9 @@ func (p *Proc) Name() string {
 		return fmt.Sprintf("rank %d", p.Rank)
 	case p.Rank >= 0:
 		return fmt.Sprintf("rank %d (%s pid %d)", p.Rank, p.Host, p.PID)
+	case p.PID == 0 && p.Host != "" && p.Host != "?":
+		// nccl-tests named its host, not its pid.
+		return "a process on " + p.Host
 	case p.PID == 0 && p.LocalRank < 0 && p.Lines > 0:
 		// NCCL lines whose "host:pid:tid" prefix the poster or a collector cut away.
 		return "a rank (its lines carry no host:pid)"

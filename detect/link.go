@@ -126,10 +126,16 @@ func ibEvents(j *Job, cfg Config) (out []Finding, qp map[string]int) {
 				found[k] = f
 				order = append(order, k)
 			}
-			f.addEvidence("%s: NCCL got IB async event %q on %s port %d", p.Name(), e.Detail, e.Dev, e.Port)
+			// NCCL before 2.20 names no HCA: said so rather than an empty port.
+			where, on := "an HCA NCCL does not name", p.Host+" (NCCL does not name the HCA)"
+			if e.Dev != "" {
+				where = fmt.Sprintf("%s port %d", e.Dev, e.Port)
+				on = p.Host + " " + where
+			}
+			f.addEvidence("%s: NCCL got IB async event %q on %s", p.Name(), e.Detail, where)
 			if f.Summary == "" {
 				target := ibAsyncTarget(e)
-				f.Summary = fmt.Sprintf("IB %s event %q on %s %s port %d%s", target.name, e.Detail, p.Host, e.Dev, e.Port, target.why(e.Detail))
+				f.Summary = fmt.Sprintf("IB %s event %q on %s%s", target.name, e.Detail, on, target.why(e.Detail))
 				if !strings.Contains(e.Detail, "error") && !strings.Contains(e.Msg, "fatal") {
 					f.Severity = incident.SeverityWarning
 				}

@@ -50,10 +50,16 @@ func peerName(peer string) string {
 	if net.ParseIP(ip) != nil {
 		return ip
 	}
-	if i := strings.IndexByte(ip, '.'); i > 0 {
+	// A name's first label has a letter; "172...." or "10.x.x.x" is an address a poster
+	// hid, kept as written rather than cut to "172".
+	if i := strings.IndexByte(ip, '.'); i > 0 && hasLetter(ip[:i]) && !strings.Contains(ip, "..") {
 		return ip[:i]
 	}
 	return ip
+}
+
+func hasLetter(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return r|0x20 >= 'a' && r|0x20 <= 'z' }) >= 0
 }
 
 // host is the job's host behind an address or name, "" when none of its processes logged it.

@@ -19,7 +19,7 @@ type SetupConfig struct {
 // maintainers give: two ranks on one GPU, ranks running different NCCL versions (NCCL's own
 // check, or the version lines), two processes given one rank, a /dev/shm too small or not
 // shared, no usable socket interface, InfiniBand verbs that fail while connecting (rails, RoCE addressing, pinned
-// memory, the peer-memory module).
+// memory, the peer-memory module), two machines under one host name.
 func Setup(j *Job, cfg Config) []Finding {
 	quote := max(cfg.SetupEvidence, 1)
 	found := map[string]*Finding{}
@@ -156,7 +156,8 @@ func Setup(j *Job, cfg Config) []Finding {
 	for _, k := range order {
 		out = append(out, *found[k])
 	}
-	return append(out, versionLines(j)...)
+	out = append(out, versionLines(j)...)
+	return append(out, duplicateHostnames(j)...)
 }
 
 // versionLines compares the NCCL versions the processes printed: ranks of one job that

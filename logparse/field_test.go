@@ -26,6 +26,18 @@ func TestFieldFormats(t *testing.T) {
 		{"rfc3339 with offset", "2023-08-11T12:31:45+02:00 " + info, want + ` time=2023-08-11T12:31:45.000000000/0 text="IB"`},
 		{"kubectl then torchrun", "2023-08-11T12:31:45.5Z [default1]:" + info, want + ` lrank=1 time=2023-08-11T12:31:45.500000000/1 text="IB"`},
 		{"rank tag", "[3] " + info, want + ` lrank=3 text="IB"`},
+		{"open mpi 4 --timestamp-output --tag-output", "2021-03-04T05:06:07.890Z: [1,12]<stdout>:" + info,
+			want + ` lrank=12 time=2021-03-04T05:06:07.890000000/3 text="IB"`},
+		{"open mpi 4 timestamp on a WARN", "2021-03-04T05:06:07.890Z: [1,12]<stderr>:gpu7:4242:4250 [2] misc/ibvwrap.cc:220 NCCL WARN Call to ibv_get_async_event failed",
+			"kind=ib_setup host=gpu7 pid=4242 tid=4250 dev=2 lrank=12 time=2021-03-04T05:06:07.890000000/3 file=misc/ibvwrap.cc:220 verb=\"ibv_get_async_event\" dev= port=0 reason=\"\" fatal=false"},
+		{"collector date and time apart, with zone", "2024-02-03 04:05:06.007 +08:00 " + info, want + ` time=2024-02-03T04:05:06.007000000/3 text="IB"`},
+		{"collector time without zone", "2024-02-03 04:05:06 " + info, want + ` time=2024-02-03T04:05:06.000000000/0 text="IB"`},
+		{"NCCL's time behind a collector's", "2024-02-03 12:05:06.007 +08:00 [2024-02-03 04:05:05] " + info, want + ` time=2024-02-03T04:05:05.000000000/0 text="IB"`},
+		{"NCCL's time behind an opaque one", "Feb  3 12:05:06 [2024-02-03 04:05:05.25] " + info, want + ` time=2024-02-03T04:05:05.250000000/2 text="IB"`},
+		{"kubectl --prefix", "[pod/trainer-0/main] " + info, want + ` text="IB"`},
+		{"every launcher at once", "2023-08-11T12:31:45Z [pod/trainer-0/main] node07: [1,3]<stdout>:[rank3]:" + info, want + ` lrank=3 time=2023-08-11T12:31:45.000000000/0 text="IB"`},
+		{"srun then pdsh then torchrun", "node07: 3: [default3]:" + info, want + ` lrank=3 text="IB"`},
+		{"a date glued to a word is opaque", "2023-08-11T12:31:45Zsomething " + info, want + ` text="IB"`},
 		{"empty hostname", ":5202:5683 [0] NCCL INFO Using network Socket", `kind=using_network host= pid=5202 tid=5683 dev=0 text="Socket"`},
 		{"empty hostname after tag", "[1,0]<stdout>::5202:5683 [0] NCCL INFO Using network Socket", `kind=using_network host= pid=5202 tid=5683 dev=0 lrank=0 text="Socket"`},
 		{"no pid:tid, dev only", "[0] NCCL INFO Using network IB", `kind=using_network text="IB"`},
@@ -63,6 +75,20 @@ func TestFieldFormats(t *testing.T) {
 		{"rccl version", "NCCL version 2.18.3+hip6.1 develop:7e1cbb4", `kind=version text="2.18.3+hip6.1"`},
 		{"rccl's own version line", "RCCL version 2.18.3+hip6.1 develop:7e1cbb4", `kind=version text="2.18.3+hip6.1"`},
 		{"rccl version at INFO", "mi:7:9 [0] NCCL INFO RCCL version 2.20.5+hip6.2", `kind=version host=mi pid=7 tid=9 dev=0 text="2.20.5+hip6.2"`},
+		{"rccl 2.27 aligned banner", "mi:7:9 [0] NCCL INFO RCCL version : 2.27.7-HEAD:0a1b2c3", `kind=version host=mi pid=7 tid=9 dev=0 text="2.27.7-HEAD:0a1b2c3"`},
+		{"rccl aligned banner unprefixed", "RCCL version : 2.27.7-HEAD:0a1b2c3", `kind=version text="2.27.7-HEAD:0a1b2c3"`},
+		{"nccl version with cuda", "NCCL version 2.21.5+cuda12.4", `kind=version text="2.21.5+cuda12.4"`},
+
+		// NCCL 2.1-2.3: no "NCCL" before the level.
+		{"2.2 info", "gpu7:4242:4242 [2] INFO Using internal Network Socket", "kind=info host=gpu7 pid=4242 tid=4242 dev=2"},
+		{"2.2 interface line", "gpu7:4242:4242 [2] INFO NET : Using interface eth1:10.3.0.7<0>", `kind=bootstrap host=gpu7 pid=4242 tid=4242 dev=2 text="eth1:10.3.0.7<0>"`},
+		{"2.2 warn with source", "gpu7:4242:4250 [2] include/socket.h:360 WARN Call to connect failed : Connection timed out",
+			`kind=socket_connect host=gpu7 pid=4242 tid=4250 dev=2 file=include/socket.h:360 peer="" reason="Connection timed out" fatal=true`},
+		{"2.1 transport line", "gpu7:4242:4250 [2] INFO 1 -> 0 via P2P/IPC", `kind=channel host=gpu7 pid=4242 tid=4250 dev=2 ch=0 1->0 via="P2P/IPC"`},
+		{"2.2 breadcrumb", "gpu7:4242:4250 [2] INFO bootstrap.cu:28 -> 2 [Net]", "kind=breadcrumb host=gpu7 pid=4242 tid=4250 dev=2 file=bootstrap.cu:28 code=2"},
+		{"bare INFO without host:pid:tid is not NCCL's", "[2] INFO Using internal Network Socket", "kind=unknown lrank=2"},
+		{"bare INFO after a number triple is not NCCL's", "12:34:56 [2] INFO starting epoch", "kind=unknown"},
+		{"another program's INFO", "2023 INFO trainer: step 10", "kind=unknown"},
 
 		// NCCL's own diagnostics.
 		{"2.4 mismatch check", "ai:7:9 [3] enqueue.cc:200 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 3. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs",
@@ -109,7 +135,8 @@ func FuzzLauncherPrefix(f *testing.F) {
 	for _, p := range []string{"[1,6]<stdout>:", "Fri Aug 11 12:31:45 2023[1,6]<stdout>:", " 6: ", "node07: ",
 		"2023-08-11T12:31:45.123456789Z ", "2023-08-11T12:31:45+02:00 ", "[default3]:", "[rank3]:", "[3] ", "", ":",
 		"[1,", "Mon Jan  2 03:04:05 2023", "0: [rank0]: ", "```", "`", "> ", ">> [0] ", "[0] misc/socket.cc:71 ",
-		"init.cc:1247 ", "(pid=3817959) ", "[0m ", "\x1b[0m ", "\x1b[1;31m", "\x1b["} {
+		"init.cc:1247 ", "(pid=3817959) ", "[0m ", "\x1b[0m ", "\x1b[1;31m", "\x1b[",
+		"2021-03-04T05:06:07.890Z: [1,12]<stdout>:", "2024-02-03 12:05:06.007 +08:00 ", "2024-02-03 12:05:06 -0530 ", "[pod/trainer-0/main] "} {
 		f.Add([]byte(p))
 	}
 	const line = "gpu7:4242:4243 [2] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 8 datatype 7 op 0 root 0 comm 0xabc [nranks=4] stream (nil)"

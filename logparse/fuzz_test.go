@@ -30,6 +30,22 @@ func seedLines(f *testing.F) [][]byte {
 			}
 		}
 	}
+	// The shapes that no capture has: launcher stacks, NCCL 2.1-2.3, pasted markdown,
+	// nccl-tests' failure lines.
+	for _, s := range []string{
+		"2021-03-04T05:06:07.890Z: [1,12]<stdout>:gpu7:4242:4250 [2] misc/ibvwrap.cc:220 NCCL WARN Call to ibv_get_async_event failed",
+		"2024-02-03 12:05:06.007 +08:00 [2024-02-03 04:05:05] gpu7:4242:4242 [2] NCCL INFO Using network IB",
+		"[pod/trainer-0/main] gpu7:4242:4242 [2] NCCL INFO Using network IB",
+		"gpu7:4242:4242 [2] INFO NET : Using interface eth1:10.3.0.7<0>",
+		"gpu7:4242:4250 [2] include/socket.h:360 WARN Call to connect failed : Connection timed out",
+		"gpu7:4242:4250 [2] INFO 1 -> 0 via P2P/IPC",
+		"> gpu7:4242:4250 [2] transport/[net_ib.cc:101](http://net_ib.cc:101/) NCCL WARN NET/IB : Got completion from peer [10.9.8.7](http://10.9.8.7/)<40001> with status=9",
+		"gpu7: Test NCCL failure common.cu:1291 'unhandled cuda error / '",
+		" .. gpu7 pid 4242: Test failure common.cu:1165",
+		"RCCL version : 2.27.7-HEAD:0a1b2c3",
+	} {
+		lines = append(lines, []byte(s))
+	}
 	return lines
 }
 
@@ -46,10 +62,23 @@ func FuzzParse(f *testing.F) {
 		if l.Kind == KindColl && l.Coll.Op != ParseOpName(l.Coll.OpName) {
 			t.Fatalf("op %v does not match its name %q", l.Coll.Op, l.Coll.OpName)
 		}
-		for _, b := range [][]byte{l.Host, l.Msg, l.Text, l.File, l.Dev2, l.Detail, l.Coll.OpName, l.Init.API, l.Channel.Transport, l.Channel.Net, l.Torch.OpType, l.Torch.PGDesc, l.Torch.PG} {
+		for _, b := range [][]byte{l.Host, l.Msg, l.Text, l.File, l.Dev2, l.Detail, l.Coll.OpName, l.Init.API, l.Channel.Transport, l.Channel.Net, l.Torch.OpType, l.Torch.PGDesc, l.Torch.PG, l.Torch.Host} {
 			if len(b) > len(line) {
 				t.Fatalf("field longer than the line")
 			}
+		}
+		// A pasted line is read unlinked: never longer, and unlinked once more it is read
+		// the same way.
+		if u, ok := Unlink(nil, line); ok {
+			if len(u) > len(line) {
+				t.Fatalf("Unlink(%q) = %q: longer", line, u)
+			}
+			Parse(u, &l)
+			if l.Kind >= NumKinds {
+				t.Fatalf("kind %d out of range", l.Kind)
+			}
+		} else if string(u) != string(line) {
+			t.Fatalf("Unlink(%q) changed a line without links", line)
 		}
 	})
 }

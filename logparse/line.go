@@ -270,7 +270,10 @@ type Torch struct {
 	Completed int64
 	PGDesc    []byte // default_pg, ...
 	PG        []byte // the process group's id: "0" of "[PG ID 0 PG GUID ...]", "1" of "[PG 1 Rank 0]"
-	PID       int    // launcher exit: the failed child's pid
+	PID       int    // launcher exit: the failed child's pid; nccl-tests' failure: its pid
+	// Host is the host nccl-tests' failure lines name ("host: Test NCCL failure ...",
+	// " .. host pid 77: Test failure ..."): whose failure it is, with PID when printed.
+	Host []byte
 	// Watchdog is set on a CUDA error that ProcessGroupNCCL's watchdog thread raised
 	// (KindCudaError): PyTorch's check of the GPU's work failed, not a call inside NCCL.
 	Watchdog bool

@@ -73,6 +73,12 @@ func parseMessage(l *Line) {
 			l.Kind = KindNetIBNone
 			return
 		}
+		if hasPrefix(m, "NET : Using interface ") {
+			// NCCL 2.1-2.3: the interface its sockets (bootstrap included) use.
+			l.Kind = KindBootstrap
+			l.Text = trimSpace(m[len("NET : Using interface "):])
+			return
+		}
 		if hasPrefix(m, "NET/Socket : Using") {
 			l.Kind = KindNetSocketDevices
 			l.Text = deviceList(m)
@@ -116,6 +122,9 @@ func parseMessage(l *Line) {
 	}
 	if hasSuffix(m, "Init START") || hasSuffix(m, "Init COMPLETE") {
 		parseInit(l)
+		return
+	}
+	if isDigit(m[0]) && parseOldChannel(l) {
 		return
 	}
 	if hasPrefix(m, "comm 0x") {
@@ -667,4 +676,22 @@ func parseBreadcrumb(l *Line) {
 // operations of initialized communicators.
 func (l *Line) ProgressThread() bool {
 	return l.Kind == KindBreadcrumb && (string(l.Text) == "Progress Thread" || string(l.Text) == "Proxy Thread")
+}
+
+// parseOldChannel reads NCCL 2.1-2.2's transport line, "1 -> 0 via P2P/IPC": one per ring
+// neighbour, without a channel number.
+func parseOldChannel(l *Line) bool {
+	m := l.Msg
+	s := scanner{b: m}
+	from, ok1 := s.int()
+	if !ok1 || !s.lit(" -> ") {
+		return false
+	}
+	to, ok2 := s.int()
+	if !ok2 || !s.lit(" via ") || s.i >= len(m) {
+		return false
+	}
+	l.Kind = KindChannel
+	l.Channel = Channel{From: from, To: to, Transport: s.rest(), ProxyRank: -1}
+	return true
 }

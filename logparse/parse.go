@@ -37,12 +37,18 @@ func parseGeneral(line []byte, l *Line) {
 		l.Kind = KindBlank
 		return
 	}
-	if ncclAt, level := findLevel(line); ncclAt >= 0 {
+	ncclAt, level := findLevel(line)
+	msgAt := ncclAt + len("NCCL ") + levelLen(level)
+	if ncclAt < 0 {
+		ncclAt, level = bareLevel(line)
+		msgAt = ncclAt + levelLen(level)
+	}
+	if ncclAt >= 0 {
 		// A prefix without host:pid:tid (cut away by whoever posted the log) still makes
 		// an NCCL line; Host stays nil and the reader decides whose line it is.
 		if parsePrefix(line[:ncclAt], l) || loosePrefix(line[:ncclAt], l) {
 			l.Level = level
-			msg := line[ncclAt+len("NCCL ")+levelLen(level):]
+			msg := line[msgAt:]
 			if len(msg) > 0 && msg[0] == ' ' {
 				msg = msg[1:]
 			}
@@ -150,7 +156,8 @@ func trimRight(b []byte) []byte {
 // stripLauncher removes what launchers and collectors put before NCCL's own prefix, in any
 // stack: torchrun --tee "[default3]:", PyTorch "[rank3]:", Open MPI --tag-output
 // "[1,3]<stdout>:" (with --timestamp-output a ctime date before it), srun --label "3: ",
-// a "[3] " rank tag, pdsh "host: ", kubectl --timestamps' RFC 3339 time. Times found here
+// a "[3] " rank tag, pdsh "host: ", kubectl --timestamps' RFC 3339 time and --prefix
+// "[pod/name/container] ", a collector's "2025-11-09 15:39:31.043 +08:00 ". Times found here
 // time the line when NCCL printed none.
 func stripLauncher(b []byte, l *Line) []byte {
 	for n := 0; n < 8 && len(b) > 0; n++ {
@@ -241,12 +248,19 @@ func ansiEnd(b []byte) int {
 
 // stripTag removes a collector's "[name]:" tag ("[trainer3]:", "[worker-0|2]:"): a word
 // without spaces, whose number (if any) is not known to be a rank.
+// kubectl logs --prefix tags "[pod/name/container] " the same way, with a space.
 func stripTag(b []byte) ([]byte, bool) {
-	e := bytes.IndexByte(b[:min(len(b), 48)], ']')
-	if e < 2 || e+1 >= len(b) || b[e+1] != ':' || bytes.IndexByte(b[1:e], ' ') >= 0 || bytes.IndexByte(b[1:e], '[') >= 0 {
+	e := bytes.IndexByte(b[:min(len(b), 128)], ']')
+	if e < 2 || e+1 >= len(b) || bytes.IndexByte(b[1:e], ' ') >= 0 || bytes.IndexByte(b[1:e], '[') >= 0 {
 		return b, false
 	}
-	return b[e+2:], true
+	switch {
+	case b[e+1] == ':' && e <= 48:
+		return b[e+2:], true
+	case b[e+1] == ' ' && hasPrefix(b, "[pod/") && bytes.Count(b[:e], bytesOf("/")) == 2:
+		return b[e+2:], true
+	}
+	return b, false
 }
 
 // stripBracket removes "[rankN]:", "[defaultN]:", "[J,R]<stdout>:" or a "[N] " rank tag.
@@ -349,64 +363,88 @@ func stripCtime(b []byte, l *Line) ([]byte, bool) {
 	return b[24:], true
 }
 
-// stripRFC3339 removes "2023-08-11T12:31:45.123456789Z " (kubectl logs --timestamps,
-// container runtimes) and times the line with it, in its own zone.
+// stripRFC3339 removes an ISO 8601 time and times the line with it: kubectl logs
+// --timestamps and container runtimes ("2023-08-11T12:31:45.123456789Z "), Open MPI 4+
+// --timestamp-output ("2019-06-02T16:13:44.884Z: "), and collectors that print the date and
+// time apart with their zone ("2025-11-09 15:39:31.043 +08:00 "). A zone makes the time
+// zoned; without one it is local time, like NCCL's own.
 func stripRFC3339(b []byte, l *Line) ([]byte, bool) {
-	if len(b) < 21 || b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' || b[16] != ':' {
+	if len(b) < 20 || b[4] != '-' || b[7] != '-' || (b[10] != 'T' && b[10] != ' ') || b[13] != ':' || b[16] != ':' {
 		return b, false
 	}
-	end := bytes.IndexByte(b, ' ')
-	if end < 20 || end > 40 {
-		return b, false
-	}
-	t := b[:end]
 	var ts Timestamp
 	var ok bool
-	if ts.Year, ok = atoi(t[0:4]); !ok {
+	if ts.Year, ok = atoi(b[0:4]); !ok {
 		return b, false
 	}
-	ts.Month, _ = atoi(t[5:7])
-	ts.Day, _ = atoi(t[8:10])
-	ts.Hour, _ = atoi(t[11:13])
-	ts.Min, _ = atoi(t[14:16])
-	if ts.Sec, ok = atoi(t[17:19]); !ok || ts.Month < 1 || ts.Month > 12 || ts.Day < 1 || ts.Day > 31 || ts.Hour > 23 || ts.Min > 59 || ts.Sec > 60 {
+	ts.Month, _ = atoi(b[5:7])
+	ts.Day, _ = atoi(b[8:10])
+	ts.Hour, _ = atoi(b[11:13])
+	ts.Min, _ = atoi(b[14:16])
+	if ts.Sec, ok = atoi(b[17:19]); !ok || ts.Month < 1 || ts.Month > 12 || ts.Day < 1 || ts.Day > 31 || ts.Hour > 23 || ts.Min > 59 || ts.Sec > 60 {
 		return b, false
 	}
-	rest := t[19:]
-	if len(rest) > 0 && rest[0] == '.' {
-		k := 1
-		for k < len(rest) && isDigit(rest[k]) {
+	i := 19
+	if i < len(b) && b[i] == '.' {
+		k := i + 1
+		for k < len(b) && k-i <= 12 && isDigit(b[k]) {
 			k++
 		}
-		digits := min(k-1, 9)
+		digits := min(k-i-1, 9)
 		if digits == 0 {
 			return b, false
 		}
-		n, _ := atoi(rest[1 : 1+digits])
+		n, _ := atoi(b[i+1 : i+1+digits])
 		ts.Nanos, ts.Digits = n*int(pow10[9-digits]), digits
-		rest = rest[k:]
+		i = k
 	}
-	switch {
-	case len(rest) == 1 && (rest[0] == 'Z' || rest[0] == 'z'):
-		ts.Zoned = true
-	case len(rest) == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':':
-		h, ok1 := atoi(rest[1:3])
-		m, ok2 := atoi(rest[4:6])
-		if !ok1 || !ok2 {
-			return b, false
-		}
-		ts.Zoned, ts.Offset = true, int32(h*3600+m*60)
-		if rest[0] == '-' {
-			ts.Offset = -ts.Offset
-		}
-	case len(rest) == 0:
-	default:
+	i, ok = isoZone(b, i, b[10] == ' ', &ts)
+	if !ok {
+		return b, false
+	}
+	if i < len(b) && b[i] == ':' {
+		i++
+	}
+	if i < len(b) && b[i] != ' ' {
 		return b, false
 	}
 	if !l.HasTime {
 		l.Time, l.HasTime = ts, true
 	}
-	return b[end:], true
+	return b[i:], true
+}
+
+// isoZone reads the zone after an ISO time at b[i]: "Z", "+02:00", "+0200", or, when the
+// date and time are apart (spaced), the same after a space. It returns where the zone ends.
+func isoZone(b []byte, i int, spaced bool, ts *Timestamp) (int, bool) {
+	if i < len(b) && (b[i] == 'Z' || b[i] == 'z') {
+		ts.Zoned = true
+		return i + 1, true
+	}
+	j := i
+	if spaced && j+1 < len(b) && b[j] == ' ' && (b[j+1] == '+' || b[j+1] == '-') {
+		j++
+	}
+	if j+5 > len(b) || (b[j] != '+' && b[j] != '-') {
+		return i, true
+	}
+	h, ok1 := atoi(b[j+1 : j+3])
+	k := j + 3
+	if k < len(b) && b[k] == ':' {
+		k++
+	}
+	if k+2 > len(b) {
+		return i, false
+	}
+	m, ok2 := atoi(b[k : k+2])
+	if !ok1 || !ok2 || h > 14 || m > 59 {
+		return i, false
+	}
+	ts.Zoned, ts.Offset = true, int32(h*3600+m*60)
+	if b[j] == '-' {
+		ts.Offset = -ts.Offset
+	}
+	return k + 2, true
 }
 
 // stripHostLabel removes a pdsh/clush "host: " label. NCCL's own "host:pid:tid" has a
@@ -421,6 +459,10 @@ func stripHostLabel(b []byte) ([]byte, bool) {
 		switch {
 		case c == ':':
 			if k > 0 && k+1 < len(b) && b[k+1] == ' ' {
+				if rest := b[k+2:]; hasPrefix(rest, "Test NCCL failure ") || hasPrefix(rest, "Test CUDA failure ") {
+					// nccl-tests names the failing host the same way: kept, it is whose.
+					return b, false
+				}
 				return b[k+2:], true
 			}
 			return b, false
@@ -470,6 +512,42 @@ func findLevel(b []byte) (int, Level) {
 		}
 		off = at + 5
 	}
+}
+
+// bareLevel finds the level of an NCCL 2.1-2.3 line, which prints no "NCCL" before it:
+// "host:pid:tid [dev] INFO msg", "host:pid:tid [dev] file.cu:123 WARN msg". Only that whole
+// prefix, with a host that has a letter, makes such a line NCCL's: other programs print
+// INFO and WARN words too.
+func bareLevel(b []byte) (int, Level) {
+	sp := bytes.IndexByte(b[:min(len(b), 160)], ' ')
+	if sp <= 0 {
+		return -1, LevelNone
+	}
+	if host, _, _, ok := hostPidTid(b[:sp]); !ok || !hasLetter(host) {
+		return -1, LevelNone
+	}
+	j := sp + 1
+	if j >= len(b) || b[j] != '[' {
+		return -1, LevelNone
+	}
+	k := bytes.IndexByte(b[j:min(len(b), j+8)], ']')
+	if k < 2 || j+k+1 >= len(b) || b[j+k+1] != ' ' {
+		return -1, LevelNone
+	}
+	if _, ok := atoiSigned(b[j+1 : j+k]); !ok {
+		return -1, LevelNone
+	}
+	j += k + 2
+	if e := bytes.IndexByte(b[j:], ' '); e > 0 && sourceLoc(b[j:j+e]) {
+		j += e + 1
+	}
+	rest := b[j:]
+	for _, t := range levelTokens {
+		if hasPrefix(rest, t.tok) && (len(rest) == len(t.tok) || rest[len(t.tok)] == ' ') {
+			return j, t.level
+		}
+	}
+	return -1, LevelNone
 }
 
 // parsePrefix reads "[ts] host:pid:tid [dev] [ms] [file:line [(func)]] " right to left, so
@@ -620,6 +698,13 @@ func hostPidTid(t []byte) ([]byte, int, int, bool) {
 // opaque: the line is then timed by its read time.
 func parseTimestamp(t []byte, l *Line) {
 	t = trimSpace(t)
+	if len(t) > 21 && t[0] != '[' && t[len(t)-1] == ']' {
+		// NCCL's own time behind a collector's ("2025-11-09 15:39:31.043 +08:00 [...]"):
+		// NCCL's is read, it is when the line was printed.
+		if o := bytes.LastIndexByte(t, '['); o > 0 && t[o-1] == ' ' {
+			t = t[o:]
+		}
+	}
 	if len(t) < 21 || t[0] != '[' || t[len(t)-1] != ']' {
 		return
 	}
@@ -712,5 +797,7 @@ func versionText(b []byte) []byte {
 	if !s.skipTo("CCL version ") {
 		return nil
 	}
+	// RCCL 2.27 aligns its version banner: "RCCL version : 2.27.7-HEAD:29e1567".
+	s.lit(": ")
 	return s.word()
 }

@@ -65,7 +65,14 @@ func parseTorch(b []byte, l *Line) {
 	case contains(b, "Test NCCL failure ") || contains(b, "Test CUDA failure "):
 		// " .. host pid 77: Test NCCL failure ...": from the words on.
 		i := max(index(b, "Test NCCL failure "), index(b, "Test CUDA failure "))
+		host, pid := testSource(b[:i])
+		l.Msg = b[i:]
 		parseTestFailure(b[i:], l)
+		l.Torch.Host, l.Torch.PID = host, pid
+	case contains(b, ": Test failure "):
+		// " .. host pid 77: Test failure common.cu:1165": where the test gave up, after
+		// the failure line; it says which process that was. Not an event of its own.
+		l.Torch.Host, l.Torch.PID = testSource(b[:index(b, ": Test failure ")+2])
 	case hasPrefix(b, "Last error:"):
 		// PyTorch quotes NCCL's last WARN after its error, on this line or the next.
 		ParseQuoted(trimSpace(b[len("Last error:"):]), l)
@@ -221,6 +228,31 @@ func parseStoreFailure(b []byte, l *Line) {
 		}
 		l.Detail = trimSpace(r)
 	}
+}
+
+// testSource reads who nccl-tests says failed from what precedes its words: "host: " or
+// " .. host pid 77: ". Anything else names no one.
+func testSource(b []byte) ([]byte, int) {
+	b = trimSpace(b)
+	if hasPrefix(b, "..") {
+		b = trimSpace(b[2:])
+	}
+	if len(b) < 2 || b[len(b)-1] != ':' {
+		return nil, 0
+	}
+	b = b[:len(b)-1]
+	host, pid := b, 0
+	if sp := bytes.Index(b, bytesOf(" pid ")); sp > 0 {
+		v, ok := atoi(b[sp+len(" pid "):])
+		if !ok {
+			return nil, 0
+		}
+		host, pid = b[:sp], v
+	}
+	if len(host) == 0 || len(host) > 64 || bytes.IndexByte(host, ' ') >= 0 {
+		return nil, 0
+	}
+	return host, pid
 }
 
 // parseTestFailure reads nccl-tests' failure lines, which many posted logs end with:

@@ -255,7 +255,7 @@ func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 		t.observeChannel(l)
 	case KindVersion:
 		if t.Version == "" {
-			t.Version = versionNumber(string(l.Text))
+			t.Version = VersionNumber(string(l.Text))
 		}
 	case KindUsingNetwork:
 		t.Network = string(l.Text)
@@ -655,9 +655,9 @@ func (t *Tracker) stage() snapshot.Stage {
 	return snapshot.StageReady
 }
 
-// versionNumber turns "2.28.9+cuda13.0" into "2.28.9".
-func versionNumber(v string) string {
-	if i := strings.IndexByte(v, '+'); i >= 0 {
+// VersionNumber turns "2.28.9+cuda13.0" (or RCCL's "2.27.7-HEAD:29e1567") into "2.28.9".
+func VersionNumber(v string) string {
+	if i := strings.IndexFunc(v, func(r rune) bool { return r != '.' && (r < '0' || r > '9') }); i >= 0 {
 		return v[:i]
 	}
 	return v

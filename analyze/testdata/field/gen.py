@@ -577,6 +577,7 @@ def main():
     field14c()
     torchwords()
     fieldwarnrules()
+    lineformats()
 
 
 def field14c():
@@ -887,6 +888,65 @@ def fieldwarnrules():
     lines += p.colls(30, 60)
     write("stray_remote_allocator", {"train.log": lines},
           {"exit": 1, "kind": "config", "findings": 1, "say": ["stray connection", "not the GPU's"], "avoid": ["ran out of memory", "went away"]})
+def lineformats():
+    """Line shapes the reader skipped or misread: Open MPI's ISO timestamps stacked on its
+    rank tags, NCCL 2.1-2.3 lines without the "NCCL" word, a paste GitHub turned into links,
+    a collector's time before NCCL's own, nccl-tests' failure lines. Made-up hosts and pids."""
+    # 54. Open MPI 4 --timestamp-output --tag-output, NCCL 2.4: three ranks of one node get
+    # the HCA's fatal event.
+    lines = []
+    for rank, pid in ((4, 20311), (5, 20312), (6, 20313)):
+        tag = "2020-07-14T09:21:05.%03dZ: [1,%d]<stdout>:" % (118 + rank, rank)
+        lines += [tag, tag + "trn-c17:%d:%d [0] transport/net_ib.cc:80 NCCL WARN NET/IB : Got async event : local catastrophic error" % (pid, pid + 40),
+                  tag, tag + "trn-c17:%d:%d [0] misc/ibvwrap.cc:220 NCCL WARN Call to ibv_get_async_event failed" % (pid, pid + 40)]
+    write("openmpi_iso_tagged_catastrophic", {"mpirun.out": lines},
+          {"exit": 1, "kind": "link", "host": "trn-c17", "findings": 1, "say": ["local catastrophic error", "trn-c17"], "avoid": ["port 0"]})
+
+    # 55. NCCL 2.2 (no "NCCL" before the level): two machines both named "worker" join one
+    # job; NCCL takes them for one host and connects them through P2P/IPC.
+    def old_lines(host, pid, dev, ip, ring):
+        pre = "%s:%d:%d [%d] " % (host, pid, pid + 14, dev)
+        return [pre + "INFO NET : Using interface eth0:%s<0>" % ip,
+                pre + "INFO NET/IB : Using interface eth0 for sideband communication",
+                pre + "INFO Using internal Network Socket",
+                pre + "INFO NET : Using interface eth0:%s<0>" % ip,
+                pre + "INFO NET/Socket : 1 interfaces found",
+                pre + "INFO %d -> %d via P2P/IPC" % ring]
+    lines = old_lines("worker", 7301, 0, "10.22.0.5", (0, 1)) + old_lines("worker", 7302, 1, "10.22.0.5", (1, 2))
+    lines += old_lines("worker", 5120, 0, "10.22.0.6", (2, 3)) + old_lines("worker", 5121, 1, "10.22.0.6", (3, 0))
+    lines.insert(3, "NCCL version 2.2.13+cuda9.0")
+    write("nccl_2_2_duplicate_hostname", {"horovod.log": lines},
+          {"exit": 1, "kind": "config", "host": "worker", "findings": 1, "say": ["10.22.0.5", "10.22.0.6", "host name"]})
+    # The same lines from one machine: its processes share an address, nothing to say.
+    lines = old_lines("worker", 7301, 0, "10.22.0.5", (0, 1)) + old_lines("worker", 7302, 1, "10.22.0.5", (1, 0))
+    write("nccl_2_2_one_host", {"horovod.log": lines}, {"exit": 3})
+
+    # 56. A paste GitHub rendered: blockquoted lines, "file.cc:NNN" and addresses as links.
+    def link(t):
+        return "[%s](http://%s/)" % (t, t)
+    lines = ["> gn-204:61720:61788 [0] transport/%s NCCL WARN NET/IB : Got completion from peer %s<51234> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:%s remoteGids::ffff:%s" % (
+                link("net_ib.cc:1909"), link("10.61.2.9"), link("10.61.2.4"), link("10.61.2.9")),
+             "> gn-204:61720:61788 [0] NCCL INFO transport/%s -> 6" % link("net.cc:1137"),
+             "> gn-204:61720:61788 [0] NCCL INFO %s -> 6" % link("proxy.cc:698"),
+             "> "]
+    write("github_autolinked_paste", {"issue.txt": lines},
+          {"exit": 1, "kind": "link", "host": "gn-204", "findings": 1, "say": ["10.61.2.9<51234>"], "avoid": ["](http", "[10."]})
+
+    # 57. A collector's zoned time before NCCL's own timestamp (NCCL_DEBUG_TIMESTAMP_FORMAT).
+    lines = []
+    for n, (tid, where, msg) in enumerate((
+            (912, "transport/net_ib.cc:139", "communicator encountered a fatal error (detected in ncclIbTest)"),
+            (905, "transport/net_ib.cc:180", "NET/IB : mlx5_4:1 async fatal event on QP (0x7f1c2a0b1c40): local access violation work queue error"),
+            (912, "transport/net_ib.cc:2451", "NET/IB: Got completion from peer 10.77.1.30<43817> with status=4 opcode=0 len=0 vendor err 83 (Send) hca mlx5_4"))):
+        lines.append("2025-03-02 18:04:%02d.%03d +08:00 [2025-03-02 10:04:%02d] b200-09:517:%d [3] %s NCCL WARN %s" % (12 + n, 40 + n, 11 + n, tid, where, msg))
+    write("collector_time_before_nccl_time", {"worker.log": lines},
+          {"exit": 1, "kind": "link", "host": "b200-09", "say": ["mlx5_4"]})
+
+    # 58. nccl-tests' own failure lines name the host, then its pid.
+    lines = ["tn-0417: Test NCCL failure common.cu:1012 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '",
+             " .. tn-0417 pid 60233: Test failure common.cu:891"]
+    write("nccl_tests_failure_host", {"all_reduce_perf.log": lines},
+          {"exit": 1, "kind": "crash", "host": "tn-0417", "findings": 1, "say": ["tn-0417 pid 60233"], "avoid": ["PyTorch"]})
 
 
 if __name__ == "__main__":
