@@ -53,6 +53,12 @@ func Diagnostics(j *Job) []Finding {
 					Culprits: []incident.Culprit{{Rank: -1, Host: p.Host}}, culpritKeys: []string{p.Key()}, Key: key}
 				f.Summary = fmt.Sprintf("NET/IB on %s reports that the two ends of a connection disagree on a message size (peer %s): NCCL's maintainers trace this to the transport or the configuration (different NCCL versions or NCCL_PROTO/NCCL_ALGO/plugin settings between ranks), not to the application's calls",
 					p.Name(), orUnknown(e.Peer))
+				if strings.Contains(e.Msg, "NET/Socket") {
+					// The socket transport's own message names both causes, and a pipeline
+					// stage that sends another shape than its peer receives is a common one.
+					f.Summary = fmt.Sprintf("NET/Socket on %s received a message of another size than it expected (peer %s): the ranks' calls differ there (a send and a receive of different sizes, as between pipeline stages) or their settings do (NCCL versions, NCCL_PROTO/NCCL_ALGO); compare what the two ranks called at that moment",
+						p.Name(), orUnknown(e.Peer))
+				}
 				f.addEvidence("%s: %s", p.Name(), e.Msg)
 				out = append(out, f)
 			}

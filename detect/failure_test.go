@@ -449,3 +449,22 @@ func TestRASUnmappedStragglerIsNotAHang(t *testing.T) {
 		t.Fatalf("3 s without a collective: want the unmapped rank's hang, got %+v", fs)
 	}
 }
+
+// TestNetSizeMismatchByTransport: NET/IB's "collective mismatch error" is traced to the
+// transport or settings; NET/Socket's "message truncated" names the ranks' calls too (a
+// pipeline stage that sends another shape than its peer receives), and is not called NET/IB.
+func TestNetSizeMismatchByTransport(t *testing.T) {
+	for _, c := range []struct {
+		msg      string
+		say, not string
+	}{
+		{"NET/IB : collective mismatch error, local size 1048576 remote size 524288", "NET/IB on", "calls differ"},
+		{"NET/Socket : peer 10.0.0.2<41138> message truncated : receiving 8 bytes instead of 4. If you believe your socket network is in a healthy state, there may be a mismatch in collective sizes", "NET/Socket on", "NET/IB"},
+	} {
+		j := offlineJob(map[int][]snapshot.Event{1: {{Kind: snapshot.EventNetSizeMismatch, Fatal: true, Peer: "10.0.0.2<41138>", Msg: c.msg}}})
+		f := wantOne(t, Diagnostics(j), incident.KindLink, c.say)
+		if strings.Contains(f.Summary, c.not) {
+			t.Errorf("summary %q should not say %q", f.Summary, c.not)
+		}
+	}
+}
