@@ -15,7 +15,7 @@ type Result struct {
 func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	var (
 		stuck, crashes, mism, hangs, p2p, links, setup, cuda, ras, nccl, conns, silent, store []Finding
-		gpu, stragglers, lost, monitoring, diagnostics, stray                                 []Finding
+		gpu, stragglers, lost, monitoring, diagnostics, stray, flight                         []Finding
 		inversions, doneHangs, waits, slowLinks, measured, busyGPUs                           []Finding
 		paused                                                                                []string
 	)
@@ -32,6 +32,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		func() { nccl = NCCLErrors(j, cfg) },
 		func() { silent = SilentInitFailure(j, cfg) },
 		func() { store = StoreFailures(j, cfg) },
+		func() { flight = FlightRecorder(j) },
 		func() { conns = Connections(j, cfg) },
 		func() { gpu = GPU(j, cfg) },
 		func() { stragglers = Straggler(j, cfg, timing) },
@@ -60,8 +61,10 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	}
 	// A connection that could not be opened is the setup's fault; one that broke is a
 	// dead peer's; a unique id never published is a rank that stopped.
-	for _, f := range append(conns, store...) {
+	for _, f := range append(append(conns, store...), flight...) {
 		switch f.Kind {
+		case incident.KindMismatch:
+			fs.mism = append(fs.mism, f)
 		case incident.KindCrash:
 			fs.crashes = append(fs.crashes, f)
 		case incident.KindHang:

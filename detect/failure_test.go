@@ -468,3 +468,24 @@ func TestNetSizeMismatchByTransport(t *testing.T) {
 		}
 	}
 }
+
+// TestInitLogEndsAtInit: offline, a rank whose log stops a second after Init START, with
+// nothing after it, may have hung, died or been cut: the finding keeps the missing rank and
+// says so; a log that goes on for minutes is a hang as before.
+func TestInitLogEndsAtInit(t *testing.T) {
+	for _, c := range []struct {
+		after time.Duration
+		hedge bool
+	}{{time.Second, true}, {5 * time.Minute, false}} {
+		start := snapshot.MicrosOf(t0)
+		p := &Proc{Process: snapshot.Process{Host: "h0", PID: 7, Rank: 0, LocalRank: -1, CudaDev: -1,
+			LastLine: snapshot.MicrosOf(t0.Add(c.after)),
+			Comms:    []snapshot.Comm{{ID: "0xabc", Ptr: "0x1", Rank: 0, NRanks: 2, State: snapshot.CommInit, InitAt: start}}}}
+		j := NewJob("j", t0.Add(time.Hour), []*Proc{p}, nil)
+		j.Offline = true
+		f := wantOne(t, evaluate(j), incident.KindHang, "ranks 1 never logged joining it")
+		if got := strings.Contains(f.Summary, "or the copy was cut"); got != c.hedge {
+			t.Errorf("log ends %s after Init START: hedged %v: %q", c.after, got, f.Summary)
+		}
+	}
+}

@@ -38,6 +38,9 @@ var eventKinds = [NumKinds]snapshot.EventKind{
 	KindTorchStuck:       snapshot.EventTorchStuck,
 	KindP2PError:         snapshot.EventP2PError,
 	KindNetError:         snapshot.EventNetError,
+	KindFRCollective:     snapshot.EventFRCollective,
+	KindFRCulprit:        snapshot.EventFRCulprit,
+	KindFRMissing:        snapshot.EventFRMissing,
 }
 
 // EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when
@@ -82,6 +85,11 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 		e.Comm = string(l.Torch.PG)
 	case KindIBAsync:
 		e.Detail = string(l.Text)
+	case KindFRCulprit:
+		e.Ranks, e.Code = frRanks(l.Text, "Culprit rank ")
+		e.Detail = snapshot.CutMsg(string(frFirstError(l.Text)))
+	case KindFRMissing:
+		e.Ranks, e.Code = frRanks(l.Text, "")
 	case KindDuplicateGPU, KindVersionMismatch, KindProxyError, KindTorchStore, KindRankConflict:
 		// Their readers set both slots, -1 where the line names no rank.
 		for _, r := range l.Ranks {
@@ -100,7 +108,7 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 func (k Kind) FromTorch() bool {
 	switch k {
 	case KindTorchTimeout, KindTorchWorkStatus, KindTorchTerminate, KindTorchNCCLError, KindTorchCommCreated,
-		KindLauncherExit, KindTorchStore, KindTorchStuck:
+		KindLauncherExit, KindTorchStore, KindTorchStuck, KindFRCollective, KindFRCulprit, KindFRMissing:
 		return true
 	}
 	return false

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // seedLines adds real capture lines and the hand-made table to a fuzz corpus.
@@ -43,6 +45,10 @@ func seedLines(f *testing.F) [][]byte {
 		"gpu7: Test NCCL failure common.cu:1291 'unhandled cuda error / '",
 		" .. gpu7 pid 4242: Test failure common.cu:1165",
 		"RCCL version : 2.27.7-HEAD:0a1b2c3",
+		"Collective 7 at entry 6 errors",
+		"error msg: Culprit rank 3; Error type: COLLECTIVE_TYPE_MISMATCH, Expected collective type: 'all_reduce' does not match found collective type: 'broadcast', Culprit rank 5; Error type: SIZE_OR_SYNTAX_MISMATCH",
+		"Not all ranks joining collective, sequence number: 12",
+		"missing ranks: {1, 2, 99999999999999999999999, 4}",
 	} {
 		lines = append(lines, []byte(s))
 	}
@@ -58,6 +64,11 @@ func FuzzParse(f *testing.F) {
 		Parse(line, &l)
 		if l.Kind >= NumKinds {
 			t.Fatalf("kind %d out of range", l.Kind)
+		}
+		// The analyzer's rank sets are bounded however long the line.
+		if e, ok := EventOf(&l, 0); ok && (len(e.Ranks) > snapshot.MaxFRRanks || len(e.Detail) > snapshot.MaxMsg) &&
+			(l.Kind == KindFRCulprit || l.Kind == KindFRMissing) {
+			t.Fatalf("event %+v unbounded", e)
 		}
 		if l.Kind == KindColl && l.Coll.Op != ParseOpName(l.Coll.OpName) {
 			t.Fatalf("op %v does not match its name %q", l.Coll.Op, l.Coll.OpName)

@@ -62,6 +62,9 @@ const (
 	KindTorchStuck      // PyTorch's heartbeat monitor: the watchdog thread made no progress
 	KindP2PError        // GPU peer-to-peer (CUDA/HIP IPC) between two GPUs of one host failed
 	KindNetError        // a network plugin (AWS OFI / libfabric) failed a transfer or a call
+	KindFRCollective    // Flight Recorder analyzer: the header of a collective it found wrong
+	KindFRCulprit       // Flight Recorder analyzer: "error msg: Culprit rank R; Error type: T, ..."
+	KindFRMissing       // Flight Recorder analyzer: "missing ranks: {..}"
 	NumKinds
 )
 
@@ -102,6 +105,9 @@ var kindNames = [NumKinds]string{
 	KindTorchStuck:       string(snapshot.EventTorchStuck),
 	KindP2PError:         string(snapshot.EventP2PError),
 	KindNetError:         string(snapshot.EventNetError),
+	KindFRCollective:     string(snapshot.EventFRCollective),
+	KindFRCulprit:        string(snapshot.EventFRCulprit),
+	KindFRMissing:        string(snapshot.EventFRMissing),
 }
 
 func (k Kind) String() string {

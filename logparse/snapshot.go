@@ -59,6 +59,9 @@ func (c *Comm) snapshot(o SnapshotOptions) snapshot.Comm {
 	if c.BusID != 0 {
 		sc.BusID = strconv.FormatUint(c.BusID, 16)
 	}
+	if c.State == snapshot.CommInit {
+		sc.InitAt = snapshot.Micros(c.Created)
+	}
 	if last, ok := c.Last(); ok {
 		op := SnapshotOp(last)
 		sc.Last = &op

@@ -22,6 +22,9 @@ func parseTorch(b []byte, l *Line) {
 	if i := index(b, "Last error:"); i > 0 && quotedInside(b, b[i+len("Last error:"):], l) {
 		return
 	}
+	if parseFlightRecorder(b, l) {
+		return
+	}
 	switch {
 	case contains(b, "Watchdog caught collective operation timeout: WorkNCCL("):
 		l.Kind = KindTorchTimeout

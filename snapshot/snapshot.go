@@ -106,6 +106,9 @@ type Comm struct {
 	CudaDev int       `json:"dev,omitempty"`
 	BusID   string    `json:"bus,omitempty"`
 	State   CommState `json:"st,omitempty"`
+	// InitAt is when a communicator still initializing logged its Init START (0 when
+	// unknown or once it is ready): a log that stops right after it may be cut, not hung.
+	InitAt Micros `json:"init,omitempty"`
 	// Count is the number of collectives issued: the last sequence position.
 	Count  int64 `json:"c"`
 	Last   *Op   `json:"last,omitempty"`

@@ -105,7 +105,26 @@ const (
 	// a job that hangs. Code is N, the works queued on the rank (-1 when the line does not
 	// say), Comm the process group.
 	EventTorchStuck EventKind = "torch_stuck"
+	// EventFRCollective: PyTorch's Flight Recorder analyzer (fr_trace, torchfrtrace) heads
+	// its report on a collective it found wrong ("Collective 39 at entry 38 errors", "Not
+	// all ranks joining collective, sequence number: 5"); Code is the collective's sequence
+	// number in its process group, -1 when the line does not say. The EventFRCulprit and
+	// EventFRMissing lines after it are about that collective.
+	EventFRCollective EventKind = "fr_collective"
+	// EventFRCulprit: the analyzer's "error msg: Culprit rank R; Error type: T, <expected
+	// vs found>, Culprit rank ...": ranks whose entry differs from the first rank's. Ranks
+	// are the culprits (the first MaxFRRanks), Code how many it named, Detail the first
+	// culprit's error type and what differed.
+	EventFRCulprit EventKind = "fr_culprit"
+	// EventFRMissing: the analyzer's "missing ranks: {1, 5}" (or, in its first releases,
+	// "Missing ranks are {..}" on the header line): ranks whose dump holds no entry for the
+	// collective the others issued. Ranks are the first MaxFRRanks of them, Code how many.
+	EventFRMissing EventKind = "fr_missing"
 )
+
+// MaxFRRanks bounds the ranks an EventFRCulprit or EventFRMissing keeps: the analyzer
+// prints whole Python sets, hundreds of ranks in a large job.
+const MaxFRRanks = 64
 
 // SrcTorchWatchdog is the Src of an EventCudaError raised by PyTorch's ProcessGroupNCCL
 // watchdog thread rather than by NCCL.

@@ -578,6 +578,7 @@ def main():
     torchwords()
     fieldwarnrules()
     lineformats()
+    frtrace()
 
 
 def field14c():
@@ -947,6 +948,47 @@ def lineformats():
              " .. tn-0417 pid 60233: Test failure common.cu:891"]
     write("nccl_tests_failure_host", {"all_reduce_perf.log": lines},
           {"exit": 1, "kind": "crash", "host": "tn-0417", "findings": 1, "say": ["tn-0417 pid 60233"], "avoid": ["PyTorch"]})
+
+
+def frtrace():
+    """PyTorch's Flight Recorder analyzer (fr_trace / torchfrtrace) pasted alone: its report
+    names the culprit ranks of a mismatched collective, or the ranks that never joined one.
+    Made-up process groups, sizes and stack frames."""
+    # 59. 16 ranks; ranks 3 and 11 all-reduce a tensor of another size at collective 214.
+    expected = "{" + ", ".join(str(r) for r in range(16)) + "}"
+    err = ", ".join("Culprit rank %d; Error type: SIZE_OR_SYNTAX_MISMATCH, Expected input sizes: '[[4096, 512]]' does not match found input sizes: '[[2048, 512]]'" % r
+                    for r in (3, 11))
+    lines = ["$ torchfrtrace --prefix nccl_trace_rank_ /scratch/fr_dumps",
+             "Collective 214 at entry 213 errors",
+             "group info: 0:default_pg",
+             "collective: nccl:all_reduce",
+             "input sizes: [[4096, 512]]",
+             "output sizes: [[4096, 512]]",
+             "world size: 16",
+             "expected ranks: " + expected,
+             "collective state: scheduled",
+             "error msg: " + err,
+             "collective stack trace: ",
+             " all_reduce at /opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:2806",
+             "sync_grads at /workspace/train/engine.py:144"]
+    write("fr_trace_size_mismatch", {"fr_trace.txt": lines},
+          {"exit": 1, "kind": "mismatch", "rank": 3, "findings": 1, "say": ["Flight Recorder", "collective 214", "ranks 3,11", "[[2048, 512]]"]})
+
+    # 60. 2.8+ wording: rank 6 never issued collective 57 of a 8-rank group.
+    lines = ["Not all ranks joining collective, sequence number: 57",
+             "internal record id: 56",
+             "group info: 1:tp_group",
+             "collective: nccl:all_gather_into_tensor_coalesced",
+             "missing ranks: {6}",
+             "input sizes: [[1024]]",
+             "output sizes: [[8192]]",
+             "world size: 8",
+             "expected ranks: {0, 1, 2, 3, 4, 5, 6, 7}",
+             "collective state: scheduled",
+             "collective stack trace: ",
+             " all_gather_into_tensor at /opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:3934"]
+    write("fr_trace_missing_rank", {"fr_trace.txt": lines},
+          {"exit": 1, "kind": "hang", "rank": 6, "findings": 1, "say": ["Flight Recorder", "collective 57", "rank 6"]})
 
 
 if __name__ == "__main__":
