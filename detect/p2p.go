@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // P2PMismatch finds Sends from a to b that do not equal b's Recvs from a, once the
@@ -28,13 +29,18 @@ func P2PMismatch(j *Job, cfg Config) []Finding {
 			continue
 		}
 		for _, a := range g.Members {
-			for _, pa := range a.Comm.P2P {
+			aCounts, _ := p2pCounts(a.Comm)
+			for _, pa := range aCounts {
 				b, ok := byRank[pa.Peer]
 				if !ok {
 					continue
 				}
+				bCounts, whole := p2pCounts(b.Comm)
+				if !whole {
+					continue
+				}
 				recvs := int64(0)
-				for _, pb := range b.Comm.P2P {
+				for _, pb := range bCounts {
 					if pb.Peer == a.Comm.Rank {
 						recvs = pb.Recvs
 					}
@@ -44,9 +50,14 @@ func P2PMismatch(j *Job, cfg Config) []Finding {
 				}
 				culprit, other := b, a
 				what := fmt.Sprintf("rank %d sent %d times to rank %d, which posted only %d receives", a.Comm.Rank, pa.Sends, b.Comm.Rank, recvs)
+				waitsSince := pa.LastSend
 				if pa.Sends < recvs {
 					culprit, other = a, b
 					what = fmt.Sprintf("rank %d posted %d receives from rank %d, which sent only %d times", b.Comm.Rank, recvs, a.Comm.Rank, pa.Sends)
+					waitsSince = lastRecvFrom(bCounts, a.Comm.Rank)
+				}
+				if waitsSince == 0 {
+					waitsSince = p2pInFlightSince(other.Comm)
 				}
 				k := culprit.Proc.Key()
 				f := byProc[k]
@@ -62,6 +73,11 @@ func P2PMismatch(j *Job, cfg Config) []Finding {
 					byProc[k] = f
 					order = append(order, k)
 				}
+				// When the unmatched op was posted: a rank killed for it much later (PyTorch's
+				// timeout) then stays the p2p culprit, not a crash.
+				if t := waitsSince.Time(); waitsSince != 0 && (f.FaultAt.IsZero() || t.Before(f.FaultAt)) {
+					f.FaultAt = t
+				}
 				f.Victims++
 				f.addEvidence("communicator %s: %s (peer %s)", shortComm(g.ID), what, other.Proc.Name())
 			}
@@ -72,4 +88,49 @@ func P2PMismatch(j *Job, cfg Config) []Finding {
 		out = append(out, *byProc[k])
 	}
 	return out
+}
+
+// p2pCounts is a member's point-to-point counts per peer: from its log lines, else from the
+// profiler plugin's per-peer sends and receives issued. whole says that a peer missing from
+// them posted none: the log lists every peer, the plugin up to snapshot.MaxPeers, past
+// which a missing peer may only have been left out.
+func p2pCounts(c *snapshot.Comm) (counts []snapshot.P2P, whole bool) {
+	if len(c.P2P) > 0 || c.Done == nil {
+		return c.P2P, true
+	}
+	byPeer := map[int]int{}
+	for _, pp := range c.Done.Peers {
+		if pp.P2PIssued == 0 {
+			continue
+		}
+		i, ok := byPeer[pp.Peer]
+		if !ok {
+			i = len(counts)
+			byPeer[pp.Peer] = i
+			counts = append(counts, snapshot.P2P{Peer: pp.Peer})
+		}
+		if pp.Dir == snapshot.DirSend {
+			counts[i].Sends = max(counts[i].Sends, pp.P2PIssued)
+		} else {
+			counts[i].Recvs = max(counts[i].Recvs, pp.P2PIssued)
+		}
+	}
+	return counts, len(c.Done.Peers) < snapshot.MaxPeers
+}
+
+func lastRecvFrom(counts []snapshot.P2P, peer int) snapshot.Micros {
+	for _, c := range counts {
+		if c.Peer == peer {
+			return c.LastRecv
+		}
+	}
+	return 0
+}
+
+// p2pInFlightSince is when the point-to-point op a member's plugin shows pending was issued.
+func p2pInFlightSince(c *snapshot.Comm) snapshot.Micros {
+	if c.Done == nil || c.Done.InFlight == nil || !c.Done.InFlight.P2P {
+		return 0
+	}
+	return c.Done.InFlight.T
 }
