@@ -40,6 +40,10 @@ EXPECTED = {
     "order_inversion": ("order_inversion",),
     "order_inversion_full": ("order_inversion",),
     "straggler_onset": ("straggler",),
+    # Its host issued every op; the GPU never started them. Plugin: a hang whose GPU did not
+    # start the op; logs alone: every count level, a collective stuck in flight.
+    "gpu_hang": ("hang", "stuck_in_flight"),
+    "p2p_skip": ("p2p_mismatch", "hang"),
 }
 DEFAULT_CULPRIT = 1  # when the job never printed its fault line
 

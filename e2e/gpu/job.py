@@ -34,6 +34,11 @@
 #                    call order and the job deadlocks. INVERSION_FULL_STEP=1: the usual full
 #                    step (p2p, dp groups, world ops) follows the inverted pair, so every
 #                    rank issues more before it blocks
+#   gpu_hang         the rank's GPU runs one long kernel (torch.cuda._sleep, GPU_HANG_S,
+#                    past PyTorch's timeout) before its step's collectives: its host issues
+#                    them as usual, they queue behind the kernel, its peers spin in them
+#   p2p_skip         the rank skips its Send/Recv exchange with its partner (rank ^ 1) once:
+#                    the partner's receive never completes
 #   straggler_onset  the rank sleeps STRAGGLE_S before its collectives from FAULT_STEP on
 #   pause            ALL ranks sleep PAUSE_S between two steps, GPUs idle (a checkpoint):
 #                    must raise no incident
@@ -50,7 +55,7 @@ import sys
 import time
 
 SCENARIOS = ("healthy", "silent", "frozen", "crash", "wrong_op", "wrong_size", "wrong_dtype",
-             "sub_mismatch", "order_inversion", "straggler_onset", "pause")
+             "sub_mismatch", "order_inversion", "straggler_onset", "pause", "gpu_hang", "p2p_skip")
 NEED_4 = ("sub_mismatch", "order_inversion")  # need two tensor-parallel pairs
 FAULT_RANK_4 = {"silent": 2, "frozen": 3, "sub_mismatch": 3}  # with 4+ ranks; else rank 1
 
@@ -63,6 +68,7 @@ pg_timeout = float(os.environ.get("PG_TIMEOUT", "45"))
 compute_s = float(os.environ.get("COMPUTE_S", "0.15"))
 pause_s = float(os.environ.get("PAUSE_S", "60"))
 straggle_s = float(os.environ.get("STRAGGLE_S", "0.2"))
+gpu_hang_s = float(os.environ.get("GPU_HANG_S", "0") or 0) or pg_timeout + 30
 one_gpu = os.environ.get("ONE_GPU", "0") == "1"
 
 rank = int(os.environ["RANK"])
@@ -208,7 +214,9 @@ def collectives(i):
     if not full_step:
         return  # the issue's job: the pair is the step's last issue before it synchronizes
     peer = rank ^ 1  # the tensor-parallel partner: 0 <-> 1, 2 <-> 3
-    if peer < world:
+    if scen == "p2p_skip" and rank == FAULTY and i == fault_step:
+        fault(i, skipped="Send/Recv", peer=peer)
+    elif peer < world:
         if rank % 2 == 0:
             dist.send(p2p, dst=peer)
             dist.recv(p2p, src=peer)
@@ -249,6 +257,10 @@ for i in range(steps):
         if i == fault_step:
             fault(i, sleep_s=straggle_s)
         time.sleep(straggle_s)
+    if scen == "gpu_hang" and rank == FAULTY and i == fault_step:
+        # ~2 GHz SM clocks: cycles for gpu_hang_s; the collectives below queue behind it.
+        fault(i, kernel_s=gpu_hang_s)
+        torch.cuda._sleep(int(gpu_hang_s * 2e9))
     collectives(i)
     torch.cuda.synchronize()
     if i < 3 or i % 20 == 0 or abs(i - fault_step) <= 1:

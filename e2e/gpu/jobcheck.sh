@@ -57,6 +57,8 @@ for sc in silent frozen crash sub_mismatch order_inversion wrong_op; do
   check 4 "$sc" 0 0 '"phase": "steps_end"'   # rank 0 is never the faulty one
 done
 FAULT_RANK=2 check 4 silent 2 124 'WATCHDOG_FAULT {.*"scenario": "silent"'
+check 4 p2p_skip 1 0 'WATCHDOG_FAULT {.*"skipped": "Send/Recv"' '"phase": "steps_end"'
+GPU_HANG_S=0.1 check 4 gpu_hang 1 0 'WATCHDOG_FAULT {.*"kernel_s": 0.1' '"phase": "steps_end"'
 FAULT_RANK=3 check 4 frozen 3 124 'WATCHDOG_FAULT {.*"signal": "SIGSTOP"'
 check 4 crash 1 3 'WATCHDOG_FAULT {.*"exit_code": 3'
 FAULT_RANK=3 check 4 sub_mismatch 3 0 'WATCHDOG_FAULT {.*"comm_rank": 1' 'STUB AllReduce n=3145728 float32 group=g4'

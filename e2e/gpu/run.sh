@@ -85,6 +85,7 @@ case_plan() {
     crash)           b=$((CRASH_MONITOR_S + 25)); s=430; f=30 ;;
     wrong_dtype|wrong_size) b=35; s=90; f=30 ;;
     straggler_onset) b=45; s=90; f=30 ;;
+    gpu_hang|p2p_skip) b=$((PG_TIMEOUT + 25)); s=430; f=30 ;;
     pause)           b=$(( ${PAUSE_S%.*} + 30 )); s=60; f=30 ;;
     *) return 1 ;;
   esac

@@ -18,3 +18,9 @@ def get_device_properties(i):
 
 def synchronize():
     _fake.synchronize()
+
+
+def _sleep(cycles):
+    """The real one spins the GPU; here the rank's host waits as long (at ~2 GHz)."""
+    import time
+    time.sleep(cycles / 2e9)
