@@ -38,6 +38,7 @@ var eventKinds = [NumKinds]snapshot.EventKind{
 	KindTorchStuck:       snapshot.EventTorchStuck,
 	KindP2PError:         snapshot.EventP2PError,
 	KindNetError:         snapshot.EventNetError,
+	KindSignal:           snapshot.EventSignal,
 }
 
 // EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when
@@ -100,7 +101,7 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 func (k Kind) FromTorch() bool {
 	switch k {
 	case KindTorchTimeout, KindTorchWorkStatus, KindTorchTerminate, KindTorchNCCLError, KindTorchCommCreated,
-		KindLauncherExit, KindTorchStore, KindTorchStuck:
+		KindLauncherExit, KindTorchStore, KindTorchStuck, KindSignal:
 		return true
 	}
 	return false

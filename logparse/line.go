@@ -62,6 +62,7 @@ const (
 	KindTorchStuck      // PyTorch's heartbeat monitor: the watchdog thread made no progress
 	KindP2PError        // GPU peer-to-peer (CUDA/HIP IPC) between two GPUs of one host failed
 	KindNetError        // a network plugin (AWS OFI / libfabric) failed a transfer or a call
+	KindSignal          // UCX's "[host:pid:thread:tid] Caught signal N (reason)", or an NCCL frame of its backtrace
 	NumKinds
 )
 
@@ -102,6 +103,7 @@ var kindNames = [NumKinds]string{
 	KindTorchStuck:       string(snapshot.EventTorchStuck),
 	KindP2PError:         string(snapshot.EventP2PError),
 	KindNetError:         string(snapshot.EventNetError),
+	KindSignal:           string(snapshot.EventSignal),
 }
 
 func (k Kind) String() string {
