@@ -607,11 +607,28 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 	}
 	// The launcher's "[rankN]:" is the global rank; PyTorch's own "[Rank N]" is the rank
 	// in the line's process group, the global one only for the default group.
+	if ev.Kind == snapshot.EventSignal && ev.Code == 0 {
+		fr.signalFrame(ev.Peer)
+		return
+	}
 	rank := l.LauncherRank
 	if rank < 0 {
 		rank = l.Torch.Rank
 	}
 	if len(fr.res.torch) < 10000 {
 		fr.res.torch = append(fr.res.torch, torchEvent{rank: rank, ev: ev, host: string(l.Torch.Host), pid: l.Torch.PID})
+	}
+}
+
+// signalFrame gives the newest signal a runtime reported the NCCL function its backtrace
+// shows: the signal came inside NCCL. The frames follow their signal within a few lines.
+func (fr *fileReader) signalFrame(fn string) {
+	for i := len(fr.res.torch) - 1; i >= 0 && i >= len(fr.res.torch)-4; i-- {
+		if te := &fr.res.torch[i]; te.ev.Kind == snapshot.EventSignal {
+			if te.ev.Peer == "" {
+				te.ev.Peer = fn
+			}
+			return
+		}
 	}
 }

@@ -137,7 +137,7 @@ func Crash(j *Job, cfg Config) []Finding {
 	failed := failureSeen(j)
 	for _, k := range order {
 		d := deaths[k]
-		if timedOutItself(d.proc) {
+		if timedOutItself(d.proc) || (!d.strong && !launched[k] && timedOutRank(j, d.proc)) {
 			continue
 		}
 		if first := launchedOn(d.proc.Host); first != nil && !d.strong && !launched[k] {
@@ -316,6 +316,69 @@ func timedOutItself(p *Proc) bool {
 	return false
 }
 
+// timedOutRank reports whether PyTorch's watchdog timed out (or NCCL aborted) the rank that
+// a dead process, known only from its peers' closed connections, stands for: PyTorch aborts a
+// timed-out rank's communicators, and the other ranks of its host see its proxy connection
+// close. That is the teardown of a hang, not a death.
+func timedOutRank(j *Job, dead *Proc) bool {
+	hung := false
+	for _, p := range j.Procs {
+		hung = hung || timedOutItself(p)
+	}
+	if !hung {
+		return false
+	}
+	if aborted(dead) {
+		return true
+	}
+	rank := dead.Rank
+	if rank < 0 && localOf(j, dead) >= 0 && localOf(j, dead) < oneHostWorld(j, dead.Host) {
+		rank = localOf(j, dead)
+	}
+	if rank < 0 {
+		return false
+	}
+	for _, p := range j.Procs {
+		if p != dead && p.Rank == rank && (timedOutItself(p) || aborted(p)) {
+			return true
+		}
+	}
+	return false
+}
+
+// aborted: the process aborted a communicator itself (NCCL's abort lines, PyTorch's
+// watchdog failing a work): it was alive, tearing down.
+func aborted(p *Proc) bool {
+	for _, e := range p.Events {
+		if e.Kind == snapshot.EventCommAbort || (e.Kind == snapshot.EventTorchWorkStatus && e.Fatal) {
+			return true
+		}
+	}
+	return false
+}
+
+// oneHostWorld is the number of local ranks of host when the job is that one node:
+// every NCCL process of the job runs on host, none numbered by NCCL or the launcher, and the
+// ranks PyTorch names fit in its local ranks, which are then the global ranks; else 0.
+func oneHostWorld(j *Job, host string) int {
+	locals := 0
+	for _, q := range j.Procs {
+		switch {
+		case q.Host == "?" || q.Host == "":
+		case q.Host != host || q.Rank >= 0:
+			return 0
+		case localOf(j, q) >= 0:
+			locals = max(locals, localOf(j, q)+1)
+		}
+	}
+	for _, q := range j.Procs {
+		if (q.Host == "?" || q.Host == "") && q.Rank >= locals {
+			return 0
+		}
+	}
+	return locals
+}
+
 // membership indexes each process's communicators and each communicator's two highest
 // counts, so that judging every rank of a job torn down at once costs its communicators,
 // not the whole job's, per rank.
@@ -434,4 +497,14 @@ func firstRank(f *Finding) int {
 		return math.MaxInt
 	}
 	return f.Culprits[0].Rank
+}
+
+// jobOneHostWorld is oneHostWorld of the job's only NCCL host, 0 when it has none or several.
+func jobOneHostWorld(j *Job) int {
+	for _, p := range j.Procs {
+		if p.Host != "?" && p.Host != "" {
+			return oneHostWorld(j, p.Host)
+		}
+	}
+	return 0
 }

@@ -25,8 +25,10 @@ func cudaCause(text, file string) string {
 		return "a kernel on this GPU faulted and the CUDA context is dead: usually the application's own kernel (or a buffer freed while NCCL used it) faulted first; run with CUDA_LAUNCH_BLOCKING=1 to find it, and check the XID in the kernel log"
 	case strings.Contains(t, "system not yet initialized"):
 		return "the NVSwitch fabric is not up: nvidia-fabricmanager is not running (or its version differs from the driver's) on this host"
-	case strings.Contains(t, "invalid argument") && strings.Contains(file, "nvls"):
-		return "NVLink SHARP (NVLS) could not map multicast memory: the fabric manager was restarted under running processes or is out of step with the driver (reboot the node, or set NCCL_NVLS_ENABLE=0)"
+	case strings.Contains(file, "nvls"):
+		// NCCL's NVLS transport is the only user of CUDA's multicast objects: whatever CUDA
+		// says there, the multicast set-up failed, not the GPU's work.
+		return "NVLink SHARP (NVLS, NVSwitch multicast) could not be set up on this GPU: the NVSwitch fabric's state (the fabric manager restarted under running processes, or out of step with the driver), IMEX or the driver, or a GPU that needs a reset; NCCL_NVLS_ENABLE=0 confirms it and avoids it (a node reboot or GPU reset fixes it)"
 	case strings.Contains(t, "named symbol not found") || strings.Contains(t, "no kernel image") || strings.Contains(t, "unsupported toolchain"):
 		return "NCCL's kernels do not match this GPU or driver: a NCCL build for other architectures, or a driver older than the CUDA it was built with"
 	case strings.Contains(t, "initialization error") || strings.Contains(t, "driver version is insufficient") || strings.Contains(t, "no cuda-capable device"):

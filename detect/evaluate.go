@@ -15,7 +15,7 @@ type Result struct {
 func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	var (
 		stuck, crashes, mism, hangs, p2p, links, setup, cuda, ras, nccl, conns, silent, store []Finding
-		gpu, stragglers, lost, monitoring, diagnostics, stray, flight                         []Finding
+		gpu, stragglers, lost, monitoring, diagnostics, stray, flight, collnet                []Finding
 		inversions, doneHangs, waits, slowLinks, measured, busyGPUs                           []Finding
 		paused                                                                                []string
 	)
@@ -46,6 +46,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		func() { measured = MeasuredStragglers(j, cfg) },
 		func() { busyGPUs = BusyGPU(j, cfg) },
 		func() { stray = StrayAllocator(j, cfg) },
+		func() { collnet = CollNet(j, cfg) },
 	}
 	parallel(len(rules), 1, func(i int) { rules[i]() })
 	fs := findings{
@@ -70,6 +71,14 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		case incident.KindHang:
 			fs.stalls = append(fs.stalls, f)
 		default:
+			fs.errors = append(fs.errors, f)
+		}
+	}
+	for _, f := range collnet {
+		// A CollNet set-up NCCL fell back from is no cause that others follow from.
+		if f.Severity == incident.SeverityWarning {
+			fs.rest = append(fs.rest, f)
+		} else {
 			fs.errors = append(fs.errors, f)
 		}
 	}

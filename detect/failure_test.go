@@ -167,6 +167,11 @@ func TestSetupAndCUDA(t *testing.T) {
 		{"cuda oom", 2, snapshot.Event{Kind: snapshot.EventCudaError, Detail: "out of memory", Fatal: true, Stage: snapshot.StageRun}, incident.KindGPU, "ran out of memory"},
 		{"fabric manager", 2, snapshot.Event{Kind: snapshot.EventCudaError, Detail: "system not yet initialized", Fatal: true}, incident.KindGPU, "fabricmanager"},
 		{"nvls", 2, snapshot.Event{Kind: snapshot.EventCudaError, Detail: "invalid argument", Src: "transport/nvls.cc", Fatal: true}, incident.KindGPU, "NCCL_NVLS_ENABLE=0"},
+		{"nvls other state", 2, snapshot.Event{Kind: snapshot.EventCudaError, Detail: "the operation cannot be performed in the present state", Src: "transport/nvls.cc", Fatal: true}, incident.KindGPU, "NCCL_NVLS_ENABLE=0"},
+		{"nvls init error", 1, snapshot.Event{Kind: snapshot.EventCudaError, Detail: "initialization error", Src: "transport/nvls.cc", Fatal: true}, incident.KindGPU, "NVLink SHARP"},
+		{"nvml missing", 1, snapshot.Event{Kind: snapshot.EventWarn, Code: snapshot.WarnNVMLMissing, Detail: "Not Found", Fatal: true}, incident.KindConfig, "NVML cannot find"},
+		{"bus error in nccl", 3, snapshot.Event{Kind: snapshot.EventSignal, Code: 7, Detail: "Bus error: nonexistent physical address", Peer: "ncclGroupEnd()", Fatal: true}, incident.KindConfig, "--shm-size"},
+		{"sharp group", 0, snapshot.Event{Kind: snapshot.EventWarn, Code: snapshot.WarnCollNet, Msg: "SHARP group create: Streaming Tree lock failed (-18)"}, incident.KindConfig, "NCCL_COLLNET_ENABLE=0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := wantOne(t, evaluate(offlineJob(map[int][]snapshot.Event{c.rank: {c.ev}})), c.kind, c.say)

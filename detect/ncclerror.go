@@ -96,6 +96,7 @@ const silentKey = "silent-init:"
 // and none of them finished, says where init failed (some socket failures print no WARN).
 // It is a cause: the init hang it leaves is its consequence.
 func SilentInitFailure(j *Job, _ Config) []Finding {
+	collNetHandled := collNetFellBack(j)
 	for _, p := range j.Procs {
 		if len(p.Comms) > 0 && !allInInit(p) {
 			continue
@@ -104,12 +105,16 @@ func SilentInitFailure(j *Job, _ Config) []Finding {
 			return []Finding{f}
 		}
 		for _, e := range p.Events {
-			if warning(e) {
+			if warning(e) || (e.Kind == snapshot.EventWarn && e.Code == snapshot.WarnCollNet) {
 				// A WARN before the breadcrumbs: they are its path, and the rule that
 				// reads the WARN reports it. WARNs after them are their consequences.
 				break
 			}
 			if e.Kind != snapshot.EventBreadcrumb || e.Code == 0 || e.Stage != snapshot.StageInit {
+				continue
+			}
+			if collNetHandled && collNetCrumb(e.Src) {
+				// The CollNet set-up failed and NCCL went on without it.
 				continue
 			}
 			f := Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{p.Culprit()},

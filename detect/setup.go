@@ -19,7 +19,8 @@ type SetupConfig struct {
 // maintainers give: two ranks on one GPU, ranks running different NCCL versions (NCCL's own
 // check, or the version lines), two processes given one rank, a /dev/shm too small or not
 // shared, no usable socket interface, InfiniBand verbs that fail while connecting (rails, RoCE addressing, pinned
-// memory, the peer-memory module), two machines under one host name.
+// memory, the peer-memory module), NVML that does not see the GPU CUDA gave NCCL, two machines
+// under one host name.
 func Setup(j *Job, cfg Config) []Finding {
 	quote := max(cfg.SetupEvidence, 1)
 	found := map[string]*Finding{}
@@ -76,7 +77,7 @@ func Setup(j *Job, cfg Config) []Finding {
 					if e.Code == snapshot.ShmAttach {
 						f.Summary = fmt.Sprintf("%s could not attach a shared-memory segment another rank of %s created: the ranks of one node do not share /dev/shm (separate containers or pods without a shared IPC namespace) or the segment was removed (systemd RemoveIPC); run the node's ranks in one IPC namespace, or NCCL_SHM_DISABLE=1", p.Name(), p.Host)
 					} else {
-						f.Summary = fmt.Sprintf("%s could not create a shared-memory segment in /dev/shm on %s: /dev/shm is too small (a container gets 64 MB unless told otherwise); give it more (docker --shm-size, --ipc=host, a memory-backed emptyDir in Kubernetes) or set NCCL_SHM_DISABLE=1", p.Name(), p.Host)
+						f.Summary = fmt.Sprintf("%s could not create a shared-memory segment in /dev/shm on %s: %s", p.Name(), p.Host, shmTooSmall)
 					}
 					return f
 				})
@@ -102,6 +103,29 @@ func Setup(j *Job, cfg Config) []Finding {
 						on = p.Host
 					}
 					f.Summary = fmt.Sprintf("NCCL on %s found no usable network interface for its sockets: NCCL_SOCKET_IFNAME names an interface that host does not have (or excludes every one); set it to an interface all hosts share", on)
+					return f
+				})
+			case snapshot.EventSignal:
+				if !busErrorInNCCL(p, e) {
+					continue
+				}
+				add("config:shm:"+p.Host, p, e, func() *Finding {
+					f := &Finding{Kind: incident.KindConfig, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{p.Culprit()}}
+					where := "its NCCL lines are in the log"
+					if e.Peer != "" {
+						where = "its backtrace is in " + e.Peer
+					}
+					f.Summary = fmt.Sprintf("%s was killed by a bus error (SIGBUS) inside NCCL (%s): NCCL's shared-memory transport touched a /dev/shm page that could not be backed, which almost always means %s", p.Name(), where, shmTooSmall)
+					return f
+				})
+			case snapshot.EventWarn:
+				if e.Code != snapshot.WarnNVMLMissing {
+					continue
+				}
+				add("config:nvml:"+p.Key(), p, e, func() *Finding {
+					f := &Finding{Kind: incident.KindConfig, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{p.Culprit()}}
+					f.Summary = fmt.Sprintf("%s: NVML cannot find a GPU that NCCL looked up by its PCI bus id (%s), its own or another rank's of this host, so NCCL cannot detect the topology: NVML and CUDA see different GPUs here (a container that sees other GPUs than CUDA_VISIBLE_DEVICES says, NVML and CUDA numbering them differently, ranks of one node in separate containers that each see only their own GPU); run a node's ranks where all see the same GPUs (nvidia-smi inside the container lists what NVML sees)",
+						p.Name(), orUnknown(e.Detail))
 					return f
 				})
 			case snapshot.EventP2PError:
@@ -258,4 +282,16 @@ func socketTypeWords(detail string) string {
 		return "wrong socket type " + orUnknown(detail)
 	}
 	return fmt.Sprintf("it got a %s connection where it listens for %s", snapshot.SocketTypeName(got), snapshot.SocketTypeName(want))
+}
+
+// shmTooSmall is the cause and fix of a /dev/shm that NCCL's shared-memory segments do not fit in.
+const shmTooSmall = "/dev/shm is too small (a container gets 64 MB unless told otherwise); give it more (docker --shm-size, --ipc=host, a memory-backed emptyDir in Kubernetes) or set NCCL_SHM_DISABLE=1"
+
+// busErrorInNCCL: a bus error (SIGBUS) a runtime reported in a process that runs NCCL: its
+// backtrace shows an NCCL function, or the process's own NCCL lines are in the log.
+func busErrorInNCCL(p *Proc, e snapshot.Event) bool {
+	if e.Code != 7 && !strings.HasPrefix(e.Detail, "Bus error") {
+		return false
+	}
+	return e.Peer != "" || p.Lines > 0
 }

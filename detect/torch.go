@@ -197,13 +197,19 @@ func silentRanks(j *Job, groups map[string]map[int]*torchRank) string {
 	for r := range g {
 		top = max(top, r)
 	}
+	end := top
+	if w := jobOneHostWorld(j); w > top+1 {
+		// The job is one node whose every local rank is known: ranks above the highest
+		// that timed out logged none either.
+		end = w
+	}
 	var missing []string
-	for r := 0; r < top; r++ {
+	for r := 0; r < end; r++ {
 		if g[r] == nil {
 			missing = append(missing, strconv.Itoa(r))
 		}
 	}
-	if len(missing) == 0 || len(missing) > top/2 {
+	if len(missing) == 0 || len(missing) > end/2 {
 		return ""
 	}
 	return fmt.Sprintf("rank(s) %s logged no timeout while the others did: if their logs are complete, they never reached that collective", strings.Join(missing, ","))

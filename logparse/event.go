@@ -41,6 +41,7 @@ var eventKinds = [NumKinds]snapshot.EventKind{
 	KindFRCollective:     snapshot.EventFRCollective,
 	KindFRCulprit:        snapshot.EventFRCulprit,
 	KindFRMissing:        snapshot.EventFRMissing,
+	KindSignal:           snapshot.EventSignal,
 }
 
 // EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when
@@ -108,7 +109,7 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 func (k Kind) FromTorch() bool {
 	switch k {
 	case KindTorchTimeout, KindTorchWorkStatus, KindTorchTerminate, KindTorchNCCLError, KindTorchCommCreated,
-		KindLauncherExit, KindTorchStore, KindTorchStuck, KindFRCollective, KindFRCulprit, KindFRMissing:
+		KindLauncherExit, KindTorchStore, KindTorchStuck, KindFRCollective, KindFRCulprit, KindFRMissing, KindSignal:
 		return true
 	}
 	return false

@@ -387,3 +387,74 @@ func parseOFIFailure(l *Line) {
 	}
 	l.Detail = bytes.TrimRight(trimSpace(r), ".")
 }
+
+// isCollNetWarn reports a WARN of CollNet's set-up: NCCL's own ("Cannot initialize CollNet,
+// using point-to-point network instead") or its SHARP plugin's
+// (sharp_plugin.c: "NET/IB : SHARP coll init error: ...", "SHARP group create: ...").
+func isCollNetWarn(l *Line) bool {
+	return contains(l.Msg, "CollNet") || contains(l.Msg, "SHARP") || contains(l.File, "sharp")
+}
+
+func parseCollNetWarn(l *Line) {
+	l.Code = snapshot.WarnCollNet
+	if contains(l.Msg, "using point-to-point network instead") {
+		l.Code = snapshot.WarnCollNetFallback
+	}
+	l.Detail = reasonAfter(l.Msg)
+}
+
+// parseSignal reads UCX's report of a fatal signal, "[host:pid :thread:tid] Caught signal 7
+// (Bus error: nonexistent physical address)" (UCX pads the pid), and a frame of the backtrace
+// it prints next that is NCCL's (" 1 0x000000000008170d ncclGroupEnd()  ???:0"), which says
+// the signal came inside NCCL.
+func parseSignal(b []byte, l *Line) bool {
+	l.Torch.Rank = -1
+	if len(b) > 0 && b[0] == '[' {
+		return caughtSignal(b, l)
+	}
+	t := trimSpace(b)
+	s := scanner{b: t}
+	if _, ok := s.int(); !ok || !s.space() || !s.lit("0x") {
+		return false
+	}
+	if _, ok := s.hex(); !ok || !s.space() {
+		return false
+	}
+	fn := s.word()
+	if !hasPrefix(fn, "nccl") && !contains(fn, "libnccl") {
+		return false
+	}
+	l.Kind = KindSignal
+	l.Msg, l.Text = t, fn
+	return true
+}
+
+func caughtSignal(b []byte, l *Line) bool {
+	end := index(b, "] Caught signal ")
+	if end < 0 {
+		return false
+	}
+	inner := b[1:end]
+	c := bytes.IndexByte(inner, ':')
+	if c <= 0 {
+		return false
+	}
+	pidText := inner[c+1:]
+	if e := bytes.IndexByte(pidText, ':'); e >= 0 {
+		pidText = pidText[:e]
+	}
+	pid, ok := atoi(trimSpace(pidText))
+	s := scanner{b: b, i: end + len("] Caught signal ")}
+	sig, ok2 := s.int()
+	if !ok || !ok2 {
+		return false
+	}
+	l.Kind = KindSignal
+	l.Code, l.Fatal = sig, true
+	l.Torch.Host, l.Torch.PID = inner[:c], pid
+	l.Msg = b[end+2:]
+	if s.space() && s.lit("(") {
+		l.Detail = bytes.TrimSuffix(s.rest(), bytesOf(")"))
+	}
+	return true
+}

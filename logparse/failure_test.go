@@ -179,14 +179,17 @@ func TestFailureEvents(t *testing.T) {
 			snapshot.Event{Kind: snapshot.EventNetError}},
 		{w + "[Rem Allocator] Allocation failed (segment 0, fd 41)",
 			snapshot.Event{Kind: snapshot.EventWarn, Code: snapshot.WarnRemAllocator}},
+		// CollNet (SHARP) set-up and its fallback; NVML that does not see a GPU.
+		{w + "NET/IB : SHARP coll init error: Cannot create SHARP job(-11)",
+			snapshot.Event{Kind: snapshot.EventWarn, Code: snapshot.WarnCollNet, Detail: "SHARP coll init error: Cannot create SHARP job(-11)"}},
+		{w + "SHARP group create: Streaming Tree lock failed (-18)",
+			snapshot.Event{Kind: snapshot.EventWarn, Code: snapshot.WarnCollNet}},
+		{w + "Cannot initialize CollNet, using point-to-point network instead",
+			snapshot.Event{Kind: snapshot.EventWarn, Code: snapshot.WarnCollNetFallback}},
+		{w + "nvmlDeviceGetHandleByPciBusId() failed: Not Found",
+			snapshot.Event{Kind: snapshot.EventWarn, Code: snapshot.WarnNVMLMissing, Detail: "Not Found", Fatal: true}},
 	} {
-		var l Line
-		Parse([]byte(tt.line), &l)
-		e, ok := EventOf(&l, 0)
-		if !ok {
-			t.Fatalf("%q: no event", tt.line)
-		}
-		e.Msg = ""
+		e, _ := eventNoMsg(t, tt.line)
 		tt.want.Src = "misc/socket.cc"
 		if !reflect.DeepEqual(e, tt.want) {
 			t.Errorf("%q:\n got  %+v\n want %+v", tt.line, e, tt.want)
@@ -233,4 +236,47 @@ func FuzzFailureMessage(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSignal: UCX's report of a fatal signal names its host and pid; an NCCL frame of the
+// backtrace after it is read, other frames are not.
+func TestSignal(t *testing.T) {
+	for _, tt := range []struct {
+		line string
+		want snapshot.Event
+		host string
+		pid  int
+	}{
+		{"[node-a7:4411 :0:4490] Caught signal 7 (Bus error: nonexistent physical address)",
+			snapshot.Event{Kind: snapshot.EventSignal, Code: 7, Detail: "Bus error: nonexistent physical address", Fatal: true}, "node-a7", 4411},
+		{"[node-a7:4411:1:4490] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)",
+			snapshot.Event{Kind: snapshot.EventSignal, Code: 11, Detail: "Segmentation fault: address not mapped to object at address 0x8", Fatal: true}, "node-a7", 4411},
+		{" 2 0x00000000000742f0 ncclGroupEnd()  ???:0",
+			snapshot.Event{Kind: snapshot.EventSignal, Peer: "ncclGroupEnd()"}, "", 0},
+	} {
+		e, l := eventNoMsg(t, tt.line)
+		if !reflect.DeepEqual(e, tt.want) || string(l.Torch.Host) != tt.host || l.Torch.PID != tt.pid || l.Torch.Rank != -1 {
+			t.Errorf("%q:\n got  %+v %s:%d\n want %+v %s:%d", tt.line, e, l.Torch.Host, l.Torch.PID, tt.want, tt.host, tt.pid)
+		}
+	}
+	for _, line := range []string{" 0 0x0000000000043090 killpg()  ???:0", "[E ProcessGroupNCCL.cpp:754] Caught signal", "12 0x"} {
+		var l Line
+		Parse([]byte(line), &l)
+		if l.Kind == KindSignal {
+			t.Errorf("%q read as a signal", line)
+		}
+	}
+}
+
+// eventNoMsg parses a line into its event, without the message text.
+func eventNoMsg(t *testing.T, line string) (snapshot.Event, *Line) {
+	t.Helper()
+	var l Line
+	Parse([]byte(line), &l)
+	e, ok := EventOf(&l, 0)
+	if !ok {
+		t.Fatalf("%q: no event", line)
+	}
+	e.Msg = ""
+	return e, &l
 }

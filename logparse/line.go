@@ -65,6 +65,7 @@ const (
 	KindFRCollective    // Flight Recorder analyzer: the header of a collective it found wrong
 	KindFRCulprit       // Flight Recorder analyzer: "error msg: Culprit rank R; Error type: T, ..."
 	KindFRMissing       // Flight Recorder analyzer: "missing ranks: {..}"
+	KindSignal          // UCX's "[host:pid:thread:tid] Caught signal N (reason)", or an NCCL frame of its backtrace
 	NumKinds
 )
 
@@ -108,6 +109,7 @@ var kindNames = [NumKinds]string{
 	KindFRCollective:     string(snapshot.EventFRCollective),
 	KindFRCulprit:        string(snapshot.EventFRCulprit),
 	KindFRMissing:        string(snapshot.EventFRMissing),
+	KindSignal:           string(snapshot.EventSignal),
 }
 
 func (k Kind) String() string {

@@ -490,6 +490,12 @@ func parseWarn(l *Line) {
 		if s.skipTo("around rank ") || s.skipTo("around this rank ") {
 			l.Code, _ = s.int()
 		}
+	case hasPrefix(m, "nvmlDeviceGetHandleByPciBusId") && contains(m, "failed"):
+		// NVML could not find the GPU by the bus id CUDA reported: the two see different
+		// devices (a container's NVML, CUDA_VISIBLE_DEVICES that NVML does not follow).
+		l.Code = snapshot.WarnNVMLMissing
+		l.Fatal = true
+		l.Detail = reasonAfter(m)
 	case hasPrefix(m, "NET/") && (contains(m, "collective mismatch error") || contains(m, "posted incorrect receive info")):
 		l.Kind = KindNetSizeMismatch
 		s := scanner{b: m}
@@ -546,6 +552,8 @@ func parseWarn(l *Line) {
 		parseTwoRanks(l, KindDuplicateGPU)
 	case hasPrefix(m, "Mismatched NCCL version"):
 		parseTwoRanks(l, KindVersionMismatch)
+	case isCollNetWarn(l):
+		parseCollNetWarn(l)
 	case hasPrefix(m, "Call to ") || contains(m, "communicator encountered a fatal error") ||
 		hasPrefix(m, "ncclCommSetAsyncError") || hasPrefix(m, "commReclaim") || hasPrefix(m, "Error : ring"):
 		l.Kind = KindSystemError

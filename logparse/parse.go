@@ -65,6 +65,9 @@ func parseGeneral(line []byte, l *Line) {
 		l.Text = versionText(line)
 		return
 	}
+	if parseSignal(line, l) {
+		return
+	}
 	parseTorch(line, l)
 }
 

@@ -120,6 +120,10 @@ const (
 	// "Missing ranks are {..}" on the header line): ranks whose dump holds no entry for the
 	// collective the others issued. Ranks are the first MaxFRRanks of them, Code how many.
 	EventFRMissing EventKind = "fr_missing"
+	// EventSignal: a process was killed by a signal its runtime reported (UCX's "Caught
+	// signal 7 (Bus error: ...)"); Code is the signal, Detail its reason. With Code 0, Peer
+	// is an NCCL function of the backtrace that followed.
+	EventSignal EventKind = "signal"
 )
 
 // MaxFRRanks bounds the ranks an EventFRCulprit or EventFRMissing keeps: the analyzer
@@ -158,6 +162,18 @@ const (
 // WarnRemAllocator is EventWarn's Code for "[Rem Allocator] Allocation failed" of NCCL
 // before 2.12: its bootstrap's remote-allocator service answering a connection.
 const WarnRemAllocator = 1
+
+// EventWarn's Codes for CollNet (NVIDIA SHARP) set-up, which NCCL gives up on without
+// failing: WarnCollNet is a CollNet plugin's (or NCCL's own CollNet set-up's) error ("NET/IB :
+// SHARP coll init error", "SHARP group create: ... lock failed"); WarnCollNetFallback is
+// "Cannot initialize CollNet, using point-to-point network instead": NCCL recovered.
+const (
+	WarnCollNet         = 2
+	WarnCollNetFallback = 3
+	// WarnNVMLMissing: "nvmlDeviceGetHandleByPciBusId() failed: Not Found": NVML does not see
+	// the GPU that CUDA gave NCCL (Detail is NVML's reason).
+	WarnNVMLMissing = 4
+)
 
 // SocketTypeName names ncclSocketType, as "wrong type X != Y" prints it.
 func SocketTypeName(t int) string {

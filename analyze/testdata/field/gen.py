@@ -579,6 +579,7 @@ def main():
     fieldwarnrules()
     lineformats()
     frtrace()
+    corpus3a()
 
 
 def field14c():
@@ -989,6 +990,75 @@ def frtrace():
              " all_gather_into_tensor at /opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:3934"]
     write("fr_trace_missing_rank", {"fr_trace.txt": lines},
           {"exit": 1, "kind": "hang", "rank": 6, "findings": 1, "say": ["Flight Recorder", "collective 57", "rank 6"]})
+def corpus3a():
+    """Shapes a third check on posted logs found misread: a timed-out rank's communicator
+    abort read as its death, a CollNet (SHARP) set-up NCCL recovered from read as a failed
+    init, SHARP's group failure, NVML that does not see a GPU, NVLS set-up's CUDA errors,
+    and a bus error inside NCCL reported by UCX. Made-up hosts, pids and lines."""
+    # 59. One node, no Init lines: PyTorch times out ranks 1, 3 and 0; as it aborts each,
+    # the other local ranks' service threads see its connection close (some closes printed
+    # before the timeout line). Rank 2 logged no timeout.
+    ps = [P("trn-w04", 4100 + 3 * d, d, d, 4, "10.31.0.4") for d in range(4)]
+    lines = [p.info("Channel 00/0 : %d[%d] -> %d[%d] via P2P/IPC/read" % (p.dev, p.dev, (p.dev + 1) % 4, (p.dev + 1) % 4)) for p in ps]
+    for r in (1, 3, 0):
+        closes = [ps[d].info("[Service thread] Connection closed by localRank %d" % r, ps[d].pid + 61) for d in range(4) if d != 2 or r != 0]
+        t = torch_timeout(r, 412, ts="E0310 04:12:5%d.118220311" % r)[:1]
+        lines += (closes[:1] + t + closes[1:]) if r == 3 else (t + closes)
+    write("torch_timeout_localrank_teardown", {"console.log": lines},
+          {"exit": 1, "kind": "hang", "findings": 1, "no_culprit": True, "say": ["rank(s) 2 logged no timeout"], "avoid": ["died"]})
+
+    # 60. NCCL 2.19: the SHARP plugin cannot create its job; the ranks' CollNet set-up fails
+    # (breadcrumbs, no WARN of their own) and local rank 0 of each node falls back.
+    ps = [P("sh-n%d" % (1 + r // 2), 61200 + 17 * r, r % 2, r, 4, "10.40.0.%d" % (1 + r // 2), version="2.19.3+cuda12.3") for r in range(4)]
+    lines = []
+    for p in ps:
+        if p.rank == 1:
+            lines += p.warn("sharp_plugin.c:318", "NET/IB : SHARP coll init error: Cannot create SHARP job(-11)", tid=p.pid + 240)
+        lines.append(p.info("transport.cc:302 -> 2"))
+        lines.append(p.info("init.cc:688 -> 2"))
+    for p in ps:
+        if p.dev == 0:
+            lines += p.warn("transport.cc:334", "Cannot initialize CollNet, using point-to-point network instead")
+    write("collnet_sharp_fallback", {"nccl.log": lines},
+          {"exit": 1, "kind": "config", "findings": 1, "say": ["fell back", "NCCL_COLLNET_ENABLE=0"], "avoid": ["without a warning"]})
+
+    # 61. SHARP cannot lock its streaming tree: the group is not created and no fallback follows.
+    p = P("sh-n7", 3301, 2, 2, 8, "10.40.0.7", version="2.21.5+cuda12.4")
+    lines = ["[sh-n7:0:3301 - tree_ops.c:290][2024-11-02 08:14:03] ERROR Failed to lock SAT tree(ID:0x1a0. ret:0x4)"]
+    lines += p.warn("sharp_plugin.c:361", "SHARP group create: Streaming Tree lock failed (-18)", tid=p.pid + 12)
+    lines.append(p.info("transport.cc:331 -> 2", p.pid + 5))
+    write("collnet_sharp_group_failed", {"nccl.log": lines},
+          {"exit": 1, "kind": "config", "host": "sh-n7", "findings": 1, "say": ["Aggregation Manager", "NCCL_COLLNET_ENABLE=0"], "avoid": ["without a warning"]})
+
+    # 62. Two containers on one node: NVML in one cannot find a GPU by its bus id; the other
+    # process only prints its breadcrumb.
+    a, b = P("ctr-host-5", 812, 0, 0, 2, "10.50.0.5"), P("ctr-host-5", 813, 1, 1, 2, "10.50.0.5")
+    lines = a.warn("misc/nvmlwrap.cc:181", "nvmlDeviceGetHandleByPciBusId() failed: Not Found", tid=a.pid + 90)
+    lines += a.crumbs("graph/xml.cc:841", "graph/topo.cc:680", "init.cc:990", "init.cc:1530", code=2, tid=a.pid + 90)
+    lines += [a.info("group.cc:64 -> 2 [Async thread]", a.pid + 90), a.info("group.cc:421 -> 2", a.pid), b.info("group.cc:421 -> 2", b.pid)]
+    write("nvml_gpu_not_found", {"train.log": lines},
+          {"exit": 1, "kind": "config", "host": "ctr-host-5", "findings": 1, "say": ["NVML", "ctr-host-5 pid 812"], "avoid": ["without a warning"]})
+
+    # 63. NVLS: CUDA refuses the multicast set-up in its present state.
+    p = P("hgx-17", 5521, 3, 3, 8, "10.60.0.17", version="2.21.5+cuda12.4")
+    lines = p.warn("transport/nvls.cc:251", "Cuda failure 401 'the operation cannot be performed in the present state'", tid=p.pid)
+    lines += p.crumbs("transport/nvls.cc:402", "init.cc:1120", code=1, tid=p.pid)
+    write("nvls_present_state", {"nccl.log": lines},
+          {"exit": 1, "kind": "gpu", "host": "hgx-17", "findings": 1, "say": ["NVLink SHARP", "NCCL_NVLS_ENABLE=0"]})
+
+    # 64. A container with the default /dev/shm: UCX reports a bus error in a rank while
+    # NCCL sets up its channels, the backtrace in NCCL.
+    ps = [P("7f3ac9e1d2b4", 930 + d, d, d, 4, "172.17.0.3") for d in range(4)]
+    lines = [p.info("Channel 00/0 : %d[%d] -> %d[%d] via SHM/direct/direct" % (p.dev, p.dev, (p.dev + 1) % 4, (p.dev + 1) % 4), p.pid + 40) for p in ps]
+    lines += ["[7f3ac9e1d2b4:932 :0:975] Caught signal 7 (Bus error: nonexistent physical address)",
+              "==== backtrace (tid:    975) ====",
+              " 0 0x0000000000042520 __sigaction()  ???:0",
+              " 1 0x000000000009b1f4 ncclGroupEnd()  ???:0",
+              " 2 0x0000000000094ac3 start_thread()  ???:0",
+              "================================="]
+    lines += [p.info("Connected all rings", p.pid + 40) for p in ps if p.dev != 2]
+    write("ucx_bus_error_shm", {"train.log": lines},
+          {"exit": 1, "kind": "config", "host": "7f3ac9e1d2b4", "findings": 1, "say": ["bus error", "--shm-size", "ncclGroupEnd"]})
 
 
 if __name__ == "__main__":
