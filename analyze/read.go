@@ -121,6 +121,7 @@ type fileReader struct {
 	// is set while it is read, so that its parts are not unlinked into the same storage.
 	unlinked  []byte
 	unlinking bool
+	rasBlk    *rasBlock // a text RAS report being read, nil when none
 }
 
 type fragment struct {
@@ -146,9 +147,11 @@ func readFile(ctx context.Context, path string, opts *Options) *fileResult {
 	case contentBinary:
 		res.skip = in.why
 		return res
-	case contentRASText, contentRASJSON:
+	case contentRASJSON:
 		readRAS(in, res)
 		return res
+	case contentRASText:
+		res.stat.Kind = "ras-text"
 	}
 	fr := &fileReader{opts: opts, res: res, byPID: map[int][]*proc{}, comms: map[uint64]*proc{}, quoteFor: -2}
 	if m := nameRE.FindStringSubmatch(filepath.Base(path)); m != nil {
@@ -159,13 +162,14 @@ func readFile(ctx context.Context, path string, opts *Options) *fileResult {
 	}
 	fr.gaps = in.gaps
 	err = fr.read(ctx, in.r)
+	fr.endRAS()
 	fr.flush()
 	res.stat.Gaps, res.stat.GapBytes = in.gaps.count, in.gaps.skipped
 	if err != nil {
 		res.err = err
 		res.stat.ReadErr = err.Error()
 	}
-	if res.stat.NCCL == 0 && res.stat.Torch == 0 && err == nil {
+	if res.stat.NCCL == 0 && res.stat.Torch == 0 && len(res.ras) == 0 && err == nil {
 		res.skip = "no NCCL or PyTorch lines in it"
 		if res.stat.Lines == 0 {
 			res.skip = "empty"
@@ -180,6 +184,7 @@ func readFile(ctx context.Context, path string, opts *Options) *fileResult {
 	return res
 }
 
+// readRAS reads a JSON RAS report; text reports are read line by line with the log's.
 func readRAS(in *input, res *fileResult) {
 	b, err := io.ReadAll(io.LimitReader(in.r, maxRAS))
 	if err != nil {
@@ -187,14 +192,8 @@ func readRAS(in *input, res *fileResult) {
 		res.stat.ReadErr = res.err.Error()
 		return
 	}
-	var rep *snapshot.RAS
-	if in.kind == contentRASJSON {
-		res.stat.Kind = "ras-json"
-		rep, err = ras.ParseJSONKeep(b, nil)
-	} else {
-		res.stat.Kind = "ras-text"
-		rep, err = ras.ParseText(b)
-	}
+	res.stat.Kind = "ras-json"
+	rep, err := ras.ParseJSONKeep(b, nil)
 	res.stat.Lines = int64(bytes.Count(b, []byte("\n")))
 	if rep == nil {
 		res.err = err
@@ -214,19 +213,21 @@ func (fr *fileReader) read(ctx context.Context, r *bufio.Reader) error {
 	for {
 		raw, err := r.ReadSlice('\n')
 		if fr.gaps != nil && !skipping && fr.gaps.gapBefore(pos) {
+			fr.endRAS()
 			fr.gap()
 		}
 		pos += int64(len(raw))
 		if errors.Is(err, bufio.ErrBufferFull) {
 			if !skipping {
 				st.TooLong++
+				fr.endRAS()
 				fr.apply(raw)
 			}
 			skipping = true
 			continue
 		}
 		if len(raw) > 0 && !skipping {
-			fr.apply(raw)
+			fr.feed(raw)
 		}
 		skipping = false
 		if err == io.EOF {

@@ -2,6 +2,8 @@ package detect
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,8 +36,9 @@ type torchRank struct {
 func torchTimeouts(j *Job, cfg Config) []Finding {
 	groups := map[string]map[int]*torchRank{}
 	var timeouts []string
-	failed := map[int]string{} // rank: the watchdog's failure line
-	timedOut := map[int]bool{} // ranks with a timeout line
+	failed := map[int]string{}    // rank: the watchdog's failure line
+	timedOut := map[int]bool{}    // ranks with a timeout line
+	signalled := map[int]string{} // ranks another rank's dump signal says timed out
 	for _, p := range j.Procs {
 		if p.Rank < 0 {
 			continue
@@ -62,6 +65,11 @@ func torchTimeouts(j *Job, cfg Config) []Finding {
 					timeouts = append(timeouts, fmt.Sprintf("%s timed out at its SeqNum %d: %s", p.Name(), e.Code, e.Msg))
 				}
 			case snapshot.EventTorchWorkStatus:
+				for _, r := range e.Ranks {
+					if _, ok := signalled[r]; !ok {
+						signalled[r] = fmt.Sprintf("rank %d timed out (%s's dump signal says so; the collective is not named): %s", r, p.Name(), e.Msg)
+					}
+				}
 				if e.Code >= 0 && (tr.completed < 0 || int64(e.Code) < tr.completed) {
 					tr.completed, tr.enqueued = int64(e.Code), e.Enqueued
 				}
@@ -72,6 +80,12 @@ func torchTimeouts(j *Job, cfg Config) []Finding {
 				}
 			}
 			tr.lines = append(tr.lines, e.Msg)
+		}
+	}
+	for r, line := range signalled {
+		if !timedOut[r] {
+			timedOut[r] = true
+			timeouts = append(timeouts, line)
 		}
 	}
 	var failures []string
@@ -150,6 +164,10 @@ func torchTimeouts(j *Job, cfg Config) []Finding {
 		n, "run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL and keep every rank's log")
 	if silent := silentRanks(j, groups); silent != "" {
 		f.Summary += "; " + silent
+	}
+	if len(signalled) > 0 {
+		// The rank that sent the dump signal was the first to time out.
+		f.Summary += fmt.Sprintf("; %s timed out first, as another rank's dump signal says", rankList(slices.Sorted(maps.Keys(signalled))))
 	}
 	for i, t := range timeouts {
 		if i >= quote {

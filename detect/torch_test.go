@@ -97,3 +97,24 @@ func TestWatchdogCUDAError(t *testing.T) {
 	cuda[0].Detail = "device-side assert triggered"
 	wantOne(t, evaluate(torchJob(cuda)), incident.KindGPU, "assertion failed")
 }
+
+// TestTorchDumpSignal: a rank's dump signal names the rank whose collective timed out; the
+// finding names that rank as timed out (not as the culprit: it may only have waited), once
+// when its own timeout line is there too.
+func TestTorchDumpSignal(t *testing.T) {
+	dump := snapshot.Event{Kind: snapshot.EventTorchWorkStatus, Code: 303, Enqueued: 305, Comm: "0", Ranks: []int{2},
+		Msg: "Received a dump signal due to a collective timeout from  rank 2"}
+	f := wantOne(t, evaluate(torchJob([]snapshot.Event{dump})), incident.KindHang,
+		"timed out 1 rank(s)", "rank 2 timed out first")
+	ev := strings.Join(f.Evidence, "\n")
+	if len(f.Culprits) != 0 || !strings.Contains(ev, "rank 2 timed out (rank 0's dump signal says so") || !strings.Contains(ev, "rank 0: last completed work 303") {
+		t.Errorf("culprits %+v, evidence %s", f.Culprits, ev)
+	}
+	own := snapshot.Event{Kind: snapshot.EventTorchTimeout, Code: 304, Comm: "0", Msg: "Watchdog caught collective operation timeout"}
+	f = wantOne(t, evaluate(torchJob([]snapshot.Event{dump}, nil, []snapshot.Event{own})), incident.KindHang, "timed out 1 rank(s)")
+	for _, e := range f.Evidence {
+		if strings.Contains(e, "dump signal") {
+			t.Errorf("rank 2's timeout said twice: %q", e)
+		}
+	}
+}

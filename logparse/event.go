@@ -84,6 +84,10 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 		e.Code = int(l.Torch.Completed)
 		e.Enqueued = max(l.Torch.Enqueued, 0)
 		e.Comm = string(l.Torch.PG)
+		if l.Ranks[0] >= 0 {
+			// The dump signal's rank whose collective timed out.
+			e.Ranks = []int{l.Ranks[0]}
+		}
 	case KindIBAsync:
 		e.Detail = string(l.Text)
 	case KindFRCulprit:

@@ -31,7 +31,7 @@ func TestEventOf(t *testing.T) {
 		{"torch work status", "[rank0]:[E1121 22:51:18.197461605 ProcessGroupNCCL.cpp:2303] [PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 92 PG status: last enqueued work: 97, last completed work: 91", true,
 			snapshot.Event{Kind: snapshot.EventTorchWorkStatus, Code: 91, Enqueued: 97, Comm: "0", Fatal: true}},
 		{"torch dump status", "[rank1]:[E1121 22:51:23.697341150 ProcessGroupNCCL.cpp:1914] [PG ID 0 PG GUID 0(default_pg) Rank 1] Received a dump signal due to a collective timeout from  rank 0 and we will try our best to dump the debug info. Last enqueued NCCL work: 91, last completed NCCL work: 91.", true,
-			snapshot.Event{Kind: snapshot.EventTorchWorkStatus, Code: 91, Enqueued: 91, Comm: "0"}},
+			snapshot.Event{Kind: snapshot.EventTorchWorkStatus, Code: 91, Enqueued: 91, Comm: "0", Ranks: []int{0}}},
 		{"torch heartbeat", "[rank1]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 1] Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=103", true,
 			snapshot.Event{Kind: snapshot.EventTorchStuck, Code: 103, Comm: "0", Fatal: true}},
 		{"torch watchdog stuck", "[rank1]:[F ProcessGroupNCCL.cpp:1169] [PG 0 Rank 1] [PG 0 Rank 1] ProcessGroupNCCL's watchdog got stuck for 600 seconds without making progress in monitoring enqueued collectives.", true,

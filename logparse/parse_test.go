@@ -92,6 +92,9 @@ func got(l *Line) string {
 	case KindTorchWorkStatus:
 		t := l.Torch
 		fmt.Fprintf(&b, " rank=%d pg=%s/%s seq=%d enq=%d done=%d fatal=%t", t.Rank, t.PG, t.PGDesc, t.SeqNum, t.Enqueued, t.Completed, l.Fatal)
+		if l.Ranks[0] >= 0 {
+			fmt.Fprintf(&b, " from=%d", l.Ranks[0])
+		}
 	case KindTorchTerminate:
 		fmt.Fprintf(&b, " rank=%d", l.Torch.Rank)
 	case KindTorchCommCreated:
@@ -292,7 +295,7 @@ func TestParse(t *testing.T) {
 		{"torch work status (real)", "[rank0]:[E1121 22:51:18.197461605 ProcessGroupNCCL.cpp:2303] [PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 92 PG status: last enqueued work: 97, last completed work: 91",
 			"kind=torch_work_status lrank=0 rank=0 pg=0/default_pg seq=92 enq=97 done=91 fatal=true"},
 		{"torch dump signal", "[rank1]:[E1121 22:51:23.697341150 ProcessGroupNCCL.cpp:1914] [PG ID 0 PG GUID 0(default_pg) Rank 1] Received a dump signal due to a collective timeout from  rank 0 and we will try our best to dump the debug info. Last enqueued NCCL work: 91, last completed NCCL work: 91.This is most likely caused by",
-			"kind=torch_work_status lrank=1 rank=1 pg=0/default_pg seq=-1 enq=91 done=91 fatal=false"},
+			"kind=torch_work_status lrank=1 rank=1 pg=0/default_pg seq=-1 enq=91 done=91 fatal=false from=0"},
 		{"torch terminate", "[rank3]:[E0601 10:52:17.123 ProcessGroupNCCL.cpp:630] [Rank 3] To avoid data inconsistency, we are taking the entire process down.", "kind=torch_terminate lrank=3 rank=3"},
 		{"torch terminate pg", "[rank3]:[E0601 10:52:17.123 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0 Rank 3] Process group watchdog thread terminated with exception: [Rank 3] NCCL communicator was aborted on rank 3.", "kind=torch_terminate lrank=3 rank=3"},
 		{"torch comm created", "[rank3]:[I0601 10:52:17.123 ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0(default_pg) Rank 3] ProcessGroupNCCL created ncclComm_ 0x55cec3d7ed80 on CUDA device: 3", "kind=torch_comm_created lrank=3 comm=55cec3d7ed80 rank=3"},

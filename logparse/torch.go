@@ -46,10 +46,12 @@ func parseTorch(b []byte, l *Line) {
 		// status line.
 		l.Kind = KindTorchWorkStatus
 		l.Fatal = true
+		l.Ranks = [2]int{-1, -1}
 		pgPrefix(b, t)
 		t.SeqNum = keyValue(b, "work sequence id: ")
 		t.Enqueued = keyValue(b, "last enqueued work: ")
 		t.Completed = keyValue(b, "last completed work: ")
+		saneCounters(t)
 	case contains(b, "ast enqueued NCCL work: "):
 		// "Exception (either an error or timeout) detected by watchdog at work: 7753, last
 		// enqueued NCCL work: 7755, last completed NCCL work: 7752.", "Timeout at NCCL work:
@@ -63,6 +65,11 @@ func parseTorch(b []byte, l *Line) {
 		l.Fatal = t.SeqNum >= 0
 		t.Enqueued = keyValue(b, "ast enqueued NCCL work: ")
 		t.Completed = keyValue(b, "ast completed NCCL work: ")
+		saneCounters(t)
+		// 2.6+: "Received a dump signal due to a collective timeout from  rank 13": the
+		// counters are this rank's, the timeout another's (the first to time out, which
+		// may itself have been only waiting).
+		l.Ranks = [2]int{dumpFrom(b), -1}
 	case contains(b, "is setting up NCCL communicator and ret") && contains(b, "got error"):
 		parseStoreFailure(b, l)
 	case contains(b, "Test NCCL failure ") || contains(b, "Test CUDA failure "):
@@ -115,6 +122,43 @@ func parseTorch(b []byte, l *Line) {
 		l.LocalRk = int(keyValue(b, "local_rank: "))
 		t.PID = int(keyValue(b, "(pid: "))
 	}
+}
+
+// maxWorkSeq bounds a believable work counter: PyTorch numbers works from 1, and no job
+// enqueues 2^40 of them. A larger value is memory PyTorch printed unset.
+const maxWorkSeq = 1 << 40
+
+// saneCounters drops counters no rank can have: beyond maxWorkSeq, or more works completed
+// than enqueued (a posted log printed 93459313471793 completed of 1 enqueued).
+func saneCounters(t *Torch) {
+	for _, v := range []*int64{&t.SeqNum, &t.Enqueued, &t.Completed} {
+		if *v > maxWorkSeq {
+			*v = -1
+		}
+	}
+	if t.Enqueued >= 0 && t.Completed > t.Enqueued {
+		t.Completed = -1
+	}
+}
+
+// dumpFrom reads the rank a dump signal names, -1 when the line is no dump signal.
+func dumpFrom(b []byte) int {
+	s := scanner{b: b}
+	if !s.skipTo("dump signal due to a collective timeout from ") {
+		return -1
+	}
+	for s.i < len(s.b) && s.b[s.i] == ' ' {
+		s.i++
+	}
+	if !hasPrefix(s.b[s.i:], "rank ") {
+		return -1
+	}
+	s.i += len("rank ")
+	v, ok := s.dec()
+	if !ok || v < 0 || v > 1<<24 {
+		return -1
+	}
+	return int(v)
 }
 
 // torchRank reads the rank of a PyTorch message: its process group prefix ("[PG 0 Rank

@@ -31,6 +31,16 @@ func TestTorchWatchdogWordings(t *testing.T) {
 			"kind=torch_work_status lrank=5 rank=5 pg=0/default_pg seq=44 enq=46 done=43 fatal=true", 5},
 		{"exception detected 2.4 untagged", "[E1206 18:44:12.715588844 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 0] Exception (either an error or timeout) detected by watchdog at work: 12, last enqueued NCCL work: 14, last completed NCCL work: 11.",
 			"kind=torch_work_status rank=0 pg=1/ seq=12 enq=14 done=11 fatal=true", 0},
+		// The dump signal (2.6+): this rank's counters, another rank's timeout.
+		{"dump signal 2.6", "[rank0]:" + ns + "[PG ID 0 PG GUID 0(default_pg) Rank 0] Received a dump signal due to a collective timeout from  rank 21 and we will try our best to dump the debug info. Last enqueued NCCL work: 905, last completed NCCL work: 903.This is most likely caused by incorrect usages of collectives",
+			"kind=torch_work_status lrank=0 rank=0 pg=0/default_pg seq=-1 enq=905 done=903 fatal=false from=21", 0},
+		{"dump signal no rank", ns + "[PG ID 0 PG GUID 0(default_pg) Rank 2] Received a dump signal due to a collective timeout from rank x. Last enqueued NCCL work: 9, last completed NCCL work: 8.",
+			"kind=torch_work_status rank=2 pg=0/default_pg seq=-1 enq=9 done=8 fatal=false", 2},
+		// Counters no rank can have are dropped, not reported.
+		{"completed beyond enqueued", "(RayWorkerWrapper pid=3101) [rank1]:[E ProcessGroupNCCL.cpp:1537] [PG 1 Rank 1] Timeout at NCCL work: 4, last enqueued NCCL work: 4, last completed NCCL work: 81723649120037.",
+			"kind=torch_work_status rank=1 pg=1/ seq=4 enq=4 done=-1 fatal=true", 1},
+		{"absurd sequence", ns + "[PG ID 0 PG GUID 0(default_pg) Rank 3]  failure detected by watchdog at work sequence id: 7 PG status: last enqueued work: 99999999999999999, last completed work: 6",
+			"kind=torch_work_status rank=3 pg=0/default_pg seq=7 enq=-1 done=6 fatal=true", 3},
 		{"timeout 1.13", "[E ProcessGroupNCCL.cpp:475] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=207, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800412 milliseconds before timing out.",
 			"kind=torch_timeout rank=3 seq=207 optype=ALLREDUCE numel=-1/-1 timeout=1800000 ran=1800412", 3},
 

@@ -580,6 +580,7 @@ def main():
     lineformats()
     frtrace()
     corpus3a()
+    corpus3b()
 
 
 def field14c():
@@ -1060,6 +1061,118 @@ def corpus3a():
     write("ucx_bus_error_shm", {"train.log": lines},
           {"exit": 1, "kind": "config", "host": "7f3ac9e1d2b4", "findings": 1, "say": ["bus error", "--shm-size", "ncclGroupEnd"]})
 
+
+def ras_report_227(version, cuda, body):
+    """A RAS text STATUS reply in the 2.27+ layout of a 3-node job whose nodes run different
+    process counts: the distribution table, the outlier node, then the given sections."""
+    major, minor = cuda.split(".")
+    rt = str(int(major) * 1000 + int(minor) * 10)
+    return ("""NCCL version %s compiled with CUDA %s
+CUDA runtime version %s, driver version %s
+
+Job summary
+===========
+
+  Nodes  Processes         GPUs
+          per node  per process
+      2          4            1
+      1          3            1
+
+  Nodes  Processes         GPUs
+(total)    (total)      (total)
+      3         11           11
+
+The outlier node:
+  Node 10.44.1.23 running processes 5521,5522,5523
+
+Communicators... (0.01s)
+=============
+
+""" % (version, cuda, rt, rt)) + body
+
+
+def corpus3b():
+    """Shapes a third check on posted logs found unread: a RAS report with the job's PyTorch
+    lines after it, or a warning before it (and the 2.27 layout), PyTorch's dump signal
+    naming the rank that timed out, a work counter PyTorch printed unset. Made-up hosts,
+    pids, addresses and hashes."""
+    # 59. ncclras says every communicator is RUNNING and OK; then rank 11's watchdog times
+    # out. Both are facts: RAS raises nothing, the timeout is the finding.
+    ts = "E0412 03:17:45.118204331"
+    report = """NCCL version 2.26.6+cuda12.8 compiled with CUDA 12.8
+CUDA runtime version 12080, driver version 12080
+
+Job summary
+===========
+
+  Nodes  Processes         GPUs  Processes     GPUs
+(total)   per node  per process    (total)  (total)
+      2          8            1         16       16
+
+Communicators... (0.02s)
+=============
+
+Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
+    #  in group  per comm  per node  per comm  in group
+    0         1         2         8        16        16   RUNNING      OK
+
+Errors
+======
+
+Warnings
+========
+"""
+    lines = report.split("\n") + [
+        "[rank11]:[%s ProcessGroupNCCL.cpp:632] [Rank 11] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=44107, OpType=ALLREDUCE, NumelIn=4194304, NumelOut=4194304, Timeout(ms)=1800000) ran for 1800052 milliseconds before timing out." % ts,
+        "[rank11]:[%s ProcessGroupNCCL.cpp:2268] [PG ID 0 PG GUID 0(default_pg) Rank 11]  failure detected by watchdog at work sequence id: 44107 PG status: last enqueued work: 44110, last completed work: 44106" % ts]
+    write("ras_ok_then_torch_timeout", {"console.txt": lines},
+          {"exit": 1, "kind": "hang", "findings": 1, "no_culprit": True, "say": ["timed out 1 rank(s)"], "avoid": ["RAS"]})
+
+    # 60. A PyTorch warning, then a 2.27-layout report in which one process is dead.
+    body = """Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
+    #  in group  per comm  per node  per comm  in group
+    0         1         3       3-4        11        11   RUNNING  INCOMPLETE
+    1         2         1         1         2         1    NOCOMM  INCOMPLETE,MISMATCH
+
+Errors
+======
+
+DEAD
+  1 job process is considered dead (unreachable via the RAS network)
+  Process 5522 on node 10.44.1.23 managing GPU 1
+
+#0-0 (00e1a7c35b0d9f21) INCOMPLETE
+  Missing communicator data from 1 rank
+  Rank 9 -- GPU 1 managed by process 5522 on node 10.44.1.23
+
+Warnings
+========
+"""
+    lines = ["W0412 03:02:11.902114662 ProcessGroupNCCL.cpp:981] Warning: TORCH_NCCL_AVOID_RECORD_STREAMS is the default now, this environment variable is thus deprecated. (function operator())"]
+    lines += ras_report_227("2.27.6", "12.9", body).split("\n")
+    write("ras_2_27_layout_after_warning", {"ras.txt": lines},
+          {"exit": 1, "kind": "crash", "say": ["dead"]})
+
+    # 61. Only rank 0's console: the flight recorder's dump signal names rank 6, whose
+    # collective timed out first; rank 0's counters are its own.
+    ts = "E0412 04:51:09.66120%04d"
+    lines = ["[rank0]:[%s ProcessGroupNCCL.cpp:1849] [PG ID 0 PG GUID 0(default_pg) Rank 0] Observed flight recorder dump signal from another rank via TCPStore." % (ts % 1),
+             "[rank0]:[%s ProcessGroupNCCL.cpp:1914] [PG ID 0 PG GUID 0(default_pg) Rank 0] Received a dump signal due to a collective timeout from  rank 6 and we will try our best to dump the debug info. Last enqueued NCCL work: 3318, last completed NCCL work: 3316.This is most likely caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, the order of collectives is not same for all ranks or the scheduled collective, for some reason, didn't run. Additionally, this can be caused by GIL deadlock or other reasons such as network errors or bugs in the communications library (e.g. NCCL), etc. " % (ts % 2),
+             "[rank0]:[%s ProcessGroupNCCL.cpp:1628] [PG ID 0 PG GUID 0(default_pg) Rank 0] ProcessGroupNCCL preparing to dump debug info. Include stack trace: 1, only active collectives: 0" % (ts % 3)]
+    write("torch_dump_signal_names_rank", {"rank0.log": lines},
+          {"exit": 1, "kind": "hang", "findings": 1, "no_culprit": True, "say": ["rank 6 timed out first"]})
+
+    # 62. Two Ray workers time out; one's status line printed an unset completed counter,
+    # which would make the other look behind.
+    pre = "(RayWorkerWrapper pid=77302) [rank0]:"
+    lines = [pre + "[E ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=786432, NumelOut=786432, Timeout(ms)=600000) ran for 600015 milliseconds before timing out.",
+             pre + "[E ProcessGroupNCCL.cpp:1537] [PG 1 Rank 0] Timeout at NCCL work: 3, last enqueued NCCL work: 3, last completed NCCL work: 2."]
+    pre = "(RayWorkerWrapper pid=77314) [rank1]:"
+    lines += [pre + "[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=786432, NumelOut=786432, Timeout(ms)=600000) ran for 600017 milliseconds before timing out.",
+             pre + "[E ProcessGroupNCCL.cpp:1537] [PG 1 Rank 1] Timeout at NCCL work: 3, last enqueued NCCL work: 3, last completed NCCL work: 81723649120037.",
+             pre + "[E ProcessGroupNCCL.cpp:577] [Rank 1] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data."]
+    write("torch_unset_completed_counter", {"worker.log": lines},
+          {"exit": 1, "kind": "hang", "findings": 1, "no_culprit": True, "say": ["timed out 2 rank(s)"], "avoid": ["81723649120037", "suspect"]})
 
 if __name__ == "__main__":
     main()
