@@ -150,18 +150,36 @@ func sameCulprit(f Finding, groups ...[]Finding) *Finding {
 // completion state shows next is its doing: a peer's GPU that never started an op is busy
 // behind one that waits for the stopped rank; send steps to it take long (a slow "link"
 // to a rank that no longer receives); an order tie that names it compared an op it never
-// issued. These fold into the stopped rank's finding instead of paging on their own.
-func stoppedRankExplainsNeighbours(_ *Job, _ Config, fs *findings) {
+// issued. These fold into the stopped rank's finding instead of paging on their own. A rank
+// that skipped a send or receive (a point-to-point mismatch) has stopped its peers the same
+// way; so has a rank whose GPU, busy with no NCCL op of its own (a kernel that does not end),
+// never started the op its peers run, while the other ranks found queued have an NCCL op
+// on their GPU that waits.
+func stoppedRankExplainsNeighbours(j *Job, _ Config, fs *findings) {
 	var causes []*Finding
 	for _, group := range []*[]Finding{&fs.crashes, &fs.stalls} {
 		for i := range *group {
-			if f := &(*group)[i]; !f.queued && (f.Kind == incident.KindCrash || f.Kind == incident.KindHang) {
+			f := &(*group)[i]
+			stopped := !f.queued && (f.Kind == incident.KindCrash || f.Kind == incident.KindHang || f.Kind == incident.KindP2PMismatch)
+			if known, onGPU := ncclOnGPU(j, f); stopped || f.queued && known && !onGPU {
 				causes = append(causes, f)
 			}
 		}
 	}
 	if len(causes) == 0 {
+		// Nothing explains them yet. A rank whose GPU runs an NCCL op that waits is a
+		// waiter, not a cause: it is not paged on its own while the rule that names whom
+		// it waits for (a skipped receive, after the hang window) has yet to speak.
+		drop := make([]bool, len(fs.stalls))
+		for i := range fs.stalls {
+			known, onGPU := ncclOnGPU(j, &fs.stalls[i])
+			drop[i] = fs.stalls[i].queued && known && onGPU
+		}
+		fs.stalls = without(fs.stalls, drop)
 		return
+	}
+	isCause := func(f *Finding) bool {
+		return slices.ContainsFunc(causes, func(c *Finding) bool { return c.Key == f.Key })
 	}
 	fold := func(group *[]Finding, consequence func(*Finding) *Finding) {
 		kept := (*group)[:0]
@@ -201,13 +219,36 @@ func stoppedRankExplainsNeighbours(_ *Job, _ Config, fs *findings) {
 		}
 		return nil
 	})
-	// Last: causes point into fs.stalls, which this folding compacts.
-	fold(&fs.stalls, func(f *Finding) *Finding {
-		if f.queued {
-			return causes[0]
+	// Last, and marked before any is dropped: causes point into fs.stalls.
+	drop := make([]bool, len(fs.stalls))
+	for i := range fs.stalls {
+		if f := &fs.stalls[i]; f.queued && !isCause(f) {
+			absorb(causes[0], f)
+			drop[i] = true
 		}
-		return nil
-	})
+	}
+	fs.stalls = without(fs.stalls, drop)
+}
+
+// ncclOnGPU says whether the one culprit of a finding is a known process (known) and has an
+// NCCL op running on its GPU on any communicator (onGPU): a queued rank without one keeps its
+// GPU busy with its own work; with one, it waits in NCCL.
+func ncclOnGPU(j *Job, f *Finding) (known, onGPU bool) {
+	if j == nil || len(f.culpritKeys) != 1 {
+		return false, false
+	}
+	for _, p := range j.Procs {
+		if p.Key() != f.culpritKeys[0] {
+			continue
+		}
+		for i := range p.Comms {
+			if d := p.Comms[i].Done; d != nil && d.InFlight != nil && d.InFlight.GPUStart != 0 {
+				return true, true
+			}
+		}
+		return true, false
+	}
+	return false, false
 }
 
 // brokenConnectionsNameTheDead: NCCL's "Connection closed by remote peer <address>" names

@@ -279,3 +279,49 @@ func TestStragglerBehindAStraggler(t *testing.T) {
 		})
 	}
 }
+
+// TestQueuedBehindTheirCause: live on one H100. gpu_hang: rank 1's GPU ran one long kernel,
+// so neither its collectives nor rank 0's (queued behind a tensor-parallel all-reduce that
+// waits for rank 1) started: both were found "issued, not started", and rank 0's paged on
+// its own. The rank whose GPU runs no NCCL op is the cause. p2p_skip: rank 1 skipped a
+// receive; ranks 0 and 2, queued behind ops that wait for it, follow its p2p mismatch.
+func TestQueuedBehindTheirCause(t *testing.T) {
+	p := func(r int, ncclOnGPU bool) *Proc {
+		pr := &Proc{Process: snapshot.Process{Host: "vm", PID: r, Rank: r}}
+		c := snapshot.Comm{ID: "tp", Rank: r, NRanks: 2, Done: &snapshot.Completion{}}
+		if ncclOnGPU {
+			c.Done.InFlight = &snapshot.Flight{GPUStart: snapshot.MicrosOf(t0)}
+		}
+		pr.Comms = []snapshot.Comm{c}
+		return pr
+	}
+	queued := func(pr *Proc) Finding {
+		return Finding{Kind: incident.KindHang, Key: "rank:" + pr.Key(), queued: true, measured: true,
+			culpritKeys: []string{pr.Key()}, Culprits: []incident.Culprit{pr.Culprit()}}
+	}
+	r0, r1, r2 := p(0, true), p(1, false), p(2, true)
+	j := &Job{Procs: []*Proc{r0, r1, r2}}
+	for _, c := range []struct {
+		name   string
+		stalls []Finding
+		want   string
+	}{
+		{"gpu_hang", []Finding{queued(r0), queued(r1)}, "rank:" + r1.Key()},
+		{"p2p_skip", []Finding{queued(r0), {Kind: incident.KindP2PMismatch, Key: "p2p:1", culpritKeys: []string{r1.Key()}}, queued(r2)}, "p2p:1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := findings{stalls: append([]Finding(nil), c.stalls...)}
+			stoppedRankExplainsNeighbours(j, DefaultConfig(), &fs)
+			if len(fs.stalls) != 1 || fs.stalls[0].Key != c.want || len(fs.stalls[0].Evidence) != len(c.stalls)-1 {
+				t.Fatalf("want only %s, with the others as evidence: %+v", c.want, fs.stalls)
+			}
+		})
+	}
+	// Every queued rank runs NCCL ops that wait (p2p_skip before the p2p rule's window):
+	// none is the cause, and none is paged.
+	fs := findings{stalls: []Finding{queued(r0), queued(r2)}}
+	stoppedRankExplainsNeighbours(j, DefaultConfig(), &fs)
+	if len(fs.stalls) != 0 {
+		t.Fatalf("ranks that all wait in NCCL are not paged on their own: %+v", fs.stalls)
+	}
+}
