@@ -157,15 +157,18 @@ func SlowLinks(j *Job, cfg Config) []Finding {
 				}
 			}
 		}
-		if len(links) < 2 {
-			continue
-		}
 		for i, l := range links {
+			// The pair's own reverse direction is no witness: a send step also waits on a
+			// receiver that posts late (its GPU busy, a two-rank communicator whose peer
+			// lags), which slows one direction of a healthy link. Other links must say it.
 			var rest []int64
 			for k, o := range links {
-				if k != i {
+				if k != i && (o.to == nil || o.to.Proc != l.from.Proc || o.from.Proc != toProc(l.to)) {
 					rest = append(rest, o.us)
 				}
+			}
+			if len(rest) < 2 {
+				continue
 			}
 			l.others, l.n = median(rest), len(rest)
 			if float64(l.us) < cfg.SlowLinkFactor*float64(l.others) || l.us-l.others < cfg.SlowLinkMinStep.Microseconds() {
@@ -217,4 +220,11 @@ func hcaOf(p *Proc) string {
 		return "one of its NICs " + strings.Join(p.NetDevs, " ")
 	}
 	return ""
+}
+
+func toProc(m *Member) *Proc {
+	if m == nil {
+		return nil
+	}
+	return m.Proc
 }

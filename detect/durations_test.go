@@ -99,3 +99,20 @@ func TestSlowLink(t *testing.T) {
 		t.Fatalf("culprits %v: %s\n%s", got, f.Summary, strings.Join(f.Evidence, "\n"))
 	}
 }
+
+// TestSlowLinkNeedsOtherLinks: live on one H100, a two-rank communicator's send steps from
+// rank 3 to rank 2 took 857 µs against 143 µs the other way, before any fault: rank 2's
+// GPU, shared with three other ranks, posted its receives late. A pair's reverse direction
+// does not witness against it; with no other link to compare, nothing is said.
+func TestSlowLinkNeedsOtherLinks(t *testing.T) {
+	var ps []*Proc
+	for r, net := range []int64{143, 857} {
+		p := timedRank(r, 30*time.Millisecond, time.Millisecond)
+		p.Comms[0].Done.Peers = []snapshot.PeerProgress{{Peer: 1 - r, Dir: snapshot.DirSend, NetUs: net, NetSteps: 136},
+			{Peer: 1 - r, Dir: snapshot.DirRecv}}
+		ps = append(ps, p)
+	}
+	if fs := SlowLinks(job(10*time.Second, ps...), DefaultConfig()); len(fs) != 0 {
+		t.Fatalf("one direction of a two-rank communicator is no slow link: %+v", fs)
+	}
+}
