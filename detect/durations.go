@@ -160,14 +160,14 @@ func SlowLinks(j *Job, cfg Config) []Finding {
 		for i, l := range links {
 			// The pair's own reverse direction is no witness: a send step also waits on a
 			// receiver that posts late (its GPU busy, a two-rank communicator whose peer
-			// lags), which slows one direction of a healthy link. Other links must say it.
+			// lags), which slows one direction of a healthy link. Another link must say it.
 			var rest []int64
 			for k, o := range links {
 				if k != i && (o.to == nil || o.to.Proc != l.from.Proc || o.from.Proc != toProc(l.to)) {
 					rest = append(rest, o.us)
 				}
 			}
-			if len(rest) < 2 {
+			if len(rest) == 0 {
 				continue
 			}
 			l.others, l.n = median(rest), len(rest)
