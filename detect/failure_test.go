@@ -494,3 +494,26 @@ func TestInitLogEndsAtInit(t *testing.T) {
 		}
 	}
 }
+
+// TestBrokenConnectionToAPeerWithoutLog: a reset or a timeout seen from one end, with no
+// log of the other node, may be a failed network path as well as a process that went away
+// (a posted job whose nodes had InfiniBand trouble); a close by the peer is the peer's own.
+func TestBrokenConnectionToAPeerWithoutLog(t *testing.T) {
+	for _, c := range []struct {
+		e     snapshot.Event
+		hedge bool
+	}{
+		{snapshot.Event{Kind: snapshot.EventSocketError, Fatal: true, Peer: "10.9.9.9<33759>", Detail: "Connection reset by peer", Stage: snapshot.StageReady}, true},
+		{snapshot.Event{Kind: snapshot.EventConnClosedRemote, Fatal: true, Peer: "10.9.9.9<33759>", Stage: snapshot.StageReady}, false},
+		{snapshot.Event{Kind: snapshot.EventSocketError, Fatal: true, Peer: "10.0.0.2<33759>", Detail: "Connection reset by peer", Stage: snapshot.StageReady}, false}, // gpu-b's log is here
+	} {
+		j := offlineJob(map[int][]snapshot.Event{0: {c.e}})
+		fs := Connections(j, DefaultConfig())
+		if len(fs) == 0 {
+			t.Fatalf("%s: no finding", c.e.Detail)
+		}
+		if got := strings.Contains(fs[0].Summary, "cannot be ruled out"); got != c.hedge {
+			t.Errorf("%s %s to %s: hedged %v, want %v: %s", c.e.Kind, c.e.Detail, c.e.Peer, got, c.hedge, fs[0].Summary)
+		}
+	}
+}

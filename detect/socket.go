@@ -158,6 +158,11 @@ func Connections(j *Job, cfg Config) []Finding {
 			}
 			who := describeHost(book, host, name)
 			f.Summary = fmt.Sprintf("the connection from %s to %s broke (%s) %s", b.p.Name(), who, breakReason(b.e), when)
+			if len(book.procs[host]) == 0 && stage != snapshot.StageInit && pathCanBreak(b.e) {
+				// Seen from one end only: a reset or a timeout also comes from a path that
+				// failed; a close by the peer (end of stream) and a broken pipe do not.
+				f.Summary += "; no log of that node is among these, so a network path that failed (its NIC, a switch, its IB ports) cannot be ruled out: its log, dmesg and port counters tell"
+			}
 			if b.e.T != 0 {
 				f.FaultAt = b.e.T.Time()
 			}
@@ -189,6 +194,14 @@ func strayInterface(p *Proc) string {
 		}
 	}
 	return ""
+}
+
+// pathCanBreak says whether a broken connection's error is one a failed network path
+// gives as well as a peer that went away: a reset, a timeout, an unreachable host.
+func pathCanBreak(e snapshot.Event) bool {
+	d := strings.ToLower(e.Detail)
+	return e.Kind != snapshot.EventConnClosedRemote &&
+		(strings.Contains(d, "reset") || strings.Contains(d, "timed out") || strings.Contains(d, "unreachable") || strings.Contains(d, "no route"))
 }
 
 func breakReason(e snapshot.Event) string {
