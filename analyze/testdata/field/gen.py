@@ -121,24 +121,33 @@ class P:
         return [self.info("%s -> %d%s" % (w, code, tag), tid) for w in where]
 
 
-def ras_dead_report(version, cuda, secs, host, pid, gpu, rank, comm):
-    """A RAS text STATUS reply of a 2-node, 4-rank job in which one process is dead."""
+def ras_versions(version, cuda):
+    """The two version lines that open a RAS text reply."""
     major, minor = cuda.split(".")
     rt = str(int(major) * 1000 + int(minor) * 10)
-    return """NCCL version %s compiled with CUDA %s
-CUDA runtime version %s, driver version %s
+    return "NCCL version %s compiled with CUDA %s\nCUDA runtime version %s, driver version %s\n" % (version, cuda, rt, rt)
 
+
+def ras_report(version, cuda, nodes, per_node, secs, body):
+    """A RAS text STATUS reply up to its communicators table (one GPU per process), then body."""
+    procs = nodes * per_node
+    return ras_versions(version, cuda) + """
 Job summary
 ===========
 
   Nodes  Processes         GPUs  Processes     GPUs
 (total)   per node  per process    (total)  (total)
-      2          2            1          4        4
+%7d%11d%13d%11d%9d
 
 Communicators... (%s)
 =============
 
-Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
+""" % (nodes, per_node, 1, procs, procs, secs) + body
+
+
+def ras_dead_report(version, cuda, secs, host, pid, gpu, rank, comm):
+    """A RAS text STATUS reply of a 2-node, 4-rank job in which one process is dead."""
+    return ras_report(version, cuda, 2, 2, secs, """Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
     #  in group  per comm  per node  per comm  in group
     0         1         2         2         4         4   RUNNING  INCOMPLETE
 
@@ -155,7 +164,7 @@ DEAD
 
 Warnings
 ========
-""" % (version, cuda, rt, rt, secs, pid, host, gpu, comm, rank, gpu, pid, host)
+""" % (pid, host, gpu, comm, rank, gpu, pid, host))
 
 def two_nodes(version="2.18.5+cuda12.2", net="IB", **kw):
     ps = []
@@ -1065,11 +1074,7 @@ def corpus3a():
 def ras_report_227(version, cuda, body):
     """A RAS text STATUS reply in the 2.27+ layout of a 3-node job whose nodes run different
     process counts: the distribution table, the outlier node, then the given sections."""
-    major, minor = cuda.split(".")
-    rt = str(int(major) * 1000 + int(minor) * 10)
-    return ("""NCCL version %s compiled with CUDA %s
-CUDA runtime version %s, driver version %s
-
+    return (ras_versions(version, cuda) + """
 Job summary
 ===========
 
@@ -1088,7 +1093,7 @@ The outlier node:
 Communicators... (0.01s)
 =============
 
-""" % (version, cuda, rt, rt)) + body
+""") + body
 
 
 def corpus3b():
@@ -1099,20 +1104,7 @@ def corpus3b():
     # 59. ncclras says every communicator is RUNNING and OK; then rank 11's watchdog times
     # out. Both are facts: RAS raises nothing, the timeout is the finding.
     ts = "E0412 03:17:45.118204331"
-    report = """NCCL version 2.26.6+cuda12.8 compiled with CUDA 12.8
-CUDA runtime version 12080, driver version 12080
-
-Job summary
-===========
-
-  Nodes  Processes         GPUs  Processes     GPUs
-(total)   per node  per process    (total)  (total)
-      2          8            1         16       16
-
-Communicators... (0.02s)
-=============
-
-Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
+    report = ras_report("2.26.6+cuda12.8", "12.8", 2, 8, "0.02s", """Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
     #  in group  per comm  per node  per comm  in group
     0         1         2         8        16        16   RUNNING      OK
 
@@ -1121,7 +1113,7 @@ Errors
 
 Warnings
 ========
-"""
+""")
     lines = report.split("\n") + [
         "[rank11]:[%s ProcessGroupNCCL.cpp:632] [Rank 11] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=44107, OpType=ALLREDUCE, NumelIn=4194304, NumelOut=4194304, Timeout(ms)=1800000) ran for 1800052 milliseconds before timing out." % ts,
         "[rank11]:[%s ProcessGroupNCCL.cpp:2268] [PG ID 0 PG GUID 0(default_pg) Rank 11]  failure detected by watchdog at work sequence id: 44107 PG status: last enqueued work: 44110, last completed work: 44106" % ts]
