@@ -156,13 +156,16 @@ func sameCulprit(f Finding, groups ...[]Finding) *Finding {
 // never started the op its peers run, while the other ranks found queued have an NCCL op
 // on their GPU that waits.
 func stoppedRankExplainsNeighbours(j *Job, _ Config, fs *findings) {
+	var gpus queuedGPUs
 	var causes []*Finding
+	causeKeys := map[string]bool{}
 	for _, group := range []*[]Finding{&fs.crashes, &fs.stalls} {
 		for i := range *group {
 			f := &(*group)[i]
 			stopped := !f.queued && (f.Kind == incident.KindCrash || f.Kind == incident.KindHang || f.Kind == incident.KindP2PMismatch)
-			if known, onGPU := ncclOnGPU(j, f); stopped || f.queued && known && !onGPU {
+			if known, onGPU := gpus.ncclOnGPU(j, f); stopped || known && !onGPU {
 				causes = append(causes, f)
+				causeKeys[f.Key] = true
 			}
 		}
 	}
@@ -172,15 +175,13 @@ func stoppedRankExplainsNeighbours(j *Job, _ Config, fs *findings) {
 		// it waits for (a skipped receive, after the hang window) has yet to speak.
 		drop := make([]bool, len(fs.stalls))
 		for i := range fs.stalls {
-			known, onGPU := ncclOnGPU(j, &fs.stalls[i])
-			drop[i] = fs.stalls[i].queued && known && onGPU
+			known, onGPU := gpus.ncclOnGPU(j, &fs.stalls[i])
+			drop[i] = known && onGPU
 		}
 		fs.stalls = without(fs.stalls, drop)
 		return
 	}
-	isCause := func(f *Finding) bool {
-		return slices.ContainsFunc(causes, func(c *Finding) bool { return c.Key == f.Key })
-	}
+	isCause := func(f *Finding) bool { return causeKeys[f.Key] }
 	fold := func(group *[]Finding, consequence func(*Finding) *Finding) {
 		kept := (*group)[:0]
 		for _, f := range *group {
@@ -230,25 +231,32 @@ func stoppedRankExplainsNeighbours(j *Job, _ Config, fs *findings) {
 	fs.stalls = without(fs.stalls, drop)
 }
 
-// ncclOnGPU says whether the one culprit of a finding is a known process (known) and has an
-// NCCL op running on its GPU on any communicator (onGPU): a queued rank without one keeps its
-// GPU busy with its own work; with one, it waits in NCCL.
-func ncclOnGPU(j *Job, f *Finding) (known, onGPU bool) {
-	if j == nil || len(f.culpritKeys) != 1 {
+// queuedGPUs answers, for queued findings, whether their one culprit is a known process
+// (known) with an NCCL op running on its GPU on any communicator (onGPU): a queued rank
+// without one keeps its GPU busy with its own work; with one, it waits in NCCL. Processes
+// are indexed once, on the first queued finding.
+type queuedGPUs struct{ byKey map[string]*Proc }
+
+func (q *queuedGPUs) ncclOnGPU(j *Job, f *Finding) (known, onGPU bool) {
+	if !f.queued || j == nil || len(f.culpritKeys) != 1 {
 		return false, false
 	}
-	for _, p := range j.Procs {
-		if p.Key() != f.culpritKeys[0] {
-			continue
+	if q.byKey == nil {
+		q.byKey = make(map[string]*Proc, len(j.Procs))
+		for _, p := range j.Procs {
+			q.byKey[p.Key()] = p
 		}
-		for i := range p.Comms {
-			if d := p.Comms[i].Done; d != nil && d.InFlight != nil && d.InFlight.GPUStart != 0 {
-				return true, true
-			}
-		}
-		return true, false
 	}
-	return false, false
+	p := q.byKey[f.culpritKeys[0]]
+	if p == nil {
+		return false, false
+	}
+	for i := range p.Comms {
+		if d := p.Comms[i].Done; d != nil && d.InFlight != nil && d.InFlight.GPUStart != 0 {
+			return true, true
+		}
+	}
+	return true, false
 }
 
 // brokenConnectionsNameTheDead: NCCL's "Connection closed by remote peer <address>" names
