@@ -19,26 +19,30 @@ func P2PMismatch(j *Job, cfg Config) []Finding {
 		if len(g.Members) < 2 {
 			continue
 		}
-		byRank := map[int]Member{}
-		for _, m := range g.Members {
-			byRank[m.Comm.Rank] = m
-		}
 		ok, _ := stalled(j, g, cfg.HangConfig)
 		finished := !ok && j.Offline
 		if !ok && !finished {
 			continue
 		}
-		for _, a := range g.Members {
-			aCounts, _ := p2pCounts(a.Comm)
-			for _, pa := range aCounts {
+		type counted struct {
+			Member
+			counts []snapshot.P2P
+			whole  bool
+		}
+		members := make([]counted, len(g.Members))
+		byRank := map[int]counted{}
+		for i, m := range g.Members {
+			c, whole := p2pCounts(m.Comm)
+			members[i] = counted{m, c, whole}
+			byRank[m.Comm.Rank] = members[i]
+		}
+		for _, a := range members {
+			for _, pa := range a.counts {
 				b, ok := byRank[pa.Peer]
-				if !ok {
+				if !ok || !b.whole {
 					continue
 				}
-				bCounts, whole := p2pCounts(b.Comm)
-				if !whole {
-					continue
-				}
+				bCounts := b.counts
 				recvs := int64(0)
 				for _, pb := range bCounts {
 					if pb.Peer == a.Comm.Rank {
