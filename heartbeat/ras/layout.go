@@ -29,7 +29,8 @@ var tableWords = map[string]bool{
 // TextStart reports whether a line opens a text STATUS reply: NCCL's version as the
 // report's first line prints it (a log's "NCCL version 2.x+cuda" line has no "compiled").
 func TextStart(line []byte) bool {
-	return reStartLine.Match(bytes.TrimRight(line, "\r\n"))
+	// Every line of a log is asked: the literal prefix turns nearly all away before the regexp.
+	return bytes.HasPrefix(line, []byte("NCCL version ")) && reStartLine.Match(bytes.TrimRight(line, "\r\n"))
 }
 
 // InText reports whether a line can be part of a text STATUS reply.
