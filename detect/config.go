@@ -8,8 +8,7 @@ import "time"
 type Config struct {
 	HangConfig       `yaml:",inline"`
 	CompletionConfig `yaml:",inline"`
-	DurationConfig   `yaml:",inline"`
-	StragglerConfig  `yaml:",inline"`
+	SlowdownConfig   `yaml:",inline"`
 	LinkConfig       `yaml:",inline"`
 	EventConfig      `yaml:",inline"`
 	LostConfig       `yaml:",inline"`
@@ -28,10 +27,8 @@ func DefaultConfig() Config {
 	return Config{
 		HangConfig:       HangConfig{HangFloor: 10 * time.Second, HangK: 4},
 		CompletionConfig: CompletionConfig{CompletionFloor: 3 * time.Second, CompletionK: 10},
-		DurationConfig: DurationConfig{MeasuredLagMin: 20 * time.Millisecond, MeasuredLagFraction: 0.25, MeasuredMinOps: 8,
-			SlowLinkFactor: 3, SlowLinkMinStep: 500 * time.Microsecond, SlowLinkMinSteps: 32},
-		StragglerConfig: StragglerConfig{StragglerMinLag: 20 * time.Millisecond, StragglerFraction: 0.05,
-			StragglerWindow: 64, StragglerMinSamples: 8, StragglerWarmupSteps: 3},
+		SlowdownConfig: SlowdownConfig{SlowdownShare: 0.10, SlowdownSteps: 20, SlowdownWarmupSteps: 3, MeasuredMinOps: 8,
+			SlowLinkFactor: 3, SlowLinkMinSteps: 32},
 		LinkConfig:  LinkConfig{XmitWaitPerSecond: 1e6},
 		EventConfig: EventConfig{EventMaxAge: 10 * time.Minute},
 		LostConfig:  LostConfig{MassLossNodes: 3, MassLossFraction: 0.25, MassLossWindow: 15 * time.Second},

@@ -16,7 +16,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	var (
 		stuck, crashes, mism, hangs, p2p, links, setup, cuda, ras, nccl, conns, silent, store []Finding
 		gpu, stragglers, lost, monitoring, diagnostics, stray, flight, collnet                []Finding
-		inversions, doneHangs, waits, slowLinks, measured, busyGPUs                           []Finding
+		inversions, doneHangs, waits, busyGPUs                                                []Finding
 		paused                                                                                []string
 	)
 	rules := []func(){
@@ -35,15 +35,13 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		func() { flight = FlightRecorder(j) },
 		func() { conns = Connections(j, cfg) },
 		func() { gpu = GPU(j, cfg) },
-		func() { stragglers = Straggler(j, cfg, timing) },
+		func() { stragglers = Slowdowns(j, cfg, timing) },
 		func() { lost = LostNodes(j, cfg) },
 		func() { monitoring = Monitoring(j) },
 		func() { diagnostics = Diagnostics(j) },
 		func() { inversions = OrderInversion(j, cfg) },
 		func() { doneHangs = CompletionHang(j, cfg) },
 		func() { waits = StuckWaits(j, cfg) },
-		func() { slowLinks = SlowLinks(j, cfg) },
-		func() { measured = MeasuredStragglers(j, cfg) },
 		func() { busyGPUs = BusyGPU(j, cfg) },
 		func() { stray = StrayAllocator(j, cfg) },
 		func() { collnet = CollNet(j, cfg) },
@@ -55,7 +53,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		inversions: inversions,
 		stalls:     append(append(append(doneHangs, hangs...), busyGPUs...), p2p...),
 		stuck:      append(waits, stuck...),
-		links:      append(links, slowLinks...),
+		links:      links,
 		errors:     append(append(setup, cuda...), silent...),
 		ras:        ras,
 		nccl:       nccl,
@@ -82,7 +80,15 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 			fs.errors = append(fs.errors, f)
 		}
 	}
-	for _, rule := range [][]Finding{gpu, measured, stragglers, lost, monitoring, diagnostics, stray} {
+	for _, f := range stragglers {
+		// A slow link is a link fault, which the merge steps weigh with the other links.
+		if f.Kind == incident.KindLink {
+			fs.links = append(fs.links, f)
+		} else {
+			fs.rest = append(fs.rest, f)
+		}
+	}
+	for _, rule := range [][]Finding{gpu, lost, monitoring, diagnostics, stray} {
 		fs.rest = append(fs.rest, rule...)
 	}
 	for _, step := range mergeSteps {

@@ -22,6 +22,10 @@ type Finding struct {
 	Evidence   []string
 	// FaultAt estimates when the condition began (zero when unknown).
 	FaultAt time.Time
+	// Cause is the root's cause class, from its own evidence; Episode the span of a
+	// slowdown (or a stall that resolved) and the share of the job's time it cost.
+	Cause   incident.Cause
+	Episode *incident.Episode
 	// Key identifies the root cause across evaluations: equal keys are one incident.
 	Key string
 	// Teardown is set on the finding that stands for a job's teardown when nothing earlier
@@ -73,7 +77,7 @@ func (f *Finding) Incident(job string, now time.Time) incident.Incident {
 	return incident.Incident{
 		Key: f.Key, Kind: f.Kind, State: incident.StateOpen, Severity: f.Severity, Job: job, Comm: f.Comm, Seq: f.Seq,
 		Culprits: f.Culprits, Victims: f.Victims, Summary: f.Summary, Evidence: f.Evidence, Ops: f.Ops,
-		LagSeconds: f.LagSeconds, OpenedAt: now, LastSeen: now, FaultAt: f.FaultAt,
+		LagSeconds: f.LagSeconds, OpenedAt: now, LastSeen: now, FaultAt: f.FaultAt, Cause: f.Cause, Episode: f.Episode,
 	}
 }
 

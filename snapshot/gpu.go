@@ -23,6 +23,11 @@ type GPU struct {
 	NVLinkErrors   uint64   `json:"nvlerr,omitempty"` // CRC + replay + recovery, summed over links
 	PCIeReplays    uint64   `json:"pcierep,omitempty"`
 	State          GPUState `json:"state,omitempty"` // derived from utilisation and power
+	// Procs are the compute processes NVML lists on the GPU (16 at most, the largest by
+	// memory). In a container NVML reports host PIDs, which may not be the ranks' own: compare
+	// counts (more processes than ranks using the GPU: it is shared), not PIDs. "procs" in
+	// Missing means NVML could not list them, so an empty list never reads as "nobody".
+	Procs []GPUProc `json:"procs,omitempty"`
 	// Missing lists, by JSON name, the readings NVML could not give this time (not
 	// supported on this GPU, or failed), so a zero is never taken for a measurement.
 	Missing []string `json:"na,omitempty"`
@@ -47,4 +52,11 @@ func (g *GPU) Has(field string) bool {
 type XID struct {
 	Code int    `json:"code"`
 	T    Micros `json:"t"`
+}
+
+// GPUProc is one compute process on a GPU.
+type GPUProc struct {
+	PID    int    `json:"pid"`
+	MemMiB int    `json:"mem,omitempty"`
+	Name   string `json:"name,omitempty"`
 }
