@@ -46,8 +46,18 @@ type groupLedger struct {
 	first     snapshot.Micros
 	last      snapshot.Micros // the newest arrival booked
 	spans     []lateSpan
-	keys      []string // proc keys, indexed by lateSpan.root
-	keyIndex  map[string]int32
+	// steps are the start times of the newest steps (their first arrival), for the step
+	// period over time; baseline is the shortest median period of a whole window seen.
+	steps    []stepStart
+	baseline int64
+	keys     []string // proc keys, indexed by lateSpan.root
+	keyIndex map[string]int32
+}
+
+// stepStart is when step k's first arrival came.
+type stepStart struct {
+	k int64
+	t snapshot.Micros
 }
 
 // lateSpan is wall time the members waited for root in one step: from the second-last
@@ -164,6 +174,12 @@ func (gl *groupLedger) book(g *Group, arr []arrival, keep int64) {
 			gl.first = a.first
 		}
 		gl.last = max(gl.last, a.at)
+		k := (a.seq - 1) / gl.positions
+		if n := len(gl.steps); n == 0 || gl.steps[n-1].k < k {
+			gl.steps = append(gl.steps, stepStart{k: k, t: a.first})
+		} else if gl.steps[n-1].k == k {
+			gl.steps[n-1].t = min(gl.steps[n-1].t, a.first)
+		}
 		if a.delay <= 0 {
 			continue
 		}
@@ -188,6 +204,45 @@ func (gl *groupLedger) book(g *Group, arr []arrival, keep int64) {
 	if cut > 0 {
 		gl.spans = append(gl.spans[:0], gl.spans[cut:]...)
 	}
+	if n := len(gl.steps); n > maxSteps {
+		gl.steps = append(gl.steps[:0], gl.steps[n-maxSteps:]...)
+	}
+}
+
+// maxSteps bounds the step times kept per communicator.
+const maxSteps = 512
+
+// slowedSteps compares the step period over the newest window of steps with the job's own
+// baseline (the shortest window median seen after the warm-up): the share of wall time the
+// job now loses, whoever causes it; 0 when there is no baseline yet.
+func (gl *groupLedger) slowedSteps(cfg SlowdownConfig) (share float64, now, base int64, since snapshot.Micros) {
+	win := max(cfg.SlowdownSteps, 2)
+	var d []int64
+	var at []snapshot.Micros
+	for i := 1; i < len(gl.steps); i++ {
+		a, b := gl.steps[i-1], gl.steps[i]
+		if b.k == a.k+1 && b.t > a.t && a.k >= int64(cfg.SlowdownWarmupSteps) {
+			d, at = append(d, int64(b.t-a.t)), append(at, a.t)
+		}
+	}
+	if len(d) < 2*win {
+		return 0, 0, 0, 0
+	}
+	for i := win; i <= len(d)-win; i += win / 2 {
+		if m := median(d[i-win : i]); gl.baseline == 0 || m < gl.baseline {
+			gl.baseline = m
+		}
+	}
+	now = median(d[len(d)-win:])
+	if gl.baseline <= 0 || now <= gl.baseline {
+		return 0, now, gl.baseline, 0
+	}
+	// The onset: the first step of the newest run of steps slower than halfway there.
+	since = at[len(at)-1]
+	for i := len(d) - 1; i >= 0 && 2*d[i] >= now+gl.baseline; i-- {
+		since = at[i]
+	}
+	return 1 - float64(gl.baseline)/float64(now), now, gl.baseline, since
 }
 
 // follower follows a late arrival across communicators: the member that arrived last at a

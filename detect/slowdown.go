@@ -106,7 +106,88 @@ func Slowdowns(j *Job, cfg Config, timing Timing) []Finding {
 	for _, l := range links {
 		out = append(out, l.finding(j))
 	}
+	if timing == TimingOK {
+		if f, ok := led.unattributed(j, sc, groups, out); ok {
+			out = append(out, f)
+		}
+	}
 	return out
+}
+
+// unattributed finds the job slower than its own baseline with no root booked for most of
+// it: every rank arrives on time and waits in its collectives (a slow link seen only from
+// logs, a GPU slower than its peers while the hosts wait for it). The root is then the one
+// member whose own evidence shows a cause (its GPU shared, throttled or faulted); else the
+// finding says what is known and how to see more.
+func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Group, named []Finding) (Finding, bool) {
+	var best struct {
+		g              *Group
+		share          float64
+		now, base      int64
+		since          snapshot.Micros
+		attributed     float64
+		attributedWhom []string
+	}
+	for id, gl := range l.groups {
+		g := groups[id]
+		share, now, base, since := gl.slowedSteps(sc)
+		if g == nil || share < sc.SlowdownShare || share <= best.share {
+			continue
+		}
+		var attributed float64
+		var whom []string
+		for _, f := range named {
+			if f.Episode != nil && (f.Comm == id || f.Kind == incident.KindLink) {
+				attributed += f.Episode.LostShare
+				whom = append(whom, f.Key)
+			}
+		}
+		if attributed*2 >= share {
+			continue
+		}
+		best.g, best.share, best.now, best.base, best.since, best.attributed, best.attributedWhom = g, share, now, base, since, attributed, whom
+	}
+	if best.g == nil {
+		return Finding{}, false
+	}
+	g := best.g
+	f := Finding{Kind: incident.KindStraggler, Severity: incident.SeverityWarning, Comm: g.ID, Key: "slowdown:" + g.ID,
+		Victims: len(g.Members), FaultAt: best.since.Time(),
+		Episode: &incident.Episode{Onset: best.since.Time(), LostShare: best.share}}
+	what := fmt.Sprintf("the job's steps take %s, %.0f%% of their time more than its own baseline of %s (communicator %s), since %s",
+		micros(best.now), 100*best.share/(1-best.share), micros(best.base), shortComm(g.ID), fmtTime(best.since.Time()))
+	// The members whose own evidence names a cause.
+	var suspects []*Proc
+	var why []string
+	for _, m := range g.Members {
+		e := episode{}
+		if c, w := slowCause(j, m.Proc, e, l.latestMeasured(m.Proc.Key(), j.Now)); c == incident.CauseGPUBusy || c == incident.CauseGPUThrottled || c == incident.CauseGPUFault {
+			suspects = append(suspects, m.Proc)
+			why = append(why, w)
+			f.Cause = c
+		}
+	}
+	if len(suspects) == 1 {
+		p := suspects[0]
+		f.Culprits, f.culpritKeys, f.Victims = []incident.Culprit{p.Culprit()}, []string{p.Key()}, len(g.Members)-1
+		f.Key = "straggler:" + p.Key()
+		f.Summary = fmt.Sprintf("%s slows the job: %s; no rank arrives late, so every rank waits on the GPUs, and %s: %s",
+			p.Name(), what, p.Name(), why[0])
+		processEvidence(j, p, &f)
+		return f, true
+	}
+	f.Cause = ""
+	f.Summary = fmt.Sprintf("the job slowed down: %s; no rank arrives late at its collectives, so the time goes inside them: a slow link or NIC, or a GPU slower than its peers; the logs cannot say which (the NCCL profiler plugin measures both)", what)
+	if len(suspects) > 1 {
+		f.Summary += fmt.Sprintf("; %d ranks' GPUs show a cause", len(suspects))
+		for i, p := range suspects {
+			f.addEvidence("%s: %s", p.Name(), why[i])
+		}
+	}
+	if best.attributed > 0 {
+		f.addEvidence("named roots explain %.0f%% of the time: %s", 100*best.attributed, strings.Join(best.attributedWhom, ", "))
+	}
+	return f, true
 }
 
 // rankEpisodes turns each communicator's episodes into findings, one per root and episode:

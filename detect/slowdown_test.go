@@ -278,3 +278,48 @@ func TestSlowLinkNeedsOtherLinks(t *testing.T) {
 		t.Fatalf("one direction of a two-rank communicator is no slow link: %+v", fs)
 	}
 }
+
+// Every rank arrives on time, but the steps grow from 300 to 450 ms (a slow link seen only
+// from logs, a GPU the hosts wait for): the job's own baseline says it slowed, and the one
+// rank whose GPU NVML shows shared is the root; without such evidence nobody is blamed.
+func TestUnattributedSlowdown(t *testing.T) {
+	slower := func(from int64, extra time.Duration, pauseAt int64) *Job {
+		shift := func(s int64, o *snapshot.Op) {
+			k := (s - 1) / 3
+			if k > from {
+				o.T += snapshot.Micros((time.Duration(k-from) * extra).Microseconds())
+			}
+			if pauseAt > 0 && k > pauseAt {
+				o.T += snapshot.Micros((60 * time.Second).Microseconds())
+			}
+		}
+		n := 3 * 90
+		end := time.Duration(n)*fakePeriod + time.Duration(90-from)*extra + time.Second
+		if pauseAt > 0 {
+			end += 60 * time.Second
+		}
+		return job(end, rank(0, n, fakePeriod, 0, shift), rank(1, n, fakePeriod, time.Millisecond, shift), rank(2, n, fakePeriod, 2*time.Millisecond, shift))
+	}
+	cfg := DefaultConfig()
+	f := only(t, Slowdowns(slower(50, 150*time.Millisecond, 0), cfg, TimingOK), incident.KindStraggler)
+	if len(f.Culprits) != 0 || !strings.Contains(f.Summary, "50% of their time more") {
+		t.Fatalf("%+v: %s", f.Culprits, f.Summary)
+	}
+	j := slower(50, 150*time.Millisecond, 0)
+	node := gpuNode("node2", snapshot.GPUComputing)
+	node.GPUs[0].T = snapshot.MicrosOf(j.Now)
+	node.GPUs[0].Procs = []snapshot.GPUProc{{PID: 102}, {PID: 4242}}
+	j.Nodes["node2"] = node
+	f = only(t, Slowdowns(j, cfg, TimingOK), incident.KindStraggler)
+	if got := culpritRanks(f); len(got) != 1 || got[0] != 2 || f.Cause != incident.CauseGPUBusy {
+		t.Fatalf("%v %s: %s", got, f.Cause, f.Summary)
+	}
+	for _, c := range []struct {
+		name string
+		j    *Job
+	}{{"steady", slower(200, 0, 0)}, {"a 60 s pause between two steps", slower(200, 0, 40)}, {"5% slower", slower(50, 15*time.Millisecond, 0)}} {
+		if fs := Slowdowns(c.j, cfg, TimingOK); len(fs) != 0 {
+			t.Errorf("%s: %s", c.name, fs[0].Summary)
+		}
+	}
+}
