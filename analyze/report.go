@@ -97,6 +97,10 @@ type FindingReport struct {
 	LagSeconds float64                `json:"lag_seconds,omitempty"`
 	Summary    string                 `json:"summary"`
 	Evidence   []string               `json:"evidence,omitempty"`
+	// Cause is the root's cause class; Episode the span of a slowdown or a stall that
+	// resolved, with the share of the job's time it cost.
+	Cause   incident.Cause    `json:"cause,omitempty"`
+	Episode *incident.Episode `json:"episode,omitempty"`
 }
 
 // add renders one run's detect view and result into the report.
@@ -154,7 +158,7 @@ func (r *Report) add(jobIdx int, jb *job, j *detect.Job, res detect.Result) {
 	for _, f := range res.Findings {
 		fr := FindingReport{Job: jobIdx, Kind: f.Kind, Severity: f.Severity, Comm: f.Comm, Seq: f.Seq,
 			Culprits: f.Culprits, Victims: f.Victims, Ops: f.Ops, LagSeconds: f.LagSeconds, Summary: f.Summary,
-			Evidence: f.Evidence}
+			Evidence: f.Evidence, Cause: f.Cause, Episode: f.Episode}
 		if jn, ok := jb.joins[f.Comm]; ok && f.Comm != "" {
 			fr.Evidence = append(fr.Evidence, fmt.Sprintf("communicator %s was joined across ranks without a commId (%s confidence): %s", f.Comm, jn.Confidence, jn.Why))
 		}
@@ -274,6 +278,19 @@ func (r *Report) Write(w io.Writer, verbose bool) error {
 			job = fmt.Sprintf("job %d ", f.Job)
 		}
 		fmt.Fprintf(&b, "  %d. [%s] %s%s: %s\n", i+1, strings.ToUpper(string(f.Severity)), job, f.Kind, f.Summary)
+		if e := f.Episode; e != nil && !e.Onset.IsZero() {
+			end := "still going when the logs end"
+			if !e.End.IsZero() {
+				end = "ended " + e.End.UTC().Format("15:04:05.000Z")
+			}
+			fmt.Fprintf(&b, "       episode: began %s, %s; cost %.0f%% of the job's time", e.Onset.UTC().Format("15:04:05.000Z"), end, 100*e.LostShare)
+			if f.Cause != "" {
+				fmt.Fprintf(&b, "; cause: %s", f.Cause)
+			}
+			b.WriteString("\n")
+		} else if f.Cause != "" {
+			fmt.Fprintf(&b, "       cause: %s\n", f.Cause)
+		}
 		ev := f.Evidence
 		if !verbose && len(ev) > fold {
 			ev = ev[:fold]
