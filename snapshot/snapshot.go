@@ -93,6 +93,16 @@ type Process struct {
 	// the profiler plugin's own state when its region was read.
 	Source Source  `json:"src,omitempty"`
 	Plugin *Plugin `json:"plug,omitempty"`
+
+	// Stat, CPU and CPUPct are /proc's view of a running process, set together (never
+	// while the process is not visible or after it exited): its scheduler state letter
+	// when last read, its cumulative CPU time in seconds (utime+stime), and its CPU use over
+	// the last sampling interval (about a second) in percent of one core (above 100 for a
+	// process busy on several cores). With Stat set, a CPUPct of 0 is a measurement: the
+	// process used no CPU.
+	Stat   SchedState `json:"stat,omitempty"`
+	CPU    float64    `json:"cpu,omitempty"`
+	CPUPct float64    `json:"cpupct,omitempty"`
 }
 
 // Comm is one communicator as one rank sees it.
