@@ -341,6 +341,7 @@ func TestGPUsAndWaiting(t *testing.T) {
 		g.BusID = "00000000:10:00.0"
 		g.Util, g.PowerMW, g.PowerLimitMW = 100, 121000, 700000
 	})
+	fake.SetProcesses(0, gpu.ComputeProcess{PID: 4246, UsedMemory: 70_000 << 20}, gpu.ComputeProcess{PID: 9999, UsedMemory: 600 << 20})
 	sampler, err := gpu.NewWithLibrary(fake, gpu.Options{Window: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -360,6 +361,19 @@ func TestGPUsAndWaiting(t *testing.T) {
 	}
 	if p.BusID != "10000" || p.GPUState != "waiting" || !p.Comms[0].Waiting {
 		t.Fatalf("rank bus %s state %s waiting %v; want 10000, waiting, true", p.BusID, p.GPUState, p.Comms[0].Waiting)
+	}
+	// The processes on each GPU go out with it, through the encoding a publish uses.
+	b, err := snapshot.Encode(s.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := snapshot.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if procs := n.GPUs[0].Procs; len(procs) != 2 || procs[0].PID != 4246 || procs[0].MemMiB != 70_000 || procs[1].PID != 9999 ||
+		!n.GPUs[1].Has("procs") || n.GPUs[1].Procs != nil {
+		t.Fatalf("GPU processes published: %+v and %+v", n.GPUs[0], n.GPUs[1])
 	}
 }
 
