@@ -196,6 +196,8 @@ var gpuSeries = []struct {
 	{gpuDesc("nvlink_errors_total", "NVLink CRC, replay and recovery errors summed over links."), "nvlerr", true,
 		func(g *snapshot.GPU) float64 { return float64(g.NVLinkErrors) }},
 	{gpuDesc("pcie_replays_total", "PCIe replays."), "pcierep", true, func(g *snapshot.GPU) float64 { return float64(g.PCIeReplays) }},
+	{gpuDesc("processes", "Processes with a compute context on the GPU, as NVML lists them (at most 16): more than the ranks using it means the GPU is shared."),
+		"procs", false, func(g *snapshot.GPU) float64 { return float64(len(g.Procs)) }},
 }
 
 var descGPUState = prometheus.NewDesc("ncclwatch_gpu_state",

@@ -66,26 +66,20 @@ type Process struct {
 	PID  int    `json:"pid"`
 	// Rank is the global rank: RANK from the environment, else the rank in the largest
 	// root communicator; -1 when unknown.
-	Rank      int       `json:"rank"`
-	LocalRank int       `json:"lrank"`
-	WorldSize int       `json:"world,omitempty"`
-	JobID     string    `json:"jobid,omitempty"` // TORCHELASTIC_RUN_ID or SLURM_JOB_ID
-	File      string    `json:"file,omitempty"`
-	State     ProcState `json:"state,omitempty"`
-	ExitedAt  Micros    `json:"exited,omitempty"`
-	// Stat is the scheduler state letter from /proc (R running, S sleeping, D in
-	// uninterruptible I/O, T/t stopped, Z zombie); CPU the cumulative CPU seconds and CPUPct
-	// the share of one core over the sidecar's last sampling interval (0: unknown).
-	Stat       string   `json:"stat,omitempty"`
-	CPU        float64  `json:"cpu,omitempty"`
-	CPUPct     float64  `json:"cpupct,omitempty"`
-	NCCL       string   `json:"nccl,omitempty"` // NCCL version, e.g. "2.28.9"
-	Timestamps bool     `json:"ts,omitempty"`   // lines carry NCCL's own timestamps
-	TSDigits   int      `json:"tsd,omitempty"`  // their sub-second digits (0: whole seconds)
-	CudaDev    int      `json:"cudadev"`
-	BusID      string   `json:"bus,omitempty"`     // PCI bus id as NCCL prints it, e.g. "1b000"
-	Network    string   `json:"net,omitempty"`     // "IB", "Socket", or a plugin name
-	NetDevs    []string `json:"netdevs,omitempty"` // e.g. "mlx5_0:1/IB", "eth0"
+	Rank       int       `json:"rank"`
+	LocalRank  int       `json:"lrank"`
+	WorldSize  int       `json:"world,omitempty"`
+	JobID      string    `json:"jobid,omitempty"` // TORCHELASTIC_RUN_ID or SLURM_JOB_ID
+	File       string    `json:"file,omitempty"`
+	State      ProcState `json:"state,omitempty"`
+	ExitedAt   Micros    `json:"exited,omitempty"`
+	NCCL       string    `json:"nccl,omitempty"` // NCCL version, e.g. "2.28.9"
+	Timestamps bool      `json:"ts,omitempty"`   // lines carry NCCL's own timestamps
+	TSDigits   int       `json:"tsd,omitempty"`  // their sub-second digits (0: whole seconds)
+	CudaDev    int       `json:"cudadev"`
+	BusID      string    `json:"bus,omitempty"`     // PCI bus id as NCCL prints it, e.g. "1b000"
+	Network    string    `json:"net,omitempty"`     // "IB", "Socket", or a plugin name
+	NetDevs    []string  `json:"netdevs,omitempty"` // e.g. "mlx5_0:1/IB", "eth0"
 	// Addrs are the process's bootstrap and NET/Socket IP addresses, to name remote peers.
 	Addrs []string `json:"addrs,omitempty"`
 	// Transports lists the channel paths this rank set up, e.g. "P2P/CUMEM", "NET/IB/0/GDRDMA".
@@ -99,6 +93,16 @@ type Process struct {
 	// the profiler plugin's own state when its region was read.
 	Source Source  `json:"src,omitempty"`
 	Plugin *Plugin `json:"plug,omitempty"`
+
+	// Stat, CPU and CPUPct are /proc's view of a running process, set together (never
+	// while the process is not visible or after it exited): its scheduler state letter
+	// when last read, its cumulative CPU time in seconds (utime+stime), and its CPU use over
+	// the last sampling interval (about a second) in percent of one core (above 100 for a
+	// process busy on several cores). With Stat set, a CPUPct of 0 is a measurement: the
+	// process used no CPU.
+	Stat   SchedState `json:"stat,omitempty"`
+	CPU    float64    `json:"cpu,omitempty"`
+	CPUPct float64    `json:"cpupct,omitempty"`
 }
 
 // Comm is one communicator as one rank sees it.

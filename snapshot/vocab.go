@@ -225,6 +225,23 @@ const (
 	ProcExited  ProcState = "exited"
 )
 
+// SchedState is a running process's scheduler state, the letter of /proc/<pid>/stat
+// (field 3), as the sidecar last read it. It is one sample of the main thread's state
+// (a few times a second), not a share of time: a rank that waits on its GPU sleeps most
+// of the time, so S alone says little; S with near-zero CPU for long says more.
+type SchedState string
+
+const (
+	SchedUnknown  SchedState = ""  // not read (not visible, exited, or offline)
+	SchedRunning  SchedState = "R" // running or runnable: on a CPU or waiting for one
+	SchedSleeping SchedState = "S" // interruptible sleep: waiting on a lock, a socket, the GPU
+	SchedDiskWait SchedState = "D" // uninterruptible sleep, usually I/O (disk, NFS)
+	SchedStopped  SchedState = "T" // stopped by a signal (SIGSTOP, job control)
+	SchedTraced   SchedState = "t" // stopped by a debugger (ptrace)
+	SchedZombie   SchedState = "Z" // exited, not yet reaped
+	SchedIdle     SchedState = "I" // kernel idle thread state; not expected of a rank
+)
+
 // CommState is where a communicator is in its life, from NCCL's Init/Destroy lines.
 type CommState string
 

@@ -73,8 +73,8 @@ type SidecarConfig struct {
 	NetRoot       string
 	NetInterfaces []string
 
-	// CheckPIDs watches the ranks' processes under ProcRoot (default /proc). Liveness,
-	// when set, answers instead (simulated ranks).
+	// CheckPIDs watches the ranks' processes under ProcRoot (default /proc), which also
+	// names the GPUs' processes. Liveness, when set, answers instead (simulated ranks).
 	CheckPIDs bool
 	ProcRoot  string
 	Liveness  heartbeat.Liveness
@@ -131,7 +131,7 @@ func Sidecar(ctx context.Context, cli *clientv3.Client, cfg SidecarConfig) (sc *
 			gpus.Close()
 		}
 	}
-	gopts := gpu.Options{Logger: log.With("part", "nvml"), Window: cfg.GPUWindow}
+	gopts := gpu.Options{Logger: log.With("part", "nvml"), Window: cfg.GPUWindow, ProcRoot: cfg.ProcRoot}
 	switch {
 	case cfg.GPULibrary != nil:
 		s, err := gpu.NewWithLibrary(cfg.GPULibrary, gopts)
