@@ -11,9 +11,12 @@ check() {  # check WORLD SCENARIO RANK WANT_RC PATTERN...   (FAULT_RANK=n in the
   local out err rc p one=0
   [ "$world" -gt 2 ] && one=1
   out=$(mktemp); err=$(mktemp)
+  # A loaded machine (2 shared cores) can take seconds to start python: 20 s for a job
+  # that must finish, 5 s for one that must still be running (silent, frozen).
+  local to=${JOBCHECK_TIMEOUT_S:-20}; [ "$want" = 124 ] && to=5
   env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$HERE/stubtorch" SCENARIO="$sc" RANK="$rank" WORLD_SIZE="$world" LOCAL_RANK="$rank" \
     ONE_GPU=$one STEPS=8 FAULT_STEP=4 PAUSE_S=0.2 STRAGGLE_S=0.01 COMPUTE_S=0.002 \
-    timeout -k 1 5 python3 "$HERE/job.py" > "$out" 2> "$err"
+    timeout -k 1 "$to" python3 "$HERE/job.py" > "$out" 2> "$err"
   rc=$?
   if [ "$rc" != "$want" ]; then echo "FAIL $sc/$world rank $rank: rc=$rc want $want"; tail -5 "$err"; fail=1; fi
   for p in "$@"; do
