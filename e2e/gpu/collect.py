@@ -678,10 +678,37 @@ def fr_summary(d):
         except OSError:
             continue
         rc = next((l for l in reversed(lines) if l.startswith("[fr_trace rc=")), None)
+        verdict = [l[:300] for l in lines if keys.search(l) and not l.startswith("[fr_trace")][:8]
         out["fr_trace"][name] = {"rc": rc, "lines": len(lines),
-                                 "verdict": [l[:300] for l in lines if keys.search(l) and not l.startswith("[fr_trace")][:8]}
+                                 "verdict": verdict or [l[:300] for l in lines if l.strip() and not l.startswith("[fr_trace")][:2]}
     out["ranks_dumped"] = sorted({int(m.group(1)) for x in out["dumps"] for m in [re.search(r"(\d+)$", x["file"])] if m})
     return out if out["dumps"] or out["json"] or out["fr_trace"] else None
+
+
+def offline_summary(d, t0):
+    """`watchdog analyze --json` of the case's INFO logs alone, and of everything it left."""
+    out = {}
+    for name in ("logs", "all"):
+        rep = read_json(os.path.join(d, f"analyze-{name}.json"))
+        try:
+            with open(os.path.join(d, f"analyze-{name}.rc")) as f:
+                rc = f.read().strip()
+        except OSError:
+            rc = None
+        if not isinstance(rep, dict):
+            if rc is not None:
+                out[name] = {"rc": rc, "error": "no JSON report"}
+            continue
+        fs = []
+        for x in rep.get("findings") or []:
+            if not isinstance(x, dict):
+                continue
+            onset, end = episode_of(x)
+            fs.append({"kind": x.get("kind"), "ranks": culprit_ranks(x), "cause": cause_of(x),
+                       "onset_s": rnd(onset - t0) if onset and t0 else None, "end_s": rnd(end - t0) if end and t0 else None,
+                       "summary": (x.get("summary") or "")[:200]})
+        out[name] = {"rc": rc, "verdict": rep.get("verdict"), "findings": fs[:30], "notes": (rep.get("notes") or [])[:5]}
+    return out or None
 
 
 def fault_evidence(d, events):
@@ -816,6 +843,7 @@ def collect_case(d, by_id, run, all_jobs=()):
         res["plugin"] = plugin_summary(d)
     if c.get("fr"):
         res["flight_recorder"] = fr_summary(d)
+    res["offline"] = offline_summary(d, fault_t or job_start)
 
     # NVML as the (first) sidecar published it, per phase of the case.
     snaps = []

@@ -25,7 +25,7 @@
 #
 # Results under $OUT (at most 8 files): results.json, results.md, run.log, logs.tar.zst,
 # samples.tar.zst, fr.tar.zst, prof.tar.zst (.tar.xz or .tgz where zstd is missing), and for C
-# whatever C_PRE left in $OUT (keep it to one file).
+# whatever C_PRE left in $OUT (keep it to one file; its stdout and stderr go into logs.*).
 #
 # Time: LIMIT_S (540) for the whole command. run.sh starts a case only if its cap fits, its
 # guard SIGTERMs it at HARD_S (what is left of LIMIT_S less 40 s for collect and pack), after
@@ -87,8 +87,10 @@ case $part in
     export FR_TIMING=${FR_TIMING:-1}
     if [ -n "${C_PRE:-}" ]; then
       echo "fourgpu C: C_PRE for at most ${C_PRE_S:-200}s: $C_PRE"
-      OUT="$OUT" timeout -k 5 "${C_PRE_S:-200}" bash -c "$C_PRE" > "$OUT/c_pre.log" 2>&1
-      echo "fourgpu C: C_PRE rc=$? after $(( $(date +%s) - T0 ))s"
+      # Its output goes into logs.* (run.sh packs PACK_EXTRA), so $OUT keeps room for one file of its own.
+      OUT="$OUT" timeout -k 5 "${C_PRE_S:-200}" bash -c "$C_PRE" > "$WORK.c_pre.log" 2>&1
+      echo "fourgpu C: C_PRE rc=$? after $(( $(date +%s) - T0 ))s" | tee -a "$WORK.c_pre.log"
+      export PACK_EXTRA="$WORK.c_pre.log"
     fi
     export CASES=${CASES:-"pause straggler_onset healthy p2p_skip wrong_op order_inversion_full wrong_size"}
     ;;

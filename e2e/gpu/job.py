@@ -409,9 +409,9 @@ class PhaseFault:
 
 
 def run_phases(plan):
-    """Phase after phase; rank 0 decides when a phase has run long enough (min_s seconds and
-    min_steps steps) and says so through a one-element world all-reduce each step, so every
-    rank changes phase at the same step."""
+    """Phase after phase. Each rank votes every step whether the phase has run long enough
+    (min_s seconds and min_steps steps, by its own clock) and a one-element world all-reduce
+    (MAX) of the votes ends it: every rank changes phase at the same step."""
     import statistics
     ctl = torch.zeros(1, device=dev, dtype=torch.int64)
     baseline = None
@@ -441,7 +441,7 @@ def run_phases(plan):
             collectives(i)
             el = time.time() - t_start
             done = (el >= min_s and k + 1 >= min_steps) or el >= max_s
-            ctl.fill_(1 if rank == 0 and done else 0)
+            ctl.fill_(1 if done else 0)
             dist.all_reduce(ctl, op=dist.ReduceOp.MAX)
             torch.cuda.synchronize()
             times.append(time.time() - s)
@@ -465,6 +465,8 @@ def run_phases(plan):
 mark("PHASE", phase="steps_start", steps=steps)
 t_loop = time.time()
 for i in range(steps if scen != "phases" else 0):
+    if i == fault_step:
+        fr_json_start.set()  # every rank: Flight Recorder's JSON form from here on
     if rank == FAULTY and i == fault_step:
         if scen == "silent":
             fault(i)

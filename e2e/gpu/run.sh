@@ -77,6 +77,12 @@ if [ "$STUBBED" = 1 ]; then
 elif [ -z "${TORCHRUN:-}" ]; then
   if command -v torchrun > /dev/null 2>&1; then TORCHRUN=torchrun; else TORCHRUN="python3 -m torch.distributed.run"; fi
 fi
+# The python with torch, for the GPU hogs and fr_trace: python3, else torchrun's own.
+TORCH_PY=${TORCH_PY:-python3}
+if [ "$DRYRUN" != 1 ] && ! python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)' 2>/dev/null; then
+  tp=$(head -1 "$(command -v torchrun 2>/dev/null || echo /dev/null)" 2>/dev/null | sed -n 's/^#! *//p')
+  [ -n "$tp" ] && [ -x "${tp%% *}" ] && TORCH_PY=$tp
+fi
 DET_PORT=${DET_PORT:-9300}
 ETCD_PORT=${ETCD_PORT:-2379}
 SC_PORT=${SC_PORT:-9301}
@@ -167,7 +173,7 @@ kill_leftover_ranks() {  # rank processes that outlived torchrun, by the pids th
   for p in $( (ls "$d/nccl" 2>/dev/null | sed -n 's/^nccl\..*\.\([0-9][0-9]*\)\.log$/\1/p';
                grep -ao 'WATCHDOG_INFO {[^}]*}' "$d/stdout.log" 2>/dev/null | grep -o '"pid": [0-9]*' | grep -o '[0-9]*$') | sort -u); do
     [ -r "/proc/$p/cmdline" ] || continue
-    if tr '\0' ' ' < "/proc/$p/cmdline" | grep -q 'e2e/gpu/\(job\|replay\)\.py'; then
+    if tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q 'e2e/gpu/\(job\|replay\)\.py'; then
       log "killing leftover rank process $p"
       kill -KILL "$p" 2>/dev/null
     fi
@@ -239,7 +245,7 @@ export LD_LIBRARY_PATH
 # Context, and warm torch's files into the page cache while the detector starts.
 if [ "$DRYRUN" != 1 ]; then
   (timeout 20 nvidia-smi --query-gpu=index,pci.bus_id,name,power.limit,clocks.max.sm,temperature.gpu --format=csv; timeout 20 nvidia-smi topo -m) > "$WORK/nvidia-smi.txt" 2>&1
-  timeout 60 python3 -c 'import torch,sys; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' > "$WORK/versions.txt" 2>&1 &
+  timeout 60 $TORCH_PY -c 'import torch,sys; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' > "$WORK/versions.txt" 2>&1 &
   BG_PIDS+=($!)
 fi
 # Raw go-nvml while idle (before anything runs on the GPUs), beside the detector's start.
@@ -285,11 +291,11 @@ kill_hogs() {       # kill_hogs DIR: the hog supervisors of a case, then any wor
   local d=$1 p
   [ -s "$d/hog/pids" ] || return 0
   for p in $(sort -u "$d/hog/pids"); do
-    [ -r "/proc/$p/cmdline" ] && tr '\0' ' ' < "/proc/$p/cmdline" | grep -q 'e2e/gpu/hog\.py' && kill -TERM "$p" 2>/dev/null
+    [ -r "/proc/$p/cmdline" ] && tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q 'e2e/gpu/hog\.py' && kill -TERM "$p" 2>/dev/null
   done
   sleep 1
   for p in $(sort -u "$d/hog/pids"); do
-    if [ -r "/proc/$p/cmdline" ] && tr '\0' ' ' < "/proc/$p/cmdline" | grep -q 'e2e/gpu/hog\.py'; then
+    if [ -r "/proc/$p/cmdline" ] && tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q 'e2e/gpu/hog\.py'; then
       log "killing leftover hog process $p"
       kill -KILL "$p" 2>/dev/null
     fi
@@ -302,11 +308,11 @@ kill_hogs() {       # kill_hogs DIR: the hog supervisors of a case, then any wor
 FR_BG_PIDS=()
 fr_analyze() {
   local d=$1
-  if ! timeout 60 python3 -c 'import torch.distributed.flight_recorder.fr_trace' > /dev/null 2>&1; then
+  if ! timeout 60 $TORCH_PY -c 'import torch.distributed.flight_recorder.fr_trace' > /dev/null 2>&1; then
     echo "fr_trace not run: torch.distributed.flight_recorder is not importable here (dry run?)" > "$d/fr_trace.txt"
     return 0
   fi
-  local m="python3 -m torch.distributed.flight_recorder.fr_trace"
+  local m="$TORCH_PY -m torch.distributed.flight_recorder.fr_trace"
   # shellcheck disable=SC2086
   ( cd "$d" && timeout 120 $m fr --prefix rank_ > fr_trace.txt 2>&1; echo "[fr_trace rc=$?]" >> fr_trace.txt ) &
   # shellcheck disable=SC2086
@@ -314,6 +320,16 @@ fr_analyze() {
   # shellcheck disable=SC2086
   ( cd "$d" && timeout 120 $m fr --prefix rank_ --allow-incomplete-ranks -j > fr_trace.entries.txt 2>&1; echo "[fr_trace rc=$?]" >> fr_trace.entries.txt ) &
   wait
+}
+
+# offline_analyze DIR: `watchdog analyze` after the case (issue 22: offline must name the same
+# roots): the INFO logs alone, and everything the case left (logs, stdout, Flight Recorder).
+offline_analyze() {
+  local d=$1 f
+  ( cd "$d" && timeout 60 "$WATCHDOG" analyze --json nccl > analyze-logs.json 2> analyze-logs.err; echo "$?" > analyze-logs.rc )
+  local -a all=(nccl stdout.log)
+  for f in fr frjson; do [ -n "$(ls "$d/$f" 2>/dev/null)" ] && all+=("$f"); done
+  ( cd "$d" && timeout 60 "$WATCHDOG" analyze --json "${all[@]}" > analyze-all.json 2> analyze-all.err; echo "$?" > analyze-all.rc )
 }
 
 run_case() {
@@ -419,7 +435,7 @@ run_case() {
     nccl_env+=(PHASES="@$d/phases.json" HOG_DIR="$d/hog" PHASE_S="${PHASE_S:-20}")
     local gp
     for gp in $(python3 "$HERE/phases.py" "$PHASE_PLAN" --hogs); do
-      env CUDA_DEVICE_ORDER=PCI_BUS_ID python3 "$HERE/hog.py" --gpu "${gp%%:*}" --dir "$d/hog" --pool "${gp#*:}" \
+      env CUDA_DEVICE_ORDER=PCI_BUS_ID $TORCH_PY "$HERE/hog.py" --gpu "${gp%%:*}" --dir "$d/hog" --pool "${gp#*:}" \
         --max-s $((BUDGET + 30)) $([ "$DRYRUN" = 1 ] && echo --dry) >> "$d/hog/supervisor.log" 2>&1 &
       BG_PIDS+=($!)
     done
@@ -465,6 +481,10 @@ run_case() {
   log "case $job: job exited rc=$rc after $(python3 -c "print(round($t_job_end-$t_job_start,1))")s"
   if [ "$FR" = 1 ] && [ -n "$(ls "$d/fr" 2>/dev/null)" ]; then
     fr_analyze "$d" &
+    FR_BG_PIDS+=($!)
+  fi
+  if [ "$mode" != plugin ]; then
+    offline_analyze "$d" &
     FR_BG_PIDS+=($!)
   fi
   [ "$ABORT" = 1 ] || sleep "$POST_S"
@@ -561,6 +581,8 @@ pack_list() {       # pack_list NAME LISTFILE: the files listed (relative to WOR
     ( cd "$WORK" && timeout 60 tar -c "${PACK_ARGS[@]}" -f "$OUT/$name" -T "$list" 2>/dev/null )
   fi
 }
+# PACK_EXTRA: files from outside (e.g. fourgpu.sh's C_PRE log) that go into logs.* too.
+for f in ${PACK_EXTRA:-}; do [ -f "$f" ] && cp "$f" "$WORK/" 2>/dev/null; done
 ( cd "$WORK" && find . -type f ! -name '.list-*' ! -path './etcd/*' ! -path '*/state*/*' ! -name '*.jsonl' ! -name 'metrics*.txt' ! -name 'incidents.final.json' \
     ! -path '*/fr/*' ! -path '*/frjson/*' ! -name 'fr_trace*' ! -path '*/prof/*' ! -name 'prof-final.*' | sort ) > "$WORK/.list-logs"
 ( cd "$WORK" && find . -type f \( -name '*.jsonl' -o -name 'metrics*.txt' -o -name 'incidents.final.json' \) ! -path '*/hog/*' | sort ) > "$WORK/.list-samples"

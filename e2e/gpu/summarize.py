@@ -151,6 +151,35 @@ def phase_tables(r, w):
         w("")
 
 
+def offline_table(r, w):
+    rows = [c for c in r.get("cases") or [] if c.get("offline")]
+    if not rows:
+        return
+    w("Offline: `watchdog analyze` after each case, on its INFO logs alone, and on everything it left (logs, stdout, Flight Recorder dumps); times from the fault (or the job's start):")
+    w("")
+    w("| case | expected | INFO logs | logs + stdout + dumps |")
+    w("|---|---|---|---|")
+
+    def cell(x):
+        if not x:
+            return "–"
+        if x.get("error"):
+            return f"{x['error']} (rc {x.get('rc')})"
+        fs = x.get("findings") or []
+        if not fs:
+            return f"nothing found (rc {x.get('rc')})"
+        parts = []
+        for f in fs[:5]:
+            ep = f" {fmt_s(f['onset_s'], True)}..{fmt_s(f['end_s'], True)}" if f.get("onset_s") is not None else ""
+            parts.append(f"{f['kind']}{'/' + f['cause'] if f.get('cause') else ''} → {f['ranks']}{ep}")
+        return "; ".join(parts) + (f" (+{len(fs) - 5})" if len(fs) > 5 else "")
+    for c in rows:
+        o = c["offline"]
+        exp = "phases" if c.get("phase_plan") else expected_text(c.get("expected"))
+        w(f"| {c['case']} | {exp} | {cell(o.get('logs'))} | {cell(o.get('all'))} |")
+    w("")
+
+
 def fr_table(r, w):
     rows = [c for c in r.get("cases") or [] if c.get("flight_recorder") and not c.get("phase_plan")]
     if not rows:
@@ -231,10 +260,11 @@ def main():
       "time the faulty rank printed `WATCHDOG_FAULT`; in brackets, the incident's own `opened_at` "
       "and `fault_at` relative to that moment.")
     w("")
-    if run.get("feeds") == "both":
+    if run.get("feeds") == "both" or any(len(c.get("feeds") or {}) > 1 for c in r.get("cases") or []):
         feed_tables(r, w)
         phase_tables(r, w)
         fr_table(r, w)
+        offline_table(r, w)
     else:
         legacy_table(r, w)
     notes(r, w)
