@@ -524,15 +524,29 @@ def phase_list(markers, job_end):
     return out
 
 
-def episodes(by_id, job):
-    """Every open spell of every incident of a job: one episode each."""
+def culprit_gpus(inc):
+    """The GPU indices an incident's culprits name (a GPU-level culprit has rank -1)."""
+    out = []
+    for c in inc.get("culprits") or []:
+        m = re.match(r"\s*(\d+)", str(c.get("gpu") or "")) if isinstance(c, dict) else None
+        if m:
+            out.append(int(m.group(1)))
+    return out
+
+
+def episodes(by_id, job, gpu_rank=None):
+    """Every open spell of every incident of a job: one episode each. Its ranks are the
+    culprit ranks, plus the rank on a culprit GPU (gpu_rank: GPU index -> rank)."""
+    gpu_rank = gpu_rank or {}
     out = []
     for e in by_id.values():
         if e["last"].get("job") != job:
             continue
         for start, end, inc in e["intervals"]:
             onset, ep_end = episode_of(inc)
-            out.append({"id": inc.get("id"), "kind": inc.get("kind"), "ranks": culprit_ranks(inc),
+            ranks = culprit_ranks(inc)
+            ranks += [gpu_rank[g] for g in culprit_gpus(inc) if g in gpu_rank and gpu_rank[g] not in ranks]
+            out.append({"id": inc.get("id"), "kind": inc.get("kind"), "ranks": ranks,
                         "cause": cause_of(inc), "cause_class": cause_class(cause_of(inc)),
                         "start": start, "end": end, "onset": onset, "episode_end": ep_end,
                         "summary": (inc.get("summary") or "")[:200]})
@@ -809,8 +823,12 @@ def collect_case(d, by_id, run, all_jobs=()):
         plist = phase_list([p for p in phases if "event" in p], job_end)
         res["phase_plan"] = c.get("phase_plan")
         res["socket"] = c.get("socket")
+        # One rank per GPU (four GPUs): a culprit GPU names its rank.
+        gpus = [i.get("gpu") for i in info.values() if isinstance(i, dict)]
+        gpu_rank = {i["gpu"]: r for r, i in info.items() if isinstance(i, dict) and isinstance(i.get("gpu"), int)
+                    and gpus.count(i["gpu"]) == 1 and isinstance(r, int)}
         for f in feeds:
-            eps = episodes(by_id, f["job"])
+            eps = episodes(by_id, f["job"], gpu_rank)
             fr[f["feed"]]["phases"] = judge_phases(plist, eps, f["feed"], job_end)
             fr[f["feed"]].update(edge_findings(plist, eps, job_end))
             judged = [p["verdict"]["pass"] for p in fr[f["feed"]]["phases"]]

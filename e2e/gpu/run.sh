@@ -216,6 +216,8 @@ wait_http() {       # wait_http URL SECONDS
 
 json_str() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
 
+# Absolute: some steps run from a case's folder (offline analyze).
+case $WATCHDOG in /*) ;; */*) WATCHDOG=$ROOT/$WATCHDOG ;; esac
 log "e2e/gpu: dryrun=$DRYRUN one_gpu=$ONE_GPU nproc=$NPROC logmode=$LOGMODE watchdog=$WATCHDOG torchrun='$TORCHRUN' node=$NODE cases=[$CASES] pg_timeout=${PG_TIMEOUT}s out=$OUT work=$WORK"
 if [ ! -x "$WATCHDOG" ]; then log "WARNING: $WATCHDOG is not an executable file; detector/sidecar will fail"; fi
 # Plugin mode: NCCL loads the plugin by absolute path; the sidecar reads its files through
