@@ -15,7 +15,7 @@
 # Here, the same without GPU: DRYRUN=1 bash e2e/gpu/onegpu.sh plugin|info (stub torch).
 # Carried from here (no Go and no gcc there): bin/watchdog-linux-amd64 (cgo build),
 # bin/libnccl-profiler-ncclwatch.so and bin/profdump-linux-amd64 (make plugin).
-# Results under $OUT: results.json, results.md, run.log, logs.tgz, samples.tgz (run.sh) and,
+# Results under $OUT: results.json, results.md, run.log, logs.tgz, samples.tgz, prof.tgz (run.sh) and,
 # for "info", overhead.json and overhead.tgz (overhead.md + every run's output): 7 files.
 # Time guards: run.sh starts a case only if its cap fits and SIGTERMs itself at HARD_S; the
 # overhead stops starting runs after OVERHEAD_S; the whole command ends before 9 minutes.

@@ -16,7 +16,8 @@
 # A case token is a scenario of job.py, or SCENARIO:MODE to run it in the other log mode
 # (job name SCENARIO-MODE), e.g. CASES="order_inversion order_inversion:info".
 #
-# Results under $OUT: results.json, results.md, run.log, logs.tgz, samples.tgz.
+# Results under $OUT: results.json, results.md, run.log, logs.tgz, samples.tgz, and prof.tgz
+# (plugin regions) and fr.tgz (Flight Recorder) when there are any (FOUR_GPU: .tar.zst).
 # Every knob below can be set from the environment.
 set -u
 MAIN_PID=$$
@@ -561,8 +562,12 @@ timeout 10 python3 "$HERE/summarize.py" "$OUT/results.json" > "$OUT/results.md" 
 #   samples.*  snapshot/incident/region samples (*.jsonl), metrics
 #   fr.*       Flight Recorder dumps (pickles, JSON) and fr_trace's outputs
 #   prof.*     the profiler plugin's region files (*.bin) and profdump's last reading
-# zstd when there is one (.tar.zst), else xz (.tar.xz), else gzip (.tgz); PACK=gzip|xz|zstd.
-PACK=${PACK:-$(command -v zstd > /dev/null && echo zstd || { command -v xz > /dev/null && echo xz || echo gzip; })}
+# Four GPUs: zstd when there is one (.tar.zst), else xz (.tar.xz), else gzip (.tgz); the other
+# layouts keep gzip (.tgz) as before. PACK=gzip|xz|zstd.
+if [ "$FOUR_GPU" = 1 ]; then
+  PACK=${PACK:-$(command -v zstd > /dev/null && echo zstd || { command -v xz > /dev/null && echo xz || echo gzip; })}
+fi
+PACK=${PACK:-gzip}
 case $PACK in
   zstd) PACK_EXT=tar.zst; PACK_ARGS=(-I "zstd -T0 -12") ;;
   xz)   PACK_EXT=tar.xz; PACK_ARGS=(-I "xz -T0 -6") ;;
