@@ -37,27 +37,12 @@
 # SIDECAR_FLAGS, SIDECAR_CASE_FLAGS ('--stdout-logs {case}/stdout.log' and the like; {case} is
 # the case folder), C_PRE (part C: a command run first, e.g. the plugin overhead of issue 25,
 # given C_PRE_S (200) seconds; it may write into $OUT), plus every knob of run.sh and phases.py.
-set -u
-T0=$(date +%s)
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-cd "$ROOT" || exit 1
+. "$HERE/devcmd.sh"
 part=${1:-}
-OUT=${OUT:-$ROOT/tmp/fourgpu-out}
 LIMIT_S=${LIMIT_S:-540}
-mkdir -p "$OUT"
-
-export WATCHDOG=${WATCHDOG:-bin/watchdog-linux-amd64}
-export PLUGIN_SO=${PLUGIN_SO:-bin/libnccl-profiler-ncclwatch.so}
-export PROFDUMP=${PROFDUMP:-bin/profdump-linux-amd64}
 export RATELIMIT_SO=${RATELIMIT_SO:-bin/ratelimit.so}
-for f in "$WATCHDOG" "$PROFDUMP"; do [ -f "$f" ] && chmod +x "$f" 2>/dev/null; done
-missing=""
-for f in "$WATCHDOG" "$PLUGIN_SO" "$PROFDUMP" "$RATELIMIT_SO"; do [ -f "$f" ] || missing="$missing $f"; done
-if [ -n "$missing" ]; then
-  echo "fourgpu: missing$missing: build them here and carry them (see e2e/gpu/README.md)" | tee "$OUT/run.log"
-  exit 2
-fi
+devcmd_start fourgpu "$RATELIMIT_SO"
 
 # Every process of the run, on the device: one rank per GPU, no NVLS multicast anywhere.
 export FOUR_GPU=1 FEEDS=both FR=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -65,10 +50,7 @@ export PG_TIMEOUT=${PG_TIMEOUT:-20} CRASH_MONITOR_S=${CRASH_MONITOR_S:-15} COMPU
 export PAUSE_S=${PAUSE_S:-30} GPU_HANG_S=${GPU_HANG_S:-60}
 export STEPS_sub_mismatch=${STEPS_sub_mismatch:-90}
 if [ "${DRYRUN:-0}" = 1 ]; then  # here, without GPU: stubrun.py and the stub torch
-  read -r p1 p2 p3 p4 < <(python3 -c 'import socket
-ss = [socket.socket() for _ in range(4)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in ss))')  # free ports: other dry runs may share this machine
+  read -r p1 p2 p3 p4 < <(free_ports 4)
   export DRYRUN DET_PORT=${DET_PORT:-$p1} ETCD_PORT=${ETCD_PORT:-$p2} SC_PORT=${SC_PORT:-$p3} SC_PORT2=${SC_PORT2:-$p4}
   export RAS_ADDR=${RAS_ADDR:-127.0.0.1:1} COMPUTE_S=0.05 EXTRA_S=${EXTRA_S:-0}
   export PHASE_SCALE=${PHASE_SCALE:-0.4} PHASE_EST_STEP_S=${PHASE_EST_STEP_S:-0.5} RATE_MILD=${RATE_MILD:-2M} RATE_STRONG=${RATE_STRONG:-300K} RATE_BURST=${RATE_BURST:-300K}
