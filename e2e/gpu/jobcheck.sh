@@ -12,8 +12,8 @@ check() {  # check WORLD SCENARIO RANK WANT_RC PATTERN...   (FAULT_RANK=n in the
   [ "$world" -gt 2 ] && one=1
   out=$(mktemp); err=$(mktemp)
   # A loaded machine (2 shared cores) can take seconds to start python: 20 s for a job
-  # that must finish, 5 s for one that must still be running (silent, frozen).
-  local to=${JOBCHECK_TIMEOUT_S:-20}; [ "$want" = 124 ] && to=5
+  # that must finish, 10 s for one that must still be running (silent, frozen).
+  local to=${JOBCHECK_TIMEOUT_S:-20}; [ "$want" = 124 ] && to=10
   env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$HERE/stubtorch" SCENARIO="$sc" RANK="$rank" WORLD_SIZE="$world" LOCAL_RANK="$rank" \
     ONE_GPU=$one STEPS=8 FAULT_STEP=4 PAUSE_S=0.2 STRAGGLE_S=0.01 COMPUTE_S=0.002 \
     timeout -k 1 "$to" python3 "$HERE/job.py" > "$out" 2> "$err"
