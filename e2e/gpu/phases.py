@@ -15,6 +15,8 @@ Plans:
   phases_sock  the socket transport for the whole job (run.sh sets NCCL_P2P_DISABLE=1
                NCCL_SHM_DISABLE=1 and the rate-limit shim): slow links (rank 1 at two
                rates; rank 2 intermittently)
+  phases_nvl2, phases_sock2
+               the same classes on ranks 0 and 1 of a 2-rank job (two GPUs)
   phases_mini  a short one for dry runs and smoke tests: one fault of each class
 
 Environment: PHASE_SCALE (1.0) multiplies every phase's min_s (dry runs use less);
@@ -72,6 +74,32 @@ def plans():
             fault("link_r1_strong", "link", 1, 15, rate=strong),
             healthy("healthy_2", 10),
             fault("link_r2_bursts", "link", 2, 20, mode="intermittent", rate=burst, on_s=2, every_s=6),
+            healthy("healthy_end", 12),
+        ],
+        # Two GPUs (nvidia-h100-x2, when no 4-GPU machine is lent): the same classes on
+        # ranks 0 and 1 of a 2-rank job, one rank per GPU.
+        "phases_nvl2": [
+            healthy("healthy_start", 15),
+            fault("host_r1_1.3x", "host", 1, 15, factor=1.3),
+            healthy("healthy_1", 10),
+            fault("host_r0_5x", "host", 0, 15, factor=5),
+            healthy("healthy_2", 10),
+            fault("host_r1_stalls", "host", 1, 20, mode="intermittent", stall_s=2.0, every=10),
+            healthy("healthy_3", 10),
+            fault("gpu_r1_1hog", "gpu", 1, 15, workers=1, duty=1.0),
+            healthy("healthy_4", 10),
+            fault("gpu_r0_quarterhog", "gpu", 0, 15, workers=1, duty=0.25),
+            healthy("healthy_5", 10),
+            fault("gpu_r1_bursts", "gpu", 1, 24, mode="intermittent", workers=3, duty=1.0, on_s=3, every_s=8),
+            healthy("healthy_end", 12),
+        ],
+        "phases_sock2": [
+            healthy("healthy_start", 15),
+            fault("link_r1_mild", "link", 1, 15, rate=mild),
+            healthy("healthy_1", 10),
+            fault("link_r1_strong", "link", 1, 15, rate=strong),
+            healthy("healthy_2", 10),
+            fault("link_r0_bursts", "link", 0, 20, mode="intermittent", rate=burst, on_s=2, every_s=6),
             healthy("healthy_end", 12),
         ],
         "phases_mini": [
