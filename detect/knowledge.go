@@ -1,0 +1,338 @@
+package detect
+
+import (
+	_ "embed"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// knowledgeCSV is what the messages of NCCL, CUDA, the HCA and PyTorch mean, one row per
+// meaning; its header comment documents the columns.
+//
+//go:embed knowledge.csv
+var knowledgeCSV string
+
+// knowledge is the table, read once. A bad row is left out and named in knowledgeErr, which
+// TestKnowledgeTable requires to be nil and Evaluate reports as a note: never a crash.
+var knowledge, knowledgeErr = readKnowledge(strings.NewReader(knowledgeCSV))
+
+// role is the part a finding of the table plays when findings are merged (merge.go).
+type role string
+
+const (
+	roleCause    role = "cause"    // an error that explains the deaths and stalls after it
+	roleLink     role = "link"     // a link fault
+	roleCrash    role = "crash"    // a process that went away
+	roleStall    role = "stall"    // a process that stopped
+	roleNote     role = "note"     // explains nothing else
+	roleFallback role = "fallback" // reported only when nothing critical is found
+)
+
+// row is one meaning: the events it matches and the finding they make.
+type row struct {
+	id     string
+	events []snapshot.EventKind
+	codes  []int
+	// notCode, notStage negate codes, stages.
+	notCode, notStage bool
+	stages            []string
+	fatal             string // "", "yes", "no"
+	detail, msg, src  pattern
+	addr              string
+	ignore            bool
+	severity          incident.Severity
+	kind              incident.Kind
+	cause             incident.Cause
+	role              role
+	culprit           string
+	key, under        template
+	summary, advice   template
+	then              []follow
+	index             int // its place in the table: the earlier row leads a finding
+}
+
+// pattern is an optional case-insensitive regexp, negated by a leading '!'.
+type pattern struct {
+	re  *regexp.Regexp
+	not bool
+}
+
+func (p pattern) holds(s string) bool { return p.re == nil || p.re.MatchString(s) != p.not }
+
+// follow is a kind of event of the same process that follows from a row's event: every
+// later one (adj 0), or only the one just before (-1) or after (+1) it.
+type follow struct {
+	kind snapshot.EventKind
+	adj  int
+}
+
+// template is a text with {placeholder}s, split once.
+type template []string // literal, name, literal, name, ..., literal
+
+func (t template) empty() bool { return len(t) == 0 || len(t) == 1 && t[0] == "" }
+
+// columns are the table's header, in order.
+var columns = []string{"id", "event", "code", "stage", "fatal", "detail", "msg", "src", "addr", "severity", "kind",
+	"cause", "role", "culprit", "key", "then", "under", "summary", "advice"}
+
+// Every value a column may hold, where the set is closed.
+var (
+	knownEvents = []snapshot.EventKind{snapshot.EventIBCompletion, snapshot.EventIBAsync, snapshot.EventSocketError,
+		snapshot.EventConnClosedRemote, snapshot.EventConnClosedLocal, snapshot.EventProxyError, snapshot.EventCudaError,
+		snapshot.EventSystemError, snapshot.EventBreadcrumb, snapshot.EventRASPeerDead, snapshot.EventWarn,
+		snapshot.EventCommAbort, snapshot.EventCollMismatch, snapshot.EventSocketConnect, snapshot.EventNoInterface,
+		snapshot.EventShmError, snapshot.EventDuplicateGPU, snapshot.EventVersionMismatch, snapshot.EventIBSetup,
+		snapshot.EventRankConflict, snapshot.EventNetSizeMismatch, snapshot.EventP2PError, snapshot.EventNetError,
+		snapshot.EventTorchTimeout, snapshot.EventTorchWorkStatus, snapshot.EventTorchTerminate, snapshot.EventTorchNCCLError,
+		snapshot.EventLauncherExit, snapshot.EventTorchStore, snapshot.EventTorchStuck, snapshot.EventFRCollective,
+		snapshot.EventFRCulprit, snapshot.EventFRMissing, snapshot.EventSignal}
+	knownStages = []string{"init", "ready", "first", "run", "undated", "quoted", "stuck"}
+	knownAddrs  = []string{"", "named", "loopback", "logged", "unlogged", "stray"}
+	knownRoles  = []role{roleCause, roleLink, roleCrash, roleStall, roleNote, roleFallback}
+	knownCauses = []incident.Cause{"unknown", incident.CauseDied, incident.CauseHostStalled, incident.CauseHostSlow,
+		incident.CauseGPUBusy, incident.CauseGPUThrottled, incident.CauseGPUFault, incident.CauseLink, incident.CauseNetwork,
+		incident.CauseMismatch, incident.CauseOrder, incident.CauseInit, incident.CauseSetup, incident.CauseApplication,
+		incident.CauseNCCL}
+	knownCulprits = []string{"reporter", "host", "peer", "peers", "remote", "shared", "ranks", "rank", "coderank", "none"}
+	placeholders  = []string{"who", "host", "proc", "hca", "port", "peer", "peerhost", "peername", "peeraddr", "blame",
+		"culprit", "detail", "text", "msg", "code", "event", "src", "status", "result", "errno", "ranks", "rank", "when",
+		"origin", "strayaddr", "wrongtype"}
+)
+
+// readKnowledge reads the table. It keeps the good rows and returns every bad one's fault.
+func readKnowledge(r io.Reader) ([]row, error) {
+	cr := csv.NewReader(r)
+	cr.Comment = '#'
+	header, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("knowledge table: header: %w", err)
+	}
+	if !slices.Equal(header, columns) {
+		return nil, fmt.Errorf("knowledge table: header is %q, want %q", header, columns)
+	}
+	var rows []row
+	var errs []error
+	ids := map[string]bool{}
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		line, _ := cr.FieldPos(0)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("knowledge table: %w", err))
+			if rec == nil {
+				break
+			}
+			continue
+		}
+		rw, err := parseRow(rec)
+		if err == nil && ids[rw.id] {
+			err = errors.New("the id is used twice")
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("knowledge table line %d (%s): %w", line, rec[0], err))
+			continue
+		}
+		ids[rw.id] = true
+		rw.index = len(rows)
+		rows = append(rows, rw)
+	}
+	return rows, errors.Join(errs...)
+}
+
+// parseRow reads and checks one record.
+func parseRow(rec []string) (row, error) {
+	f := map[string]string{}
+	for i, c := range columns {
+		f[c] = strings.TrimSpace(rec[i])
+	}
+	rw := row{id: f["id"], fatal: f["fatal"], addr: f["addr"], kind: incident.Kind(f["kind"]), cause: incident.Cause(f["cause"]),
+		role: role(f["role"]), culprit: f["culprit"]}
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if rw.id == "" {
+		bad("no id")
+	}
+	for _, e := range strings.Split(f["event"], "|") {
+		if !slices.Contains(knownEvents, snapshot.EventKind(e)) {
+			bad("unknown event kind %q", e)
+		}
+		rw.events = append(rw.events, snapshot.EventKind(e))
+	}
+	var err error
+	if rw.codes, rw.notCode, err = ints(f["code"]); err != nil {
+		bad("code: %v", err)
+	}
+	rw.stages, rw.notStage = list(f["stage"])
+	for _, s := range rw.stages {
+		if !slices.Contains(knownStages, s) {
+			bad("unknown stage %q", s)
+		}
+	}
+	if rw.fatal != "" && rw.fatal != "yes" && rw.fatal != "no" {
+		bad("fatal is %q, want yes, no or nothing", rw.fatal)
+	}
+	for col, p := range map[string]*pattern{"detail": &rw.detail, "msg": &rw.msg, "src": &rw.src} {
+		if *p, err = compile(f[col]); err != nil {
+			bad("%s: %v", col, err)
+		}
+	}
+	if !slices.Contains(knownAddrs, rw.addr) {
+		bad("unknown addr %q", rw.addr)
+	}
+	if f["severity"] == "ignore" {
+		rw.ignore = true
+		return rw, errors.Join(errs...)
+	}
+	rw.severity = incident.Severity(f["severity"])
+	if rw.severity != incident.SeverityCritical && rw.severity != incident.SeverityWarning {
+		bad("severity is %q, want critical, warning or ignore", rw.severity)
+	}
+	if !slices.Contains(incident.Kinds, rw.kind) {
+		bad("unknown kind %q", rw.kind)
+	}
+	if !slices.Contains(knownCauses, rw.cause) {
+		bad("unknown cause %q", rw.cause)
+	}
+	if rw.cause == "unknown" {
+		rw.cause = incident.CauseUnknown
+	}
+	if !slices.Contains(knownRoles, rw.role) {
+		bad("unknown role %q", rw.role)
+	}
+	if !slices.Contains(knownCulprits, rw.culprit) {
+		bad("unknown culprit %q", rw.culprit)
+	}
+	for _, t := range strings.Split(f["then"], "|") {
+		fl := follow{kind: snapshot.EventKind(strings.TrimLeft(t, "<>"))}
+		switch {
+		case t == "":
+			continue
+		case t[0] == '<':
+			fl.adj = -1
+		case t[0] == '>':
+			fl.adj = 1
+		}
+		if !slices.Contains(knownEvents, fl.kind) {
+			bad("then: unknown event kind %q", fl.kind)
+		}
+		rw.then = append(rw.then, fl)
+	}
+	for col, t := range map[string]*template{"key": &rw.key, "under": &rw.under, "summary": &rw.summary, "advice": &rw.advice} {
+		if *t, err = parseTemplate(f[col]); err != nil {
+			bad("%s: %v", col, err)
+		}
+	}
+	if rw.key.empty() || rw.summary.empty() {
+		bad("a row that is not ignored needs a key and a summary")
+	}
+	return rw, errors.Join(errs...)
+}
+
+// list splits "a|b", or "!a|b" (negated).
+func list(s string) ([]string, bool) {
+	if s == "" {
+		return nil, false
+	}
+	not := strings.HasPrefix(s, "!")
+	return strings.Split(strings.TrimPrefix(s, "!"), "|"), not
+}
+
+func ints(s string) ([]int, bool, error) {
+	items, not := list(s)
+	var out []int
+	for _, it := range items {
+		n, err := strconv.Atoi(it)
+		if err != nil {
+			return nil, false, fmt.Errorf("%q is no number", it)
+		}
+		out = append(out, n)
+	}
+	return out, not, nil
+}
+
+func compile(s string) (pattern, error) {
+	if s == "" {
+		return pattern{}, nil
+	}
+	p := pattern{not: strings.HasPrefix(s, "!")}
+	re, err := regexp.Compile("(?i)" + strings.TrimPrefix(s, "!"))
+	p.re = re
+	return p, err
+}
+
+// parseTemplate splits a text at its {placeholder}s and checks their names.
+func parseTemplate(s string) (template, error) {
+	var t template
+	for {
+		open := strings.IndexByte(s, '{')
+		if open < 0 {
+			return append(t, s), nil
+		}
+		end := strings.IndexByte(s[open:], '}')
+		if end < 0 {
+			return nil, fmt.Errorf("an unclosed { in %q", s)
+		}
+		name := s[open+1 : open+end]
+		if !slices.Contains(placeholders, name) {
+			return nil, fmt.Errorf("unknown placeholder {%s}", name)
+		}
+		t = append(t, s[:open], name)
+		s = s[open+end+1:]
+	}
+}
+
+// render fills a template in; value names the placeholders.
+func (t template) render(value func(name string) string) string {
+	var b strings.Builder
+	for i, part := range t {
+		if i%2 == 0 {
+			b.WriteString(part)
+		} else {
+			b.WriteString(value(part))
+		}
+	}
+	return b.String()
+}
+
+// matches reports whether the row holds for an event of p, logged at stage (see stageOf).
+func (rw *row) matches(p *Proc, e snapshot.Event, stage string, addr func(string) bool) bool {
+	if !slices.Contains(rw.events, e.Kind) ||
+		len(rw.codes) > 0 && slices.Contains(rw.codes, e.Code) == rw.notCode ||
+		rw.fatal != "" && (rw.fatal == "yes") != e.Fatal ||
+		!rw.detail.holds(e.Detail) || !rw.msg.holds(e.Msg) || !rw.src.holds(e.Src) ||
+		rw.culprit == "rank" && len(e.Ranks) == 0 {
+		return false
+	}
+	if len(rw.stages) > 0 {
+		in := slices.Contains(rw.stages, stage) || slices.Contains(rw.stages, "stuck") && stuckInInit(p, e)
+		if in == rw.notStage {
+			return false
+		}
+	}
+	return rw.addr == "" || addr(rw.addr)
+}
+
+// stuckInInit: the event came during init, from a process none of whose communicators
+// finished it (or that has none): an error it never got past.
+func stuckInInit(p *Proc, e snapshot.Event) bool {
+	if e.Stage != snapshot.StageInit {
+		return false
+	}
+	for _, c := range p.Comms {
+		if c.State != snapshot.CommInit {
+			return false
+		}
+	}
+	return true
+}
