@@ -96,7 +96,7 @@ var (
 		snapshot.EventLauncherExit, snapshot.EventTorchStore, snapshot.EventTorchStuck, snapshot.EventFRCollective,
 		snapshot.EventFRCulprit, snapshot.EventFRMissing, snapshot.EventSignal}
 	knownStages = []string{"init", "ready", "first", "run", "undated", "quoted", "stuck"}
-	knownAddrs  = []string{"", "named", "loopback", "logged", "unlogged", "stray"}
+	knownAddrs  = []string{"", "named", "loopback", "unlogged", "stray"}
 	knownRoles  = []role{roleCause, roleLink, roleCrash, roleStall, roleNote, roleFallback}
 	knownCauses = []incident.Cause{"unknown", incident.CauseDied, incident.CauseHostStalled, incident.CauseHostSlow,
 		incident.CauseGPUBusy, incident.CauseGPUThrottled, incident.CauseGPUFault, incident.CauseLink, incident.CauseNetwork,
@@ -157,75 +157,53 @@ func parseRow(rec []string) (row, error) {
 		f[c] = strings.TrimSpace(rec[i])
 	}
 	rw := row{id: f["id"], fatal: f["fatal"], addr: f["addr"], kind: incident.Kind(f["kind"]), cause: incident.Cause(f["cause"]),
-		role: role(f["role"]), culprit: f["culprit"]}
+		role: role(f["role"]), culprit: f["culprit"], ignore: f["severity"] == "ignore", severity: incident.Severity(f["severity"])}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if rw.id == "" {
-		bad("no id")
-	}
-	for _, e := range strings.Split(f["event"], "|") {
-		if !slices.Contains(knownEvents, snapshot.EventKind(e)) {
-			bad("unknown event kind %q", e)
+	check := func(col string, ok bool) {
+		if !ok {
+			bad("%s %q is not one the table knows", col, f[col])
 		}
-		rw.events = append(rw.events, snapshot.EventKind(e))
 	}
-	var err error
-	if rw.codes, rw.notCode, err = ints(f["code"]); err != nil {
-		bad("code: %v", err)
+	check("id", rw.id != "")
+	for _, e := range strings.Split(f["event"], "|") {
+		rw.events = append(rw.events, snapshot.EventKind(e))
+		check("event", slices.Contains(knownEvents, snapshot.EventKind(e)))
+	}
+	var codes []string
+	codes, rw.notCode = list(f["code"])
+	for _, c := range codes {
+		n, err := strconv.Atoi(c)
+		check("code", err == nil)
+		rw.codes = append(rw.codes, n)
 	}
 	rw.stages, rw.notStage = list(f["stage"])
 	for _, s := range rw.stages {
-		if !slices.Contains(knownStages, s) {
-			bad("unknown stage %q", s)
-		}
+		check("stage", slices.Contains(knownStages, s))
 	}
-	if rw.fatal != "" && rw.fatal != "yes" && rw.fatal != "no" {
-		bad("fatal is %q, want yes, no or nothing", rw.fatal)
-	}
+	check("fatal", slices.Contains([]string{"", "yes", "no"}, rw.fatal))
+	check("addr", slices.Contains(knownAddrs, rw.addr))
+	var err error
 	for col, p := range map[string]*pattern{"detail": &rw.detail, "msg": &rw.msg, "src": &rw.src} {
 		if *p, err = compile(f[col]); err != nil {
 			bad("%s: %v", col, err)
 		}
 	}
-	if !slices.Contains(knownAddrs, rw.addr) {
-		bad("unknown addr %q", rw.addr)
-	}
-	if f["severity"] == "ignore" {
-		rw.ignore = true
+	if rw.ignore {
 		return rw, errors.Join(errs...)
 	}
-	rw.severity = incident.Severity(f["severity"])
-	if rw.severity != incident.SeverityCritical && rw.severity != incident.SeverityWarning {
-		bad("severity is %q, want critical, warning or ignore", rw.severity)
-	}
-	if !slices.Contains(incident.Kinds, rw.kind) {
-		bad("unknown kind %q", rw.kind)
-	}
-	if !slices.Contains(knownCauses, rw.cause) {
-		bad("unknown cause %q", rw.cause)
-	}
+	check("severity", rw.severity == incident.SeverityCritical || rw.severity == incident.SeverityWarning)
+	check("kind", slices.Contains(incident.Kinds, rw.kind))
+	check("cause", slices.Contains(knownCauses, rw.cause))
 	if rw.cause == "unknown" {
 		rw.cause = incident.CauseUnknown
 	}
-	if !slices.Contains(knownRoles, rw.role) {
-		bad("unknown role %q", rw.role)
-	}
-	if !slices.Contains(knownCulprits, rw.culprit) {
-		bad("unknown culprit %q", rw.culprit)
-	}
-	for _, t := range strings.Split(f["then"], "|") {
-		fl := follow{kind: snapshot.EventKind(strings.TrimLeft(t, "<>"))}
-		switch {
-		case t == "":
-			continue
-		case t[0] == '<':
-			fl.adj = -1
-		case t[0] == '>':
-			fl.adj = 1
-		}
-		if !slices.Contains(knownEvents, fl.kind) {
-			bad("then: unknown event kind %q", fl.kind)
-		}
+	check("role", slices.Contains(knownRoles, rw.role))
+	check("culprit", slices.Contains(knownCulprits, rw.culprit))
+	then, _ := list(f["then"])
+	for _, t := range then {
+		fl := follow{kind: snapshot.EventKind(strings.TrimLeft(t, "<>")), adj: strings.Count(t, ">") - strings.Count(t, "<")}
+		check("then", slices.Contains(knownEvents, fl.kind))
 		rw.then = append(rw.then, fl)
 	}
 	for col, t := range map[string]*template{"key": &rw.key, "under": &rw.under, "summary": &rw.summary, "advice": &rw.advice} {
@@ -244,21 +222,7 @@ func list(s string) ([]string, bool) {
 	if s == "" {
 		return nil, false
 	}
-	not := strings.HasPrefix(s, "!")
-	return strings.Split(strings.TrimPrefix(s, "!"), "|"), not
-}
-
-func ints(s string) ([]int, bool, error) {
-	items, not := list(s)
-	var out []int
-	for _, it := range items {
-		n, err := strconv.Atoi(it)
-		if err != nil {
-			return nil, false, fmt.Errorf("%q is no number", it)
-		}
-		out = append(out, n)
-	}
-	return out, not, nil
+	return strings.Split(strings.TrimPrefix(s, "!"), "|"), strings.HasPrefix(s, "!")
 }
 
 func compile(s string) (pattern, error) {

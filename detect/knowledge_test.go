@@ -24,14 +24,14 @@ func TestKnowledgeRejectsBadRows(t *testing.T) {
 	header := strings.Join(columns, ",") + "\n"
 	good := "ok,warn,,,,,,,,warning,nccl_warning,unknown,fallback,reporter,k,,,{who} warned,\n"
 	for _, c := range []struct{ name, row, say string }{
-		{"unknown event", "a,no_such_event,,,,,,,,ignore,,,,,,,,,\n", "unknown event kind"},
-		{"bad code", "a,warn,x,,,,,,,ignore,,,,,,,,,\n", "no number"},
+		{"unknown event", "a,no_such_event,,,,,,,,ignore,,,,,,,,,\n", "event \"no_such_event\""},
+		{"bad code", "a,warn,x,,,,,,,ignore,,,,,,,,,\n", "code \"x\""},
 		{"bad regexp", "a,warn,,,,(,,,,ignore,,,,,,,,,\n", "detail"},
-		{"bad stage", "a,warn,,later,,,,,,ignore,,,,,,,,,\n", "unknown stage"},
+		{"bad stage", "a,warn,,later,,,,,,ignore,,,,,,,,,\n", "stage \"later\""},
 		{"bad placeholder", "a,warn,,,,,,,,warning,nccl_warning,unknown,fallback,reporter,k,,,{nobody} warned,\n", "unknown placeholder"},
-		{"bad kind", "a,warn,,,,,,,,warning,no_kind,unknown,fallback,reporter,k,,,x,\n", "unknown kind"},
-		{"bad cause", "a,warn,,,,,,,,warning,config,bad_luck,fallback,reporter,k,,,x,\n", "unknown cause"},
-		{"bad culprit", "a,warn,,,,,,,,warning,config,unknown,fallback,everyone,k,,,x,\n", "unknown culprit"},
+		{"bad kind", "a,warn,,,,,,,,warning,no_kind,unknown,fallback,reporter,k,,,x,\n", "kind \"no_kind\""},
+		{"bad cause", "a,warn,,,,,,,,warning,config,bad_luck,fallback,reporter,k,,,x,\n", "cause \"bad_luck\""},
+		{"bad culprit", "a,warn,,,,,,,,warning,config,unknown,fallback,everyone,k,,,x,\n", "culprit \"everyone\""},
 		{"no key", "a,warn,,,,,,,,warning,config,unknown,fallback,reporter,,,,x,\n", "needs a key"},
 		{"twice", good, "used twice"},
 	} {

@@ -33,11 +33,14 @@ type msgEvent struct {
 	e     snapshot.Event
 	r     *row
 	stage string
-	// claimer is the event of the same process this one follows from (its row's then).
+	// claimer is the event of the same process this one follows from (its row's then);
+	// claims, whether others follow from this one.
 	claimer *msgEvent
+	claims  bool
 	// key is the finding it belongs to; target, the finding it is quoted in instead (under).
 	key, target string
 	bl          *blamed
+	values      map[string]string // its placeholders, once worked out
 }
 
 // blamed is whom an event's row blames.
@@ -152,8 +155,6 @@ func (m *messages) addrIs(a string, p *Proc, e snapshot.Event) bool {
 		return peerName(e.Peer) != ""
 	case "loopback":
 		return e.Peer != "" && loopback(e.Peer)
-	case "logged":
-		return e.Peer != "" && len(m.book.procs[m.book.host(e.Peer)]) > 0
 	case "unlogged":
 		return e.Peer != "" && len(m.book.procs[m.book.host(e.Peer)]) == 0
 	case "stray":
@@ -175,7 +176,7 @@ func (m *messages) claim(byProc [][]*msgEvent) {
 					continue
 				}
 				if k := nextNonBreadcrumb(m.j.Procs[pi].Events, i, f.adj); k >= 0 && evs[k] != nil && evs[k].e.Kind == f.kind && evs[k].claimer == nil {
-					evs[k].claimer = ev
+					evs[k].claimer, ev.claims = ev, true
 				}
 			}
 		}
@@ -184,8 +185,8 @@ func (m *messages) claim(byProc [][]*msgEvent) {
 				continue
 			}
 			for _, q := range evs[i+1:] {
-				if q != nil && q.claimer == nil && slices.Contains(ev.r.then, follow{kind: q.e.Kind}) {
-					q.claimer = ev
+				if q != nil && q.claimer == nil && !q.claims && slices.Contains(ev.r.then, follow{kind: q.e.Kind}) {
+					q.claimer, ev.claims = ev, true
 				}
 			}
 		}
@@ -259,7 +260,7 @@ func (m *messages) assemble(byProc [][]*msgEvent) []Finding {
 			switch {
 			case ev == nil:
 			case ev.claimer != nil:
-				if b := found[destination(ev.claimer)]; b != nil {
+				if b := found[cmp.Or(ev.claimer.key, ev.claimer.target)]; b != nil {
 					b.quote(m.cfg, "then %s: %s", ev.p.Name(), ev.e.Msg)
 				}
 			case ev.target != "":
@@ -272,22 +273,6 @@ func (m *messages) assemble(byProc [][]*msgEvent) []Finding {
 		out = append(out, m.finish(found[k]))
 	}
 	return out
-}
-
-// destination is the finding an event's follow-ups are quoted in.
-func destination(ev *msgEvent) string {
-	for range 8 {
-		switch {
-		case ev.key != "":
-			return ev.key
-		case ev.target != "":
-			return ev.target
-		case ev.claimer == nil:
-			return ""
-		}
-		ev = ev.claimer
-	}
-	return ""
 }
 
 // join adds an event to its finding: its culprits, its time, its line.
@@ -431,81 +416,33 @@ func (m *messages) blame(ev *msgEvent) *blamed {
 
 // value names the placeholders of an event's templates (see knowledge.csv).
 func (m *messages) value(ev *msgEvent) func(string) string {
-	p, e := ev.p, ev.e
-	return func(name string) string {
-		switch name {
-		case "who":
-			return p.Name()
-		case "host":
-			if p.Host == "" || p.Host == "?" {
-				return "a host these lines do not name"
-			}
-			return p.Host
-		case "proc":
-			return p.Key()
-		case "hca":
-			return eventHCA(p, e)
-		case "port":
-			return orUnknown(eventPort(p, e))
-		case "peer":
-			return m.book.describe(e.Peer)
-		case "peerhost":
-			h := m.book.host(e.Peer)
-			if h == "" {
-				return peerName(e.Peer)
-			}
-			return describeHost(m.book, h)
-		case "peername":
-			if h := m.book.host(e.Peer); h != "" {
-				return h
-			}
-			return peerName(e.Peer)
-		case "peeraddr":
-			return peerIP(e.Peer)
-		case "blame":
-			return m.blame(ev).key
-		case "culprit":
-			if own := m.blame(ev).own; len(own) > 0 {
-				return own[0]
-			}
-			return p.Key()
-		case "detail":
-			return orUnknown(e.Detail)
-		case "text":
-			return cmp.Or(e.Detail, e.Msg, "unknown")
-		case "msg":
-			return e.Msg
-		case "code":
-			return strconv.Itoa(e.Code)
-		case "event":
-			return string(e.Kind)
-		case "src":
-			return orUnknown(e.Src)
-		case "status":
-			return snapshot.IBStatusName(e.Code)
-		case "result":
-			return ncclResultWords(e.Code)
-		case "errno":
-			return ofiWords(e)
-		case "ranks":
-			return rankWords(e.Ranks)
-		case "rank":
-			if len(e.Ranks) > 0 {
-				return strconv.Itoa(e.Ranks[0])
-			}
-			return "?"
-		case "when":
-			return whenWords(ev.stage, e)
-		case "origin":
-			if e.Src == snapshot.SrcTorchWatchdog {
-				return "under PyTorch's NCCL watchdog (its check of the GPU's work)"
-			}
-			return "inside NCCL"
-		case "strayaddr":
-			return strayInterface(p)
-		case "wrongtype":
-			return socketTypeWords(e.Detail)
-		}
-		return ""
+	if ev.values != nil {
+		return func(name string) string { return ev.values[name] }
 	}
+	p, e, b := ev.p, ev.e, m.blame(ev)
+	host, peerHost, rank, culprit := p.Host, m.book.host(e.Peer), "?", p.Key()
+	if host == "" || host == "?" {
+		host = "a host these lines do not name"
+	}
+	if len(e.Ranks) > 0 {
+		rank = strconv.Itoa(e.Ranks[0])
+	}
+	if len(b.own) > 0 {
+		culprit = b.own[0]
+	}
+	origin := "inside NCCL"
+	if e.Src == snapshot.SrcTorchWatchdog {
+		origin = "under PyTorch's NCCL watchdog (its check of the GPU's work)"
+	}
+	ev.values = map[string]string{"who": p.Name(), "host": host, "proc": p.Key(), "hca": eventHCA(p, e),
+		"port": orUnknown(eventPort(p, e)), "peer": m.book.describe(e.Peer), "peerhost": peerName(e.Peer),
+		"peername": cmp.Or(peerHost, peerName(e.Peer)), "peeraddr": peerIP(e.Peer), "blame": b.key, "culprit": culprit,
+		"detail": orUnknown(e.Detail), "text": cmp.Or(e.Detail, e.Msg, "unknown"), "msg": e.Msg, "code": strconv.Itoa(e.Code),
+		"event": string(e.Kind), "src": orUnknown(e.Src), "status": snapshot.IBStatusName(e.Code), "result": ncclResultWords(e.Code),
+		"errno": ofiWords(e), "ranks": rankWords(e.Ranks), "rank": rank, "when": whenWords(ev.stage, e), "origin": origin,
+		"strayaddr": strayInterface(p), "wrongtype": socketTypeWords(e.Detail)}
+	if peerHost != "" {
+		ev.values["peerhost"] = describeHost(m.book, peerHost)
+	}
+	return m.value(ev)
 }

@@ -34,19 +34,12 @@ func anyOpLogged(j *Job) bool {
 
 // whenWords says when in the process's life an event came (the table's {when}).
 func whenWords(stage string, e snapshot.Event) string {
-	switch stage {
-	case "init":
-		return "during initialization"
-	case "ready":
-		return "after initialization"
-	case "first":
-		return "at its first operations"
-	case "run":
-		return "mid-run"
-	case "undated":
-		return "when, these lines do not show"
-	}
-	if strings.HasPrefix(e.Msg, "Test ") {
+	words := map[string]string{"init": "during initialization", "ready": "after initialization",
+		"first": "at its first operations", "run": "mid-run", "undated": "when, these lines do not show"}
+	switch {
+	case words[stage] != "":
+		return words[stage]
+	case strings.HasPrefix(e.Msg, "Test "):
 		return "as nccl-tests reported it"
 	}
 	return "as PyTorch reported it"
