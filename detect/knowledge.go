@@ -75,10 +75,15 @@ type follow struct {
 	adj  int
 }
 
-// template is a text with {placeholder}s, split once.
-type template []string // literal, name, literal, name, ..., literal
+// template is a text with {placeholder}s (see knowledge.csv).
+type template string
 
-func (t template) empty() bool { return len(t) == 0 || len(t) == 1 && t[0] == "" }
+var placeholder = regexp.MustCompile(`\{([a-z]+)\}`)
+
+// render fills a template in; value names the placeholders.
+func (t template) render(value map[string]string) string {
+	return placeholder.ReplaceAllStringFunc(string(t), func(p string) string { return value[p[1:len(p)-1]] })
+}
 
 // columns are the table's header, in order.
 var columns = []string{"id", "event", "code", "stage", "fatal", "detail", "msg", "src", "addr", "severity", "kind",
@@ -206,12 +211,18 @@ func parseRow(rec []string) (row, error) {
 		check("then", slices.Contains(knownEvents, fl.kind))
 		rw.then = append(rw.then, fl)
 	}
-	for col, t := range map[string]*template{"key": &rw.key, "under": &rw.under, "summary": &rw.summary, "advice": &rw.advice} {
-		if *t, err = parseTemplate(f[col]); err != nil {
-			bad("%s: %v", col, err)
+	rw.key, rw.under, rw.summary, rw.advice = template(f["key"]), template(f["under"]), template(f["summary"]), template(f["advice"])
+	for _, col := range []string{"key", "under", "summary", "advice"} {
+		for _, m := range placeholder.FindAllStringSubmatch(f[col], -1) {
+			if !slices.Contains(placeholders, m[1]) {
+				bad("%s: unknown placeholder {%s}", col, m[1])
+			}
+		}
+		if strings.Count(f[col], "{") != strings.Count(f[col], "}") {
+			bad("%s: a { or } without its pair", col)
 		}
 	}
-	if rw.key.empty() || rw.summary.empty() {
+	if rw.key == "" || rw.summary == "" {
 		bad("a row that is not ignored needs a key and a summary")
 	}
 	return rw, errors.Join(errs...)
@@ -233,40 +244,6 @@ func compile(s string) (pattern, error) {
 	re, err := regexp.Compile("(?i)" + strings.TrimPrefix(s, "!"))
 	p.re = re
 	return p, err
-}
-
-// parseTemplate splits a text at its {placeholder}s and checks their names.
-func parseTemplate(s string) (template, error) {
-	var t template
-	for {
-		open := strings.IndexByte(s, '{')
-		if open < 0 {
-			return append(t, s), nil
-		}
-		end := strings.IndexByte(s[open:], '}')
-		if end < 0 {
-			return nil, fmt.Errorf("an unclosed { in %q", s)
-		}
-		name := s[open+1 : open+end]
-		if !slices.Contains(placeholders, name) {
-			return nil, fmt.Errorf("unknown placeholder {%s}", name)
-		}
-		t = append(t, s[:open], name)
-		s = s[open+end+1:]
-	}
-}
-
-// render fills a template in; value names the placeholders.
-func (t template) render(value func(name string) string) string {
-	var b strings.Builder
-	for i, part := range t {
-		if i%2 == 0 {
-			b.WriteString(part)
-		} else {
-			b.WriteString(value(part))
-		}
-	}
-	return b.String()
 }
 
 // matches reports whether the row holds for an event of p, logged at stage (see stageOf).

@@ -63,7 +63,7 @@ type messages struct {
 	reporters map[string]map[string]bool
 }
 
-// finding is a finding being put together from its events.
+// building is a finding being put together from its events.
 type building struct {
 	f         *Finding
 	lead      *msgEvent
@@ -89,8 +89,7 @@ func Messages(j *Job, cfg Config) []Finding {
 
 // classify matches each recent event of each process to its row; nil where none holds.
 func (m *messages) classify(ec EventConfig) [][]*msgEvent {
-	out := make([][]*msgEvent, len(m.j.Procs))
-	found := false
+	var out [][]*msgEvent // nil until an event matches: most evaluations have none
 	for pi, p := range m.j.Procs {
 		cause := false
 		for i, e := range p.Events {
@@ -103,14 +102,14 @@ func (m *messages) classify(ec EventConfig) [][]*msgEvent {
 				continue
 			}
 			cause = cause || e.Kind != snapshot.EventBreadcrumb && ev.r.role != roleFallback
+			if out == nil {
+				out = make([][]*msgEvent, len(m.j.Procs))
+			}
 			if out[pi] == nil {
 				out[pi] = make([]*msgEvent, len(p.Events))
 			}
-			out[pi][i], found = ev, true
+			out[pi][i] = ev
 		}
-	}
-	if !found {
-		return nil
 	}
 	return out
 }
@@ -118,7 +117,13 @@ func (m *messages) classify(ec EventConfig) [][]*msgEvent {
 // match finds an event's row; nil for none, or a row that ignores it.
 func (m *messages) match(p *Proc, e snapshot.Event) *msgEvent {
 	if m.book == nil {
-		m.book, m.opsLogged = newPeerBook(m.j), anyOpLogged(m.j)
+		m.book = newPeerBook(m.j)
+		// A process that logged no op line had not reached its first op, when others did.
+		for _, q := range m.j.Procs {
+			for _, c := range q.Comms {
+				m.opsLogged = m.opsLogged || c.Count > 0 || len(c.Recent) > 0
+			}
+		}
 	}
 	stage := m.stageOf(p, e)
 	addr := func(a string) bool { return m.addrIs(a, p, e) }
@@ -133,11 +138,13 @@ func (m *messages) match(p *Proc, e snapshot.Event) *msgEvent {
 	return nil
 }
 
-// stageOf is when an event came, as far as the logs tell (the table's stage column).
+// stageOf is when an event came, as far as the logs tell (the table's stage column): with
+// no op line anywhere (COLL not logged, a posted excerpt), an event past init, or of a
+// process with no communicator known, may have come at any time.
 func (m *messages) stageOf(p *Proc, e snapshot.Event) string {
 	s := e.Stage
-	if p.Lines > 0 {
-		s = knownStage(m.opsLogged, p, e)
+	if p.Lines > 0 && !m.opsLogged && (s == snapshot.StageReady || len(p.Comms) == 0) {
+		s = snapshot.StageUnknown
 	}
 	switch {
 	case s != snapshot.StageUnknown:
@@ -219,7 +226,7 @@ func (m *messages) assemble(byProc [][]*msgEvent) []Finding {
 	for ri, evs := range byRow {
 		r := &knowledge[ri]
 		for _, ev := range evs {
-			if !r.under.empty() {
+			if r.under != "" {
 				prefix := r.under.render(m.value(ev))
 				for _, k := range order {
 					if leadRow[k] < ri && strings.HasPrefix(k, prefix) {
@@ -318,7 +325,7 @@ func (m *messages) finish(b *building) Finding {
 	f.Kind, f.Severity, f.Cause, f.role = r.kind, r.severity, r.cause, r.role
 	v := m.value(b.lead)
 	f.Summary = r.summary.render(v)
-	if !r.advice.empty() {
+	if r.advice != "" {
 		f.Summary += ": " + r.advice.render(v)
 	}
 	if (r.culprit == "reporter" || r.culprit == "peers") && len(b.reporters) > 1 {
@@ -356,7 +363,7 @@ func (m *messages) blame(ev *msgEvent) *blamed {
 	reporter := func() {
 		c := p.Culprit()
 		c.Port = port
-		b.culprits, b.own, b.key = []incident.Culprit{c}, []string{p.Key()}, p.Host+":"+orUnknown(eventPort(p, e))
+		b.culprits, b.own, b.key = []incident.Culprit{c}, []string{p.Key()}, p.Host+":"+hcaName(eventPort(p, e))
 	}
 	peer := func(host string) {
 		name := host
@@ -374,7 +381,7 @@ func (m *messages) blame(ev *msgEvent) *blamed {
 	case "reporter":
 		reporter()
 	case "host":
-		b.culprits, b.key = []incident.Culprit{{Rank: -1, Host: p.Host, Port: port}}, p.Host+":"+orUnknown(port)
+		b.culprits, b.key = []incident.Culprit{{Rank: -1, Host: p.Host, Port: port}}, p.Host+":"+hcaName(port)
 	case "peer":
 		b.involved = false
 		peer(m.book.host(e.Peer))
@@ -394,7 +401,17 @@ func (m *messages) blame(ev *msgEvent) *blamed {
 			reporter()
 		}
 	case "ranks":
-		b.culprits, b.own = rankCulprits(m.j, p, e.Ranks)
+		// The ranks the line names: their processes when the job has them.
+		for _, r := range e.Ranks {
+			if q := procOfRank(m.j, r); q != nil {
+				b.culprits, b.own = append(b.culprits, q.Culprit()), append(b.own, q.Key())
+			} else {
+				b.culprits = append(b.culprits, incident.Culprit{Rank: r, Host: p.Host})
+			}
+		}
+		if len(b.culprits) == 0 {
+			reporter()
+		}
 	case "rank", "coderank":
 		b.involved = false
 		r := e.Code
@@ -415,9 +432,9 @@ func (m *messages) blame(ev *msgEvent) *blamed {
 }
 
 // value names the placeholders of an event's templates (see knowledge.csv).
-func (m *messages) value(ev *msgEvent) func(string) string {
+func (m *messages) value(ev *msgEvent) map[string]string {
 	if ev.values != nil {
-		return func(name string) string { return ev.values[name] }
+		return ev.values
 	}
 	p, e, b := ev.p, ev.e, m.blame(ev)
 	host, peerHost, rank, culprit := p.Host, m.book.host(e.Peer), "?", p.Key()
@@ -441,8 +458,10 @@ func (m *messages) value(ev *msgEvent) func(string) string {
 		"event": string(e.Kind), "src": orUnknown(e.Src), "status": snapshot.IBStatusName(e.Code), "result": ncclResultWords(e.Code),
 		"errno": ofiWords(e), "ranks": rankWords(e.Ranks), "rank": rank, "when": whenWords(ev.stage, e), "origin": origin,
 		"strayaddr": strayInterface(p), "wrongtype": socketTypeWords(e.Detail)}
-	if peerHost != "" {
-		ev.values["peerhost"] = describeHost(m.book, peerHost)
+	if r := m.book.ranksOn(peerHost); r != "" {
+		ev.values["peerhost"] = peerHost + " (" + r + ")"
+	} else if peerHost != "" {
+		ev.values["peerhost"] = peerHost
 	}
-	return m.value(ev)
+	return ev.values
 }

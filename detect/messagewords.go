@@ -5,32 +5,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
-
-// knownStage is the stage of an event where the logs can tell it: with no op line anywhere
-// (COLL not logged, a posted excerpt), an event past init, or of a process with no
-// communicator known, may have come at any time.
-func knownStage(opsLogged bool, p *Proc, e snapshot.Event) snapshot.Stage {
-	if !opsLogged && (e.Stage == snapshot.StageReady || len(p.Comms) == 0) {
-		return snapshot.StageUnknown
-	}
-	return e.Stage
-}
-
-// anyOpLogged reports whether any process of the job logged a collective or send/receive:
-// then a process without one had not reached its first op.
-func anyOpLogged(j *Job) bool {
-	for _, p := range j.Procs {
-		for _, c := range p.Comms {
-			if c.Count > 0 || len(c.Recent) > 0 {
-				return true
-			}
-		}
-	}
-	return false
-}
 
 // whenWords says when in the process's life an event came (the table's {when}).
 func whenWords(stage string, e snapshot.Event) string {
@@ -56,6 +32,13 @@ func eventPort(p *Proc, e snapshot.Event) string {
 		return e.Dev + ":" + strconv.Itoa(e.Port)
 	}
 	return hcaPort(p, e.Dev)
+}
+
+// hcaName is the HCA of a port ("mlx5_3" of "mlx5_3:1"), which keys a reporter's link fault:
+// a line that names the HCA alone and one that names its port are about one fault.
+func hcaName(port string) string {
+	name, _, _ := strings.Cut(port, ":")
+	return orUnknown(name)
 }
 
 // eventHCA names an event's HCA for a sentence: " HCA mlx5_3:1", or hcaWords'.
@@ -145,22 +128,6 @@ func rankWords(ranks []int) string {
 	return fmt.Sprintf("ranks %d and %d", ranks[0], ranks[1])
 }
 
-// rankCulprits names the ranks an event names: their processes when the job has them, else
-// the rank on the reporter's host; the reporter when it names none.
-func rankCulprits(j *Job, reporter *Proc, ranks []int) (culprits []incident.Culprit, keys []string) {
-	for _, r := range ranks {
-		if p := procOfRank(j, r); p != nil {
-			culprits, keys = append(culprits, p.Culprit()), append(keys, p.Key())
-		} else {
-			culprits = append(culprits, incident.Culprit{Rank: r, Host: reporter.Host})
-		}
-	}
-	if len(culprits) == 0 {
-		return []incident.Culprit{reporter.Culprit()}, []string{reporter.Key()}
-	}
-	return culprits, keys
-}
-
 func procOfRank(j *Job, r int) *Proc {
 	for _, p := range j.Procs {
 		if p.Rank == r {
@@ -193,14 +160,6 @@ func strayInterface(p *Proc) string {
 		}
 	}
 	return ""
-}
-
-// describeHost is "gpu-b (rank 3)" or "gpu-b (ranks 0,1)" or the bare name.
-func describeHost(book *peerBook, host string) string {
-	if r := book.ranksOn(host); r != "" {
-		return fmt.Sprintf("%s (%s)", host, r)
-	}
-	return host
 }
 
 // nextNonBreadcrumb is the index of the first event from i in direction dir (1 or -1) that
