@@ -26,11 +26,15 @@ const (
 	// than its peers did, so each communicator waits for the other (a deadlock once the GPU
 	// runs them one after the other, as with CUDA_DEVICE_MAX_CONNECTIONS=1).
 	KindOrderInversion Kind = "order_inversion"
+	// KindNCCLWarning: NCCL (or its network plugin) warned of something no row of the
+	// detector's knowledge table explains; the finding quotes it, and any known cause
+	// outranks it.
+	KindNCCLWarning Kind = "nccl_warning"
 )
 
 // Kinds lists every kind, for renderers and documentation that must name each one.
 var Kinds = []Kind{KindMismatch, KindHang, KindP2PMismatch, KindCrash, KindStraggler, KindLink, KindGPU,
-	KindLostNode, KindStuckInFlight, KindMonitoring, KindConfig, KindOrderInversion}
+	KindLostNode, KindStuckInFlight, KindMonitoring, KindConfig, KindOrderInversion, KindNCCLWarning}
 
 // Cause is the class of a root cause, named from the root's own evidence: what an on-call
 // engineer acts on (restart a node, drain a GPU, fix the input pipeline, fix the code).
