@@ -34,6 +34,10 @@ type Options struct {
 	Workers int
 	// Stdin is read for the path "-" (default os.Stdin).
 	Stdin io.Reader
+	// FRBesideLogs judges the process groups of PyTorch Flight Recorder dumps even when
+	// every dump's rank has an NCCL log with per-op lines (by default they are then only
+	// read and noted: the rules would see each collective twice).
+	FRBesideLogs bool
 }
 
 // job is one training run's processes and what came with them.
@@ -80,9 +84,10 @@ func Analyze(ctx context.Context, paths []string, opts Options) (*Report, error)
 		return nil, fmt.Errorf("%w: %s", ErrInput, results[0].err)
 	}
 	procs, lost := mergeProcs(results)
+	procs, frNotes := frProcs(results, procs, opts.FRBesideLogs)
 	joins := inferComms(procs)
 	jobs := splitJobs(procs, lost, results, joins)
-	rep := &Report{Coverage: cov, Files: []FileStat{}}
+	rep := &Report{Coverage: cov, Files: []FileStat{}, Notes: frNotes}
 	for _, r := range results {
 		if r.skip == "" {
 			rep.Files = append(rep.Files, r.stat)

@@ -61,8 +61,10 @@ type FileStat struct {
 	GapBytes int64  `json:"gap_bytes,omitempty"`
 	Procs    int    `json:"processes"`
 	Codec    string `json:"codec,omitempty"`
-	Kind     string `json:"kind,omitempty"` // "ras-text", "ras-json" for RAS reports
-	ReadErr  string `json:"error,omitempty"`
+	Kind     string `json:"kind,omitempty"` // "ras-text", "ras-json" for RAS reports; "fr-pickle", "fr-json" for Flight Recorder dumps
+	// FREntries counts a Flight Recorder dump's entries read.
+	FREntries int64  `json:"fr_entries,omitempty"`
+	ReadErr   string `json:"error,omitempty"`
 }
 
 // proc is one process as one file saw it.
@@ -96,8 +98,9 @@ type fileResult struct {
 	order   []procKey
 	torch   []torchEvent
 	ras     []*snapshot.RAS
-	version string // bare "NCCL version" lines seen
-	skip    string // why the file was not read as a log
+	fr      *frFile // a Flight Recorder dump
+	version string  // bare "NCCL version" lines seen
+	skip    string  // why the file was not read as a log
 	err     error
 }
 
@@ -149,6 +152,9 @@ func readFile(ctx context.Context, path string, opts *Options) *fileResult {
 		return res
 	case contentRASJSON:
 		readRAS(in, res)
+		return res
+	case contentFRPickle, contentFRJSON:
+		readDump(in, path, res)
 		return res
 	case contentRASText:
 		res.stat.Kind = "ras-text"

@@ -125,8 +125,9 @@ type slot struct {
 // Process is the dump as the process of rank (-1: unknown), read from file: one Comm per
 // process group, as snapshot/fr.go describes.
 func (d *Dump) Process(rank int, file string) snapshot.Process {
+	// Its ops carry the times PyTorch took them, in µs: as good as NCCL's own timestamps.
 	p := snapshot.Process{Rank: rank, LocalRank: -1, CudaDev: -1, File: file, Source: snapshot.SourceFR,
-		NCCL: strings.SplitN(strings.TrimPrefix(d.CommLib, "NCCL "), "+", 2)[0]}
+		NCCL: strings.SplitN(strings.TrimPrefix(d.CommLib, "NCCL "), "+", 2)[0], Timestamps: true, TSDigits: 6}
 	// The groups of pg_config, then those the entries name that it does not.
 	all := append([]Group(nil), d.Groups...)
 	known := make(map[string]bool, len(all))

@@ -317,3 +317,37 @@ func TestDecodeJSON(t *testing.T) {
 		}
 	}
 }
+
+// The dumps torch 2.11 wrote in the project's own 2-rank capture of a mismatched collective
+// (rank 1 called broadcast where rank 0 called all_reduce, at the group's 93rd work).
+func TestRealTorchDumps(t *testing.T) {
+	dir := "../../testdata/captures/nccl-2.28.9-2xH200/mismatch_op"
+	var ops [2]snapshot.Op
+	for r := 0; r < 2; r++ {
+		b, err := os.ReadFile(filepath.Join(dir, "fr_trace_rank_"+string(rune('0'+r))))
+		if err != nil {
+			t.Skip(err)
+		}
+		d, err := Read(b, Limits{})
+		if err != nil || len(d.Problems) > 0 || d.Version != "2.10" || len(d.Entries) != 97 {
+			t.Fatalf("rank %d: %v %+v", r, err, d.Problems)
+		}
+		p := d.Process(r, "x")
+		c := comm(t, p, "0")
+		// Rank 1's broadcast completed (its root sends and is done), rank 0's all_reduce did
+		// not: pg_status says 93 completed there too (the watchdog counts the work it timed
+		// out), the entries say it never did, and the entries are believed.
+		done := []int64{92, 93}[r]
+		if c.Count != 97 || c.Done.Done != done || c.FR.Pending != int(97-done) || c.FR.Ops[0].Seq != done+1 || c.FR.Ops[0].Where != "step (job.py:69)" {
+			t.Errorf("rank %d: count %d done %+v pending %+v", r, c.Count, c.Done, c.FR.Ops)
+		}
+		for _, o := range c.Recent {
+			if o.Seq == 93 {
+				ops[r] = o
+			}
+		}
+	}
+	if ops[0].Op != "AllReduce" || ops[1].Op != "Broadcast" || ops[0].Count != 2000000 || ops[1].Count != 2000000 {
+		t.Errorf("position 93: %+v / %+v", ops[0], ops[1])
+	}
+}
