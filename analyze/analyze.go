@@ -365,13 +365,31 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result) {
 		byPID[p.PID] = p
 		newest = max(newest, int64(p.LastLine))
 	}
+	// torchrun's failure records say which rank a failed pid was.
+	pidRank := map[int]int{}
+	for _, te := range jb.torch {
+		if te.ev.Kind == snapshot.EventRankExit && te.ev.PID > 0 && te.rank >= 0 {
+			pidRank[te.ev.PID] = te.rank
+		}
+	}
 	var anon *detect.Proc
 	for _, te := range jb.torch {
 		var p *detect.Proc
+		byRecord := false
+		if r, ok := pidRank[te.ev.PID]; ok && te.ev.Kind == snapshot.EventLauncherExit && byPID[te.ev.PID] == nil {
+			te.rank, byRecord = r, true
+		}
 		switch {
-		case te.ev.Kind == snapshot.EventLauncherExit:
+		case te.ev.Kind == snapshot.EventLauncherExit && !byRecord:
 			if p = byPID[te.ev.PID]; p != nil && p.LocalRank < 0 {
 				p.LocalRank = te.ev.LocalRank
+			}
+		case te.ev.Kind == snapshot.EventRankExit && te.ev.PID > 0 && byPID[te.ev.PID] != nil:
+			// torchrun's record names the pid of a process a log shows, and its rank.
+			p = byPID[te.ev.PID]
+			if p.Rank < 0 && te.rank >= 0 && byRank[te.rank] == nil {
+				p.Rank = te.rank
+				byRank[te.rank] = p
 			}
 		case te.host != "" && te.rank < 0:
 			p = hostProc(jb, te.host, te.pid)

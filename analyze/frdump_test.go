@@ -199,3 +199,52 @@ func TestFlightRecorderJoinsLogProcess(t *testing.T) {
 		t.Errorf("communicators %+v", rep.Communicators)
 	}
 }
+
+func rankEvents(rep *Report, rank int) []snapshot.EventKind {
+	for _, r := range rep.Ranks {
+		if r.Rank == rank {
+			return r.Events
+		}
+	}
+	return nil
+}
+
+func hasKind(kinds []snapshot.EventKind, k snapshot.EventKind) bool {
+	for _, x := range kinds {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Why a rank died goes to that rank: torchrun's failure record names it by rank and pid,
+// a traceback by its launcher prefix.
+func TestRankExitEvidence(t *testing.T) {
+	rep := analyzeDir(t, filepath.Join(frCases, "signal_killed_logs"))
+	ev := rankEvents(rep, 2)
+	if !hasKind(ev, snapshot.EventRankExit) || !hasKind(ev, snapshot.EventLauncherExit) {
+		t.Errorf("rank 2 (killed): events %v; ranks %+v", ev, rep.Ranks)
+	}
+	for _, r := range rep.Ranks {
+		if r.Rank < 0 {
+			t.Errorf("evidence on a process of no rank: %+v", r)
+		}
+	}
+	dir := t.TempDir()
+	writeFile(t, dir, "console.log", strings.Join([]string{
+		"[rank1]: Traceback (most recent call last):",
+		`[rank1]:   File "/work/train.py", line 42, in <module>`,
+		"[rank1]:     loss = model(batch)",
+		"[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 GiB of which 1.06 GiB is free.",
+		"[rank0]: RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=5, OpType=ALLREDUCE, TensorShape=[4], TensorDtypes=Float, TensorDeviceTypes=TensorOptions()), but Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=5, OpType=BROADCAST, TensorShape=[4], TensorDtypes=Float, TensorDeviceTypes=TensorOptions()).",
+		"",
+	}, "\n"))
+	rep = analyzeDir(t, dir)
+	if ev := rankEvents(rep, 1); !hasKind(ev, snapshot.EventRankExit) {
+		t.Errorf("rank 1 (OOM): events %v", ev)
+	}
+	if ev := rankEvents(rep, 0); !hasKind(ev, snapshot.EventTorchDesync) {
+		t.Errorf("rank 0 (desync): events %v", ev)
+	}
+}

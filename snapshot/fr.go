@@ -95,7 +95,9 @@ type FROp struct {
 // TensorDtypes=Float, ...)". Two ranks' works at the same Seq of one group with another Op,
 // sizes or dtypes are a desync.
 type TorchWork struct {
-	Seq int64 `json:"s,omitempty"` // -1: not printed
+	// Seq is the work's sequence number in its group (-1: not printed); the numbers below
+	// are 0 when not printed.
+	Seq int64 `json:"s,omitempty"`
 	// Op is PyTorch's OpType as printed: "ALLREDUCE", "_ALLGATHER_BASE", "BROADCAST", ...
 	Op       string `json:"op,omitempty"`
 	NumelIn  int64  `json:"in,omitempty"`
