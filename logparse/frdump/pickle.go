@@ -570,38 +570,16 @@ func (d *decoder) run() error {
 					err = d.setItems(at, op, target, items)
 				}
 			}
-		case 'q', 'r', 'p':
+		case 'q', 'r', 'p': // BINPUT, LONG_BINPUT, PUT
 			var id uint64
-			switch op {
-			case 'q':
-				id, err = d.le(at, op, 1)
-			case 'r':
-				id, err = d.le(at, op, 4)
-			default:
-				var s string
-				if s, err = d.line(at, op); err == nil {
-					id, err = d.textID(at, op, s)
-				}
-			}
-			if err == nil {
+			if id, err = d.memoID(at, op); err == nil {
 				err = d.memoize(at, op, id)
 			}
 		case 0x94: // MEMOIZE: the next memo index
 			err = d.memoize(at, op, uint64(len(d.memo)))
-		case 'h', 'j', 'g':
+		case 'h', 'j', 'g': // BINGET, LONG_BINGET, GET
 			var id uint64
-			switch op {
-			case 'h':
-				id, err = d.le(at, op, 1)
-			case 'j':
-				id, err = d.le(at, op, 4)
-			default:
-				var s string
-				if s, err = d.line(at, op); err == nil {
-					id, err = d.textID(at, op, s)
-				}
-			}
-			if err == nil {
+			if id, err = d.memoID(at, op); err == nil {
 				err = d.recall(at, op, id)
 			}
 		default:
@@ -653,7 +631,19 @@ func (d *decoder) textInt(at int, op byte, s string) error {
 	return d.push(at, op, n)
 }
 
-func (d *decoder) textID(at int, op byte, s string) (uint64, error) {
+// memoID reads a memo index: one byte (BINPUT, BINGET), four (LONG_BINPUT, LONG_BINGET) or
+// a line of text (PUT, GET).
+func (d *decoder) memoID(at int, op byte) (uint64, error) {
+	switch op {
+	case 'q', 'h':
+		return d.le(at, op, 1)
+	case 'r', 'j':
+		return d.le(at, op, 4)
+	}
+	s, err := d.line(at, op)
+	if err != nil {
+		return 0, err
+	}
 	v, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
 	if err != nil {
 		return 0, d.fail(at, op, "not a memo index: %q", s)
