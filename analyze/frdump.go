@@ -47,10 +47,8 @@ func readDump(in *input, path string, res *fileResult) {
 		if in.kind == contentFRJSON {
 			what = "a JSON file"
 		}
-		res.skip = fmt.Sprintf("%s that is not a PyTorch Flight Recorder dump (%v)", what, errors.Unwrap(err))
-		if errors.Unwrap(err) == nil {
-			res.skip = fmt.Sprintf("%s that is not a PyTorch Flight Recorder dump (%v)", what, err)
-		}
+		why := strings.TrimPrefix(err.Error(), frdump.ErrNotDump.Error()+": ")
+		res.skip = fmt.Sprintf("%s that is not a PyTorch Flight Recorder dump (%s)", what, why)
 		return
 	}
 	f := &frFile{dump: d, rank: -1}
@@ -94,7 +92,7 @@ func frProcs(results []*fileResult, procs []*detect.Proc, besideLogs bool) ([]*d
 		f, path := r.fr, r.stat.Path
 		for _, pr := range f.dump.Problems {
 			if r.err != nil && pr == r.err.Error() {
-				note("Flight Recorder dump %s was cut short (%s): its entries up to there were read", path, pr)
+				note("Flight Recorder dump %s could not be read to its end (%s): what came before was read", path, pr)
 				continue
 			}
 			note("Flight Recorder dump %s: %s", path, pr)

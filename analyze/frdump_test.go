@@ -94,7 +94,7 @@ func TestFlightRecorderBadDumps(t *testing.T) {
 		t.Fatalf("coverage %+v", c)
 	}
 	for _, want := range [][]string{
-		{"nccl_trace_rank_1 was cut short", "truncated"},
+		{"nccl_trace_rank_1 could not be read to its end", "truncated", "what came before was read"},
 		{"nccl_trace_rank_1 could not be read to its end"},
 		{"nccl_trace_rank_3", `"3.1"`, "what was recognisable was read"},
 		{"disagree on their format version"},

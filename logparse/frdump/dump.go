@@ -383,7 +383,11 @@ func readEntry(v any, budget *int) (Entry, string) {
 	e.Name = scalarString(name)
 	pg, ok := m.Get("process_group")
 	if !ok {
-		return e, "it has no process_group"
+		// The first dump formats named a group by its pg_id alone.
+		if e.PGID < 0 {
+			return e, "it has no process_group and no pg_id"
+		}
+		pg = strconv.FormatInt(e.PGID, 10)
 	}
 	var pair []any
 	switch t := pg.(type) {

@@ -351,3 +351,21 @@ func TestRealTorchDumps(t *testing.T) {
 		t.Errorf("position 93: %+v / %+v", ops[0], ops[1])
 	}
 }
+
+// The first dump formats (torch 2.2-2.3) had no process_group nor p2p fields, and called the
+// sequence number seq_id: their entries are read by their pg_id.
+func TestOldDumpFormat(t *testing.T) {
+	in := `{"version": "2.0", "entries": [` +
+		`{"record_id": 0, "pg_id": 0, "seq_id": 1, "profiling_name": "nccl:all_reduce", "time_created_ns": 5000, "input_sizes": [[8]], "output_sizes": [[8]], "state": "completed"},` +
+		`{"record_id": 1, "pg_id": 0, "seq_id": 2, "profiling_name": "nccl:broadcast", "time_created_ns": 6000, "input_sizes": [[8]], "output_sizes": [[8]], "state": "scheduled"},` +
+		`{"record_id": 2, "pg_id": 0, "seq_id": 3, "profiling_name": "nccl:send 0->1", "state": "scheduled"}]}`
+	d, err := Read([]byte(in), Limits{})
+	if err != nil || len(d.Entries) != 3 || d.Skipped != 0 {
+		t.Fatalf("%v %+v", err, d)
+	}
+	p := d.Process(0, "x")
+	if len(p.Comms) != 1 || p.Comms[0].ID != "fr:0" || p.Comms[0].Count != 2 || p.Comms[0].Done.Done != 1 ||
+		p.Comms[0].Recent[1].Op != "Broadcast" || p.Comms[0].Done.P2PIssued != 0 || !d.Entries[2].P2P {
+		t.Errorf("old format: %+v", p.Comms)
+	}
+}
