@@ -23,7 +23,7 @@ func TestFRCommID(t *testing.T) {
 func TestFRGroupRoundTrip(t *testing.T) {
 	c := Comm{ID: FRCommID("0", []int{0, 1}), Rank: 1, NRanks: 2, State: CommReady, Count: 5,
 		Recent: Ops{{Seq: 5, Op: "AllReduce", Count: 8, Dtype: "float32", T: 10, Idx: 9}},
-		Done: &Completion{Issued: 5, Started: 5, Done: 4, InFlight: &Flight{Op: Op{Seq: 5, Op: "AllReduce"}, GPUStart: 12}},
+		Done:   &Completion{Issued: 5, Started: 5, Done: 4, InFlight: &Flight{Op: Op{Seq: 5, Op: "AllReduce"}, GPUStart: 12}},
 		FR: &FRGroup{Name: "0", Desc: "default_pg", Ranks: []int{0, 1}, Pending: 1, Ops: []FROp{{
 			Op: Op{Seq: 5, Op: "AllReduce", Count: 8, Dtype: "float32", T: 10, Idx: 9}, State: OpStarted,
 			Name: "nccl:all_reduce", Started: 12, TimeoutMs: 600000, Where: "step (train.py:4)"}}}}
