@@ -85,6 +85,10 @@ func Analyze(ctx context.Context, paths []string, opts Options) (*Report, error)
 	}
 	procs, lost := mergeProcs(results)
 	procs, frNotes := frProcs(results, procs, opts.FRBesideLogs)
+	if missing := unseenRanks(procs); len(missing) > 0 {
+		cov.Unseen = missing
+		cov.Limits = append(cov.Limits, fmt.Sprintf("rank(s) %s belong to the process groups of the Flight Recorder dumps, but no file here shows them (no dump, no log): nothing can be called clean without them", rankText(missing)))
+	}
 	joins := inferComms(procs)
 	jobs := splitJobs(procs, lost, results, joins)
 	rep := &Report{Coverage: cov, Files: []FileStat{}, Notes: frNotes}

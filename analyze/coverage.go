@@ -36,9 +36,11 @@ type Coverage struct {
 	// Timestamps: "µs", "ms", "s" (the finest seen) or "none".
 	Timestamps string `json:"timestamps"`
 	RASReports int    `json:"ras_reports,omitempty"`
-	// FRDumps are PyTorch Flight Recorder dumps read, FREntries their entries.
+	// FRDumps are PyTorch Flight Recorder dumps read, FREntries their entries. Unseen are
+	// the ranks their process groups hold that no file shows (the first MaxFRRanks).
 	FRDumps   int   `json:"fr_dumps,omitempty"`
 	FREntries int64 `json:"fr_entries,omitempty"`
+	Unseen    []int `json:"unseen_ranks,omitempty"`
 	// Communicators across ranks, and how many were inferred or could not be joined.
 	Communicators int `json:"communicators"`
 	Inferred      int `json:"inferred,omitempty"`

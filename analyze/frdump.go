@@ -268,6 +268,36 @@ func frDisagreements(files []*fileResult) []string {
 	return notes
 }
 
+// unseenRanks are the ranks the Flight Recorder groups hold that no process shows: a rank
+// that died writes no dump, and without its log nothing says what it did.
+func unseenRanks(procs []*detect.Proc) []int {
+	seen := map[int]bool{}
+	for _, p := range procs {
+		if p.Rank >= 0 {
+			seen[p.Rank] = true
+		}
+	}
+	want := map[int]bool{}
+	for _, p := range procs {
+		for _, c := range p.Comms {
+			if c.FR == nil {
+				continue
+			}
+			for _, r := range c.FR.Ranks {
+				if !seen[r] {
+					want[r] = true
+				}
+			}
+		}
+	}
+	out := make([]int, 0, len(want))
+	for r := range want {
+		out = append(out, r)
+	}
+	sort.Ints(out)
+	return out[:min(len(out), snapshot.MaxFRRanks)]
+}
+
 // rankText writes ranks compactly: "0-3,8".
 func rankText(ranks []int) string {
 	if ranks == nil {

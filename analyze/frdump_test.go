@@ -127,6 +127,11 @@ func TestFlightRecorderMissingRank(t *testing.T) {
 	if !hasNote(rep, "no Flight Recorder dump of rank(s) 2") {
 		t.Errorf("notes %q", rep.Notes)
 	}
+	// The ranks left waiting agree with each other: without rank 2 nothing is clean.
+	if rep.Verdict == VerdictClean || len(rep.Coverage.Unseen) != 1 || rep.Coverage.Unseen[0] != 2 ||
+		!hasNote(rep, "rank(s) 2 belong to the process groups", "no file here shows them") {
+		t.Errorf("verdict %s, unseen %v, limits %q", rep.Verdict, rep.Coverage.Unseen, rep.Coverage.Limits)
+	}
 }
 
 func TestFlightRecorderFileNames(t *testing.T) {

@@ -236,7 +236,7 @@ func (r *Report) finish(jobs int) {
 	if c.Lines > 0 && c.NCCLLines+c.TorchLines < c.Lines/10 && c.NCCLLines > 0 {
 		c.Limits = append(c.Limits, fmt.Sprintf("only %d of %d lines are NCCL or PyTorch lines", c.NCCLLines+c.TorchLines, c.Lines))
 	}
-	judgeable := (c.Collectives > 0 || c.FREntries > 0) && compared && c.ReadErrors == 0
+	judgeable := (c.Collectives > 0 || c.FREntries > 0) && compared && c.ReadErrors == 0 && len(c.Unseen) == 0
 	switch {
 	case len(r.Findings) > 0:
 		r.Verdict, r.ExitCode = VerdictFindings, ExitFindings
