@@ -281,8 +281,8 @@ def main():
     survivors, logs = signal_killed()
     write_case("signal_killed", survivors)
     write_case("signal_killed_logs", survivors, extra=logs)
-    write_case("healthy_json", healthy()[:2], form="json")
-    write_case("healthy_protocol4", healthy()[:2], protocol=4)
+    write_case("healthy_json", healthy(), form="json")
+    write_case("healthy_protocol4", healthy(), protocol=4)
 
     # Bad input beside good dumps: a truncated dump, a newer format, another job's dump.
     d = write_case("bad_input", skipped_subgroup())
