@@ -170,6 +170,9 @@ func joinOf(id string, joins map[string]Join) Join {
 	if j, ok := joins[id]; ok {
 		return j
 	}
+	if strings.HasPrefix(id, snapshot.FRCommPrefix) {
+		return Join{How: "process group", Confidence: "exact", Why: "a PyTorch process group's name and ranks, from Flight Recorder dumps"}
+	}
 	if strings.HasSuffix(id, "/gap") {
 		return Join{How: "unjoined", Why: "lines are missing before its later collectives (a gap in the log), so its positions are not the other ranks'"}
 	}
@@ -221,9 +224,11 @@ func (r *Report) finish(jobs int) {
 		compared = compared || (len(cm.Ranks) >= 2 && with > 0)
 	}
 	switch {
+	case c.NCCLLines == 0 && c.RASReports == 0 && c.FRDumps > 0:
+		c.Limits = append(c.Limits, "no NCCL line was found: PyTorch's Flight Recorder dumps show its works, not what NCCL did with them; "+SubsysHint)
 	case c.NCCLLines == 0 && c.RASReports == 0:
 		c.Limits = append(c.Limits, "no NCCL line was found: nothing shows what NCCL did; "+SubsysHint)
-	case c.Collectives == 0:
+	case c.Collectives == 0 && c.FREntries == 0:
 		c.Limits = append(c.Limits, "no collective (COLL) line was found, so ranks cannot be compared for hangs or mismatches; "+SubsysHint)
 	case !compared:
 		c.Limits = append(c.Limits, "no communicator has two or more ranks' logs with collectives: there is nothing to compare a rank with (are all ranks' logs here?)")
@@ -231,7 +236,7 @@ func (r *Report) finish(jobs int) {
 	if c.Lines > 0 && c.NCCLLines+c.TorchLines < c.Lines/10 && c.NCCLLines > 0 {
 		c.Limits = append(c.Limits, fmt.Sprintf("only %d of %d lines are NCCL or PyTorch lines", c.NCCLLines+c.TorchLines, c.Lines))
 	}
-	judgeable := c.Collectives > 0 && compared && c.ReadErrors == 0
+	judgeable := (c.Collectives > 0 || c.FREntries > 0) && compared && c.ReadErrors == 0 && len(c.Unseen) == 0
 	switch {
 	case len(r.Findings) > 0:
 		r.Verdict, r.ExitCode = VerdictFindings, ExitFindings

@@ -63,6 +63,7 @@ func (s *Sidecar) snapshot(delta bool) *snapshot.Node {
 	n.Processes = s.regions.join(n.Processes, starts, now, s.opts.KeepExited,
 		recentOps{n: s.opts.RecentOps, min: s.opts.MinRecentOps, delta: delta})
 	s.addProcStats(n.Processes)
+	n.Processes = s.dumps.join(n.Processes, s.opts.Node, now)
 	return n
 }
 

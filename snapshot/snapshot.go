@@ -127,8 +127,11 @@ type Comm struct {
 	P2P    []P2P `json:"p2p,omitempty"`
 	// Waiting is true when this comm holds the rank's newest op and its GPU spins.
 	Waiting bool `json:"wait,omitempty"`
-	// Done is the completion state the profiler plugin recorded (nil without the plugin).
+	// Done is the completion state the profiler plugin recorded (nil without the plugin), or,
+	// on a Flight Recorder group (FR set), the one the dump's entry states give.
 	Done *Completion `json:"done,omitempty"`
+	// FR is set on a PyTorch process group read from a Flight Recorder dump (see fr.go).
+	FR *FRGroup `json:"fr,omitempty"`
 }
 
 // MarshalJSON leaves out Last when it is the newest of Recent (UnmarshalJSON restores it).
@@ -226,6 +229,11 @@ type Event struct {
 	// Stage is where the process was when it logged the event: before its first per-op
 	// line (initialization) or after; unknown for lines quoted by PyTorch.
 	Stage Stage `json:"stage,omitempty"`
+	// Work are the PyTorch works an event describes (EventTorchTimeout: the one that timed
+	// out; EventTorchDesync: this rank's, then the other rank's). See TorchWork.
+	Work []TorchWork `json:"work,omitempty"`
+	// Bytes is a size the event names (EventRankExit: the allocation CUDA could not make).
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // Encode marshals a node snapshot, shedding detail until it fits MaxNodeBytes.
