@@ -27,11 +27,14 @@ type Ledger struct {
 	groups map[string]*groupLedger
 	// measured holds what the profiler plugin's timing windows said at recent evaluations.
 	measured map[string][]measuredSample
+	// linkBase is each send direction's fastest network time per step seen (µs), by
+	// communicator, sender and peer: a pair's own speed before.
+	linkBase map[string]int64
 }
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{groups: map[string]*groupLedger{}, measured: map[string][]measuredSample{}}
+	return &Ledger{groups: map[string]*groupLedger{}, measured: map[string][]measuredSample{}, linkBase: map[string]int64{}}
 }
 
 // groupLedger is one communicator's waits: per training step, the span of wall time its
@@ -337,7 +340,8 @@ type episode struct {
 	share        float64         // over the window where it peaked
 	lost         int64           // µs of job time in all
 	bursts       int             // separate bursts of waiting: 1 is a steady lag, more a stall that recurs
-	intermittent bool            // bursts shorter than the gaps between them
+	intermittent bool            // stalls in a minority of its steps, not a lag at every step
+	lateSteps    int
 	longestLate  int64
 	period       int64
 	seq          int64 // a position where the job waited for it
@@ -400,7 +404,7 @@ func (gl *groupLedger) episodes(id string, cfg SlowdownConfig) []episode {
 						break
 					}
 				}
-			case cur != nil && share < cfg.SlowdownShare/2:
+			case cur != nil && exitShare(spans, b, w, gap) < cfg.SlowdownShare/2:
 				out = append(out, cur.close(spans, b, gap))
 				cur = nil
 			case cur != nil:
@@ -417,6 +421,13 @@ func (gl *groupLedger) episodes(id string, cfg SlowdownConfig) []episode {
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].onset < out[b].onset })
 	return out
+}
+
+// exitShare is the share over twice the window: an episode ends only once that is low, so
+// that stalls which come back every window or so stay one episode.
+func exitShare(spans []lateSpan, b snapshot.Micros, w, gap int64) float64 {
+	lost, _, _, _ := spansIn(spans, b-snapshot.Micros(2*w), b, gap)
+	return float64(lost) / float64(2*w)
 }
 
 // minLateSteps: a slowdown is late at three steps of a window at least.
@@ -442,7 +453,6 @@ func spansIn(spans []lateSpan, a, b snapshot.Micros, gap int64) (lost int64, ste
 
 // close sums what the root cost from the episode's onset to `to`, and how it came.
 func (e *episode) close(spans []lateSpan, to snapshot.Micros, gap int64) episode {
-	var burstLen, gaps int64
 	var prevEnd snapshot.Micros
 	for _, sp := range spans {
 		if sp.end <= e.onset || sp.start > to {
@@ -453,16 +463,13 @@ func (e *episode) close(spans []lateSpan, to snapshot.Micros, gap int64) episode
 		e.longestLate = max(e.longestLate, int64(sp.end-s))
 		if e.bursts == 0 || int64(s-prevEnd) > gap {
 			e.bursts++
-			if prevEnd != 0 {
-				gaps += int64(s - prevEnd)
-			}
 		}
-		burstLen += int64(sp.end - s)
+		e.lateSteps++
 		prevEnd = sp.end
 		e.end = sp.end
 	}
-	if e.bursts > 1 {
-		e.intermittent = gaps/int64(e.bursts-1) > burstLen/int64(e.bursts)
+	if steps := int64(e.end-e.onset)/max(e.period, 1) + 1; e.bursts > 1 {
+		e.intermittent = int64(e.lateSteps)*2 < steps
 	}
 	return *e
 }

@@ -79,7 +79,7 @@ func Slowdowns(j *Job, cfg Config, timing Timing) []Finding {
 	} else {
 		led.observeMeasured(j, sc)
 	}
-	links := slowLinks(j, sc)
+	links := led.slowLinks(j, sc)
 	// What a slow link adds to each op of its communicator (µs): lateness on the GPUs up to
 	// about that much is the link's doing, not a rank's.
 	onLinks := map[string]int64{}
@@ -121,37 +121,36 @@ func Slowdowns(j *Job, cfg Config, timing Timing) []Finding {
 // finding says what is known and how to see more.
 func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Group, named []Finding) (Finding, bool) {
 	var best struct {
-		g              *Group
-		share          float64
-		now, base      int64
-		since          snapshot.Micros
-		attributed     float64
-		attributedWhom []string
+		g         *Group
+		share     float64
+		now, base int64
+		since     snapshot.Micros
 	}
-	for id, gl := range l.groups {
+	for _, f := range named {
+		if f.Episode != nil || f.Kind == incident.KindLink {
+			// A named root slows every communicator of the job: the job's slowdown is
+			// its, whatever share each communicator shows.
+			return Finding{}, false
+		}
+	}
+	ids := make([]string, 0, len(l.groups))
+	for id := range l.groups {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
 		g := groups[id]
-		share, now, base, since := gl.slowedSteps(sc)
+		share, now, base, since := l.groups[id].slowedSteps(sc)
 		if g == nil || share < sc.SlowdownShare || share <= best.share {
 			continue
 		}
-		var attributed float64
-		var whom []string
-		for _, f := range named {
-			if f.Episode != nil && (f.Comm == id || f.Kind == incident.KindLink) {
-				attributed += f.Episode.LostShare
-				whom = append(whom, f.Key)
-			}
-		}
-		if attributed*2 >= share {
-			continue
-		}
-		best.g, best.share, best.now, best.base, best.since, best.attributed, best.attributedWhom = g, share, now, base, since, attributed, whom
+		best.g, best.share, best.now, best.base, best.since = g, share, now, base, since
 	}
 	if best.g == nil {
 		return Finding{}, false
 	}
 	g := best.g
-	f := Finding{Kind: incident.KindStraggler, Severity: incident.SeverityWarning, Comm: g.ID, Key: "slowdown:" + g.ID,
+	f := Finding{Kind: incident.KindStraggler, Severity: incident.SeverityWarning, Comm: g.ID, Key: "slowdown:" + j.Name,
 		Victims: len(g.Members), FaultAt: best.since.Time(),
 		Episode: &incident.Episode{Onset: best.since.Time(), LostShare: best.share}}
 	what := fmt.Sprintf("the job's steps take %s, %.0f%% of their time more than its own baseline of %s (communicator %s), since %s",
@@ -161,7 +160,8 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 	var why []string
 	for _, m := range g.Members {
 		e := episode{}
-		if c, w := slowCause(j, m.Proc, e, l.latestMeasured(m.Proc.Key(), j.Now)); c == incident.CauseGPUBusy || c == incident.CauseGPUThrottled || c == incident.CauseGPUFault {
+		// NVML's word only: the plugin's timings are what the slowdown distorts.
+		if c, w := slowCause(j, m.Proc, e, nil); c == incident.CauseGPUBusy || c == incident.CauseGPUThrottled || c == incident.CauseGPUFault {
 			suspects = append(suspects, m.Proc)
 			why = append(why, w)
 			f.Cause = c
@@ -183,9 +183,6 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 		for i, p := range suspects {
 			f.addEvidence("%s: %s", p.Name(), why[i])
 		}
-	}
-	if best.attributed > 0 {
-		f.addEvidence("named roots explain %.0f%% of the time: %s", 100*best.attributed, strings.Join(best.attributedWhom, ", "))
 	}
 	return f, true
 }
@@ -347,13 +344,19 @@ func gpuShared(j *Job, p *Proc, g *snapshot.GPU) (others, mine int) {
 	return max(len(g.Procs)-mine, 0), mine
 }
 
-// throttled names the clock-event reasons that slow a busy GPU (idle and application-clock
-// settings do not).
+// throttled names the clock-event reasons that slow a busy GPU. Idle and application-clock
+// settings do not; a software power cap is what every busy GPU at its power limit reports,
+// so it counts only where the SM clock fell well below its maximum.
 func throttled(g *snapshot.GPU) string {
+	slowed := g.SMMaxMHz > 0 && g.SMClockMHz > 0 && g.SMClockMHz*100 < g.SMMaxMHz*85
 	var r []string
 	for _, x := range g.Reasons {
-		switch x {
-		case "gpu_idle", "applications_clocks_setting", "none", "":
+		switch strings.ToLower(strings.ReplaceAll(x, "_", "")) {
+		case "gpuidle", "applicationsclockssetting", "none", "":
+		case "swpowercap", "syncboost":
+			if slowed {
+				r = append(r, x)
+			}
 		default:
 			r = append(r, x)
 		}

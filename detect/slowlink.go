@@ -25,19 +25,30 @@ type slowLink struct {
 	share      float64 // of the job's time, when the sender's timing says how busy it is
 	// excessPerOp is the time the link adds to each of the sender's collectives (µs).
 	excessPerOp int64
+	// own: judged against its own speed before (a pair has no other link to compare with).
+	own bool
 }
 
 // slowLinks finds the slow directions of every communicator, then folds those that share an
 // endpoint into one root at that endpoint.
-func slowLinks(j *Job, sc SlowdownConfig) []linkRoot {
+func (led *Ledger) slowLinks(j *Job, sc SlowdownConfig) []linkRoot {
+	led.mu.Lock()
+	defer led.mu.Unlock()
 	var all []slowLink
 	for _, g := range j.Groups {
-		all = append(all, groupSlowLinks(g, sc)...)
+		all = append(all, led.groupSlowLinks(g, sc)...)
 	}
 	return linkRoots(all)
 }
 
-func groupSlowLinks(g *Group, sc SlowdownConfig) []slowLink {
+// maxLinkBaselines bounds the link speeds the ledger remembers.
+const maxLinkBaselines = 1 << 16
+
+// groupSlowLinks judges each send direction against the communicator's other links, and
+// where there are none (a pair: its reverse direction is no witness, a send step also waits
+// on a receiver that posts late) against its own speed before, when the reverse direction
+// did not slow alike.
+func (led *Ledger) groupSlowLinks(g *Group, sc SlowdownConfig) []slowLink {
 	type sendDir struct {
 		from   Member
 		to     *Member
@@ -71,14 +82,33 @@ func groupSlowLinks(g *Group, sc SlowdownConfig) []slowLink {
 				rest = append(rest, o.us)
 			}
 		}
-		if len(rest) == 0 {
+		key := g.ID + "|" + d.from.Proc.Key() + "|" + fmt.Sprint(d.peer)
+		base, known := led.linkBase[key]
+		if !known || d.us < base {
+			if known || len(led.linkBase) < maxLinkBaselines {
+				led.linkBase[key] = d.us
+			}
+		}
+		var reverse int64
+		for _, o := range dirs {
+			if o.to != nil && o.to.Proc == d.from.Proc && o.from.Proc == memberProc(d.to) {
+				reverse = o.us
+			}
+		}
+		f := sc.SlowLinkFactor
+		var others int64
+		switch {
+		case len(rest) > 0:
+			others = median(rest)
+		case known && float64(d.us) >= f*float64(base) && float64(d.us) >= f*float64(reverse):
+			others = max(base, reverse)
+		default:
 			continue
 		}
-		others := median(rest)
-		if float64(d.us) < sc.SlowLinkFactor*float64(others) {
+		if float64(d.us) < f*float64(others) {
 			continue
 		}
-		l := slowLink{group: g.ID, from: d.from.Proc, to: memberProc(d.to), peer: d.peer, us: d.us, others: others, steps: d.steps, n: len(rest)}
+		l := slowLink{group: g.ID, from: d.from.Proc, to: memberProc(d.to), peer: d.peer, us: d.us, others: others, steps: d.steps, n: len(rest), own: len(rest) == 0}
 		if t := d.timing; t != nil && t.N > 0 {
 			l.excessPerOp = (d.us - others) * d.steps / t.N
 		}
@@ -230,6 +260,10 @@ func (r linkRoot) finding(j *Job) Finding {
 	}
 	f.Summary = fmt.Sprintf("the network from %s to %s is slow: a send step spends %s on the network, the communicator's %d other link(s) %s (median)%s",
 		l.from.Name(), dest, micros(l.us), l.n, micros(l.others), cost)
+	if l.own {
+		f.Summary = fmt.Sprintf("the network from %s to %s is slow: a send step spends %s on the network, %s before and in the other direction%s",
+			l.from.Name(), dest, micros(l.us), micros(l.others), cost)
+	}
 	f.addEvidence("measured by the NCCL profiler plugin over %d send steps on communicator %s", l.steps, shortComm(l.group))
 	for _, p := range []*Proc{l.from, l.to} {
 		if p != nil {
