@@ -45,7 +45,7 @@ __asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
 
 #define NW_API __attribute__((visibility("default")))
 #define NW_PLUGIN_NAME "ncclwatch"
-#define NW_PLUGIN_VERSION "ncclwatch-profiler 3"
+#define NW_PLUGIN_VERSION "ncclwatch-profiler 4"
 
 /* Per communicator: operations tracked until complete (a ring in issue order) and proxy ops
  * in flight. Past the ring a new op shares the newest entry (merged_ops); past the pool a
@@ -95,6 +95,9 @@ struct nw_task {
   uint16_t merged;  /* ops issued past the ring that complete with this one */
   uint32_t plan;    /* Group event (kernel plan) of its newest op; 0 unknown */
   uint64_t seq_hi;  /* coll: the seq of its newest merged op (op.seq when none) */
+  /* The GPU's globaltimer (ns) at the earliest kernel channel start and the latest channel
+   * stop NCCL reported (ABI v4+); 0 unknown. Their difference is the op's execution time. */
+  uint64_t gpu_t0, gpu_t1;
   struct nw_op op;
 };
 
@@ -630,6 +633,60 @@ static void touched(struct nw_comm *c, const struct nw_task *t) {
     op_counts(&c->shm->h.last, t);
 }
 
+/* NCCL's datatype names end in their width in bits, the first digits after "nccl" (Int8,
+ * Float16, Bfloat16, Float32, Uint64, Float8e4m3): the size in bytes; 0 unknown. */
+static uint64_t dtype_bytes(const char *s) {
+  unsigned bits = 0;
+  for (unsigned i = 0; i < NW_STR && s[i]; i++) {
+    if (s[i] >= '0' && s[i] <= '9') {
+      bits = bits * 10 + (unsigned)(s[i] - '0');
+    } else if (bits) {
+      break;
+    }
+  }
+  return (bits == 8 || bits == 16 || bits == 32 || bits == 64) ? bits / 8 : 0;
+}
+
+static unsigned bw_func(const struct nw_task *t) {
+  const char *f = t->op.func;
+  if (t->kind == NW_OP_P2P) return t->dir == NW_RECV ? NW_BW_RECV : NW_BW_SEND;
+  if (!strcmp(f, "AllReduce")) return NW_BW_ALLREDUCE;
+  if (!strcmp(f, "AllGather")) return NW_BW_ALLGATHER;
+  if (!strcmp(f, "ReduceScatter")) return NW_BW_REDUCESCATTER;
+  if (!strcmp(f, "Broadcast")) return NW_BW_BROADCAST;
+  if (!strcmp(f, "Reduce")) return NW_BW_REDUCE;
+  return NW_BW_OTHER;
+}
+
+static unsigned bw_bucket(uint64_t bytes) {
+  unsigned b = 0;
+  for (uint64_t lim = 4096; b + 1 < NW_BW_BUCKETS && bytes >= lim; lim <<= 4) b++;
+  return b;
+}
+
+/* Adds a completed op's execution time to its function's and size's cell. Only an op that
+ * completed by its own kernel channels (all of them stopped) and stands for itself alone (not
+ * merged past the ring) is timed: by the GPU's clock where NCCL gave both ends, else by the
+ * host's from its first channel seen running. Runs at retirement, off the enqueue path. */
+static void record_timing(struct nw_comm *c, const struct nw_task *t, uint64_t now) {
+  if (t->merged || !t->kch_started || t->kch_done < t->kch_started) return;
+  uint64_t ns, gpu = 0;
+  if (t->gpu_t0 && t->gpu_t1 > t->gpu_t0 && t->gpu_t1 - t->gpu_t0 < 3600ULL * 1000000000ULL) {
+    ns = t->gpu_t1 - t->gpu_t0;
+    gpu = 1;
+  } else if (t->op.gpu_start_us && now >= t->op.gpu_start_us) {
+    ns = (now - t->op.gpu_start_us) * 1000u;
+  } else {
+    return;
+  }
+  uint64_t bytes = t->op.count * dtype_bytes(t->op.dtype);
+  struct nw_bw_cell *cell = &c->shm->bw[bw_func(t)][bw_bucket(bytes)];
+  cell->ops++;
+  cell->bytes += bytes;
+  cell->exec_ns += ns;
+  cell->gpu_timed += gpu;
+}
+
 /* Retires complete ops from the front of the ring: coll_done is a prefix, so a finished op
  * behind an unfinished one waits. */
 static void retire(struct nw_comm *c, uint64_t now) {
@@ -638,6 +695,7 @@ static void retire(struct nw_comm *c, uint64_t now) {
   while (c->tail != c->head) {
     struct nw_task *t = &c->ring[c->tail % NW_RING];
     if (!task_complete(c, t)) break;
+    record_timing(c, t, now);
     if (t->kind == NW_OP_COLL) {
       s->h.coll_done = t->seq_hi;
       if (t->op.gpu_start_us && t->op.gpu_start_us >= t->op.issue_us && now >= t->op.gpu_start_us) {
@@ -794,6 +852,7 @@ static void *issue(struct nw_comm *c, unsigned slot, const struct nw_ev *e, unsi
   t->merged = 0;
   t->plan = plan;
   t->seq_hi = seq;
+  t->gpu_t0 = t->gpu_t1 = 0;
   t->op = o;
   c->head++;
   publish_inflight(c);
@@ -862,6 +921,7 @@ static void proxy_op_stop(struct nw_comm *c, struct nw_pxop *p, uint64_t now) {
 
 static void kch_start(struct nw_comm *c, struct nw_task *t, uint64_t timer, uint64_t now) {
   struct nw_comm_slot *s = c->shm;
+  if (timer && (!t->gpu_t0 || timer < t->gpu_t0)) t->gpu_t0 = timer;
   if (t->kch_started++ == 0) {
     t->op.gpu_start_us = now;
     t->op.gpu_timer = timer;
@@ -937,10 +997,23 @@ static struct nw_comm *comm_of_handle(void *h) {
   return __atomic_load_n(&c->live, __ATOMIC_ACQUIRE) ? c : NULL;
 }
 
+/* A kernel channel's stop time on the GPU comes with its KernelChStop state, and NCCL stops
+ * the channel right after on the same thread: the state only leaves the time here, without
+ * the comm lock, and the stop takes it in under the lock it takes anyway. */
+static __thread struct {
+  void *h;
+  uint64_t timer;
+} kch_stop_pending;
+
 static nw_result_t nw_stop(void *h) {
   if (is_disabled()) return NW_SUCCESS;
   struct nw_comm *c = comm_of_handle(h);
   if (!c) return NW_SUCCESS;
+  uint64_t stop_timer = 0;
+  if (kch_stop_pending.h == h) {
+    stop_timer = kch_stop_pending.timer;
+    kch_stop_pending.h = NULL;
+  }
   uint64_t now = now_us(CLOCK_REALTIME);
   spin_lock(&c->lock);
   if (c->live) {
@@ -950,7 +1023,10 @@ static nw_result_t nw_stop(void *h) {
     if (tag == H_TASK || tag == H_KCH) {
       struct nw_task *t = task_of(c, h);
       if (t && tag == H_TASK && t->open_stops) t->open_stops--;
-      if (t && tag == H_KCH && t->kch_done < t->kch_started) t->kch_done++;
+      if (t && tag == H_KCH && t->kch_done < t->kch_started) {
+        t->kch_done++;
+        if (stop_timer > t->gpu_t1) t->gpu_t1 = stop_timer;
+      }
       if (t) {
         touched(c, t);
         retire(c, now);
@@ -984,9 +1060,16 @@ static nw_result_t nw_stop(void *h) {
 /* States we keep: a proxy op's or step's latest state per peer and direction (e.g. 20,
  * SendPeerWait: the peer has not posted its receive). Kernel-channel stop needs nothing: its
  * stopEvent follows. */
-static nw_result_t nw_state(void *h, int state) {
+static nw_result_t nw_state(void *h, int state, uint64_t timer) {
   if (is_disabled()) return NW_SUCCESS;
   unsigned tag = h_tag(h);
+  if (tag == H_KCH) {
+    if (state == NW_ST_KERNEL_CH_STOP && timer) {
+      kch_stop_pending.h = h;
+      kch_stop_pending.timer = timer;
+    }
+    return NW_SUCCESS;
+  }
   if ((tag != H_PXOP && tag != H_STEP) || state < 0 || state > 255) return NW_SUCCESS;
   struct nw_comm *c = comm_of_handle(h);
   if (!c) return NW_SUCCESS;
@@ -1155,12 +1238,12 @@ static nw_result_t v6_start(void *ctx, void **h, struct nw_descr_v6 *d) {
 
 static nw_result_t v3_state(void *h, int state, union nw_state_args_v3 *args) {
   (void)args;
-  return nw_state(h, state);
+  return nw_state(h, state, 0);
 }
 
 static nw_result_t v4_state(void *h, int state, union nw_state_args_v4 *args) {
-  (void)args; /* the KernelChStop timer is not kept; the channel's stopEvent follows */
-  return nw_state(h, state);
+  /* KernelChStop carries the channel's stop time on the GPU; the stopEvent follows. */
+  return nw_state(h, state, state == NW_ST_KERNEL_CH_STOP && args ? args->kernelCh.pTimer : 0);
 }
 
 NW_API struct nw_profiler_v3 ncclProfiler_v3 = {NW_PLUGIN_NAME, v3_init, v3_start, nw_stop, v3_state, nw_finalize};

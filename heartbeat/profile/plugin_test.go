@@ -203,6 +203,16 @@ func settled(t *testing.T, c Comm) Comm {
 	if want := refDigest(c.Sigs); len(c.Sigs) == int(c.CollIssued) && c.Digest != want {
 		t.Errorf("comm %s: digest %#x, the signatures give %#x", c.ID, c.Digest, want)
 	}
+	c.Timings = slices.Clone(c.Timings)
+	for i := range c.Timings {
+		// Host-clock timings (ABI v3 has no GPU timer) take what the machine took.
+		if m := &c.Timings[i]; m.GPUTimed == 0 {
+			if m.ExecNs > m.Ops*uint64(time.Minute) {
+				t.Errorf("comm %s: %d ns for %d ops", c.ID, m.ExecNs, m.Ops)
+			}
+			m.ExecNs = 0
+		}
+	}
 	c.Peers = slices.Clone(c.Peers)
 	for i := range c.Peers {
 		for _, d := range []*PeerDir{&c.Peers[i].Send, &c.Peers[i].Recv} {
@@ -225,7 +235,7 @@ func checkProcess(t *testing.T, p Process, abi int) {
 		t.Errorf("identity not recorded: %+v", p)
 	}
 	if p.ABI != abi || p.Rank != 3 || p.LocalRank != 1 || p.WorldSize != 8 || p.LocalWorldSize != 2 ||
-		p.JobID != "test-job" || p.EventMask != 0x5f || p.Plugin != "ncclwatch-profiler 3" || p.Disabled {
+		p.JobID != "test-job" || p.EventMask != 0x5f || p.Plugin != "ncclwatch-profiler 4" || p.Disabled {
 		t.Errorf("process header: %+v", p)
 	}
 	// The driver is not linked with NCCL, so there is no ncclGetVersion to ask.
@@ -322,6 +332,18 @@ func testBasic(t *testing.T, b *built, ver int) {
 		},
 	}
 	want.Digest = refDigest(want.Sigs)
+	// The completed ops, timed by the kernel channels' GPU clock from the first start to the
+	// last stop (the driver's timers: starts 1000+seq and 1001+seq, stops 2000 and 2001; a
+	// p2p's channel 5000 to 5001); under v3 by the host's clock.
+	want.Timings = []OpTiming{{Func: BWAllReduce, Bucket: 0, Ops: 1, Bytes: 4000, ExecNs: 1001, GPUTimed: 1},
+		{Func: BWAllReduce, Bucket: 1, Ops: 1, Bytes: 8000, ExecNs: 1000, GPUTimed: 1},
+		{Func: BWSend, Bucket: 1, Ops: 1, Bytes: 4096, ExecNs: 1, GPUTimed: 1},
+		{Func: BWRecv, Bucket: 1, Ops: 1, Bytes: 4096, ExecNs: 1, GPUTimed: 1}}
+	if ver == 3 {
+		for i := range want.Timings {
+			want.Timings[i].ExecNs, want.Timings[i].GPUTimed = 0, 0
+		}
+	}
 	if got := settled(t, r.Comms[0]); !reflect.DeepEqual(got, want) {
 		t.Errorf("comm\n got %s\nwant %s", dump(got), dump(want))
 	}
