@@ -102,9 +102,10 @@ PLUGIN_SO     := $(BIN)/libnccl-profiler-ncclwatch.so
 PLUGIN_CFLAGS ?= -std=gnu11 -O2 -g -fPIC -fvisibility=hidden -pthread -Wall -Wextra
 plugin: $(PLUGIN_SO) $(BIN)/profdump-linux-amd64
 
-$(PLUGIN_SO): profiler/plugin.c profiler/abi.h profiler/region.h
+PLUGIN_SRC    := profiler/plugin.c profiler/chain.c
+$(PLUGIN_SO): $(PLUGIN_SRC) profiler/abi.h profiler/region.h profiler/internal.h
 	@mkdir -p $(BIN)
-	gcc $(PLUGIN_CFLAGS) -shared -Wl,-z,nodelete -Wl,--no-undefined -o $@ profiler/plugin.c -ldl
+	gcc $(PLUGIN_CFLAGS) -shared -Wl,-z,nodelete -Wl,--no-undefined -o $@ $(PLUGIN_SRC) -ldl
 
 $(BIN)/profdump-linux-amd64: FORCE
 	@mkdir -p $(BIN)

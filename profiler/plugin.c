@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "abi.h"
-#include "region.h"
+#include "internal.h"
 
 #if defined(__x86_64__) && defined(__GLIBC__)
 /* glibc 2.34 moved dlopen into libc under a new symbol version; binding the original one
@@ -131,17 +131,6 @@ struct nw_comm {
   struct nw_pxop px[NW_PXPOOL];
 };
 
-/* One event, whatever ABI version delivered it. */
-struct nw_ev {
-  uint64_t type;
-  void *parent; /* the parentObj NCCL passed, or the plan's Group handle for Coll/P2p */
-  int rank;
-  uint64_t nccl_seq, count, comm_hash, timer;
-  const char *func, *dtype, *algo, *proto;
-  int root_or_peer, nch, pid, channel, nsteps, is_send, step;
-  int has_comm_hash;
-};
-
 static struct nw_comm g_comms[NW_MAX_COMMS];
 static uint32_t g_issue_seq; /* atomic: the process's issue order across comms (op.proc_seq) */
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -168,31 +157,6 @@ static inline uint64_t now_us(clockid_t clk) {
   return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
-/* Writers of one comm are NCCL's user thread, its proxy thread and (2.29+) its profiler
- * thread; each holds the lock for a few dozen instructions, so spinning is cheaper than any
- * sleep. sched_yield only covers a holder that was preempted. */
-static inline void spin_lock(int *l) {
-  unsigned n = 0;
-  while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE)) {
-    while (__atomic_load_n(l, __ATOMIC_RELAXED)) {
-      if (++n < 256) {
-        cpu_relax();
-      } else {
-        sched_yield();
-        n = 0;
-      }
-    }
-  }
-}
-static inline void spin_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
 
 /* Seqlock around every change of a slot: odd while inside. The release fence orders the odd
  * value before the data stores, as the reader (heartbeat/profile) loads seq, the data, then
@@ -1094,26 +1058,6 @@ static nw_result_t nw_state(void *h, int state, uint64_t timer) {
 
 /* ---- ABI adapters: each version's descriptor into an nw_ev ---------------------------- */
 
-static nw_result_t v3_init(void **ctx, int *mask) { return common_init(3, ctx, mask, 0, -1, -1, -1, NULL); }
-
-static nw_result_t v4_init(void **ctx, int *mask, const char *name, uint64_t hash, int nnodes, int nranks, int rank,
-                           nw_logger_t logfn) {
-  (void)name;
-  return common_init(4, ctx, mask, hash, nnodes, nranks, rank, logfn);
-}
-
-static nw_result_t v5_init(void **ctx, uint64_t id, int *mask, const char *name, int nnodes, int nranks, int rank,
-                           nw_logger_t logfn) {
-  (void)name;
-  return common_init(5, ctx, mask, id, nnodes, nranks, rank, logfn);
-}
-
-static nw_result_t v6_init(void **ctx, uint64_t id, int *mask, const char *name, int nnodes, int nranks, int rank,
-                           nw_logger_t logfn) {
-  (void)name;
-  return common_init(6, ctx, mask, id, nnodes, nranks, rank, logfn);
-}
-
 static void ev_proxy_op(struct nw_ev *ev, const struct nw_proxy_op *op) {
   ev->pid = op->pid;
   ev->channel = op->channelId;
@@ -1155,98 +1099,209 @@ static void ev_v4(struct nw_ev *ev, const struct nw_coll_v4 *coll, const struct 
   }
 }
 
-static nw_result_t v3_start(void *ctx, void **h, struct nw_descr_v3 *d) {
-  if (!h) return NW_SUCCESS;
-  *h = NULL;
-  if (!d) return NW_SUCCESS;
-  struct nw_ev ev = {.type = d->type, .parent = d->parentObj, .rank = d->rank};
-  switch (ev.type) {
+static void ev_v3(struct nw_ev *ev, const struct nw_descr_v3 *d) {
+  *ev = (struct nw_ev){.type = d->type, .parent = d->parentObj, .rank = d->rank};
+  switch (ev->type) {
   case NW_EV_COLL:
-    ev.has_comm_hash = 1;
-    ev.comm_hash = d->coll.commHash;
-    ev.nccl_seq = d->coll.seqNumber;
-    ev.func = d->coll.func;
-    ev.count = d->coll.count;
-    ev.root_or_peer = d->coll.root;
-    ev.dtype = d->coll.datatype;
-    ev.nch = d->coll.nMaxChannels;
-    ev.algo = d->coll.algo;
-    ev.proto = d->coll.proto;
+    ev->has_comm_hash = 1;
+    ev->comm_hash = d->coll.commHash;
+    ev->nccl_seq = d->coll.seqNumber;
+    ev->func = d->coll.func;
+    ev->count = d->coll.count;
+    ev->root_or_peer = d->coll.root;
+    ev->dtype = d->coll.datatype;
+    ev->nch = d->coll.nMaxChannels;
+    ev->algo = d->coll.algo;
+    ev->proto = d->coll.proto;
     break;
   case NW_EV_P2P:
-    ev.has_comm_hash = 1;
-    ev.comm_hash = d->p2p.commHash;
-    ev.func = d->p2p.func;
-    ev.dtype = d->p2p.datatype;
-    ev.count = d->p2p.count;
-    ev.root_or_peer = d->p2p.peer;
+    ev->has_comm_hash = 1;
+    ev->comm_hash = d->p2p.commHash;
+    ev->func = d->p2p.func;
+    ev->dtype = d->p2p.datatype;
+    ev->count = d->p2p.count;
+    ev->root_or_peer = d->p2p.peer;
     break;
   case NW_EV_PROXY_OP:
-    ev_proxy_op(&ev, &d->proxyOp);
+    ev_proxy_op(ev, &d->proxyOp);
     break;
   case NW_EV_PROXY_STEP:
-    ev.step = d->proxyStep.step;
+    ev->step = d->proxyStep.step;
     break;
   case NW_EV_KERNEL_CH:
-    ev.channel = d->kernelCh.channelId;
+    ev->channel = d->kernelCh.channelId;
     break;
   default:
     break;
   }
-  *h = start_event(ctx, &ev);
-  return NW_SUCCESS;
 }
 
-static nw_result_t v4_start(void *ctx, void **h, struct nw_descr_v4 *d) {
-  if (!h) return NW_SUCCESS;
-  *h = NULL;
-  if (!d) return NW_SUCCESS;
-  struct nw_ev ev = {.type = d->type, .parent = d->parentObj, .rank = d->rank};
-  ev_v4(&ev, &d->coll, &d->p2p, &d->proxyOp, &d->kernelCh);
-  if (ev.type == NW_EV_PROXY_STEP) ev.step = d->proxyStep.step;
-  *h = start_event(ctx, &ev);
-  return NW_SUCCESS;
+static void ev_v4_descr(struct nw_ev *ev, const struct nw_descr_v4 *d) {
+  *ev = (struct nw_ev){.type = d->type, .parent = d->parentObj, .rank = d->rank};
+  ev_v4(ev, &d->coll, &d->p2p, &d->proxyOp, &d->kernelCh);
+  if (ev->type == NW_EV_PROXY_STEP) ev->step = d->proxyStep.step;
 }
 
 /* v5 and v6: a Coll's or P2p's parent is its plan's Group, now in parentGroup. The type is
  * read through its low byte: every type handled here is below 256 and every other one is a
  * single bit above, so this holds even if a release declared the field 8 bits wide (as v3 and
  * v4 do) and left garbage in the padding. */
-static void *start_v5(void *ctx, uint64_t type, void *parent, int rank, const struct nw_coll_v5 *coll,
-                      const struct nw_p2p_v5 *p2p, const struct nw_proxy_op *op, const int *step,
-                      const struct nw_kernel_ch_v4 *kch) {
+static void ev_v5(struct nw_ev *ev, uint64_t type, void *parent, int rank, const struct nw_coll_v5 *coll,
+                  const struct nw_p2p_v5 *p2p, const struct nw_proxy_op *op, const int *step,
+                  const struct nw_kernel_ch_v4 *kch) {
   type &= 0xFF;
-  struct nw_ev ev = {.type = type, .parent = parent, .rank = rank};
-  ev_v4(&ev, &coll->v4, &p2p->v4, op, kch);
-  if (type == NW_EV_PROXY_STEP) ev.step = *step;
-  if (type == NW_EV_COLL) ev.parent = coll->parentGroup;
-  if (type == NW_EV_P2P) ev.parent = p2p->parentGroup;
-  return start_event(ctx, &ev);
+  *ev = (struct nw_ev){.type = type, .parent = parent, .rank = rank};
+  ev_v4(ev, &coll->v4, &p2p->v4, op, kch);
+  if (type == NW_EV_PROXY_STEP) ev->step = *step;
+  if (type == NW_EV_COLL) ev->parent = coll->parentGroup;
+  if (type == NW_EV_P2P) ev->parent = p2p->parentGroup;
+}
+
+int nw_ours_ev(unsigned abi, const void *descr, struct nw_ev *ev) {
+  if (!descr) return 0;
+  switch (abi) {
+  case 3:
+    ev_v3(ev, descr);
+    break;
+  case 4:
+    ev_v4_descr(ev, descr);
+    break;
+  case 5: {
+    const struct nw_descr_v5 *d = descr;
+    ev_v5(ev, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh);
+    break;
+  }
+  default: {
+    const struct nw_descr_v6 *d = descr;
+    ev_v5(ev, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh);
+    break;
+  }
+  }
+  return 1;
+}
+
+/* ---- the watchdog's own entry points, for chain.c ------------------------------------- */
+
+nw_result_t nw_ours_init(unsigned abi, void **ctx, int *mask, uint64_t id, int nnodes, int nranks, int rank,
+                         nw_logger_t logfn) {
+  return common_init(abi, ctx, mask, id, nnodes, nranks, rank, logfn);
+}
+void *nw_ours_start(void *ctx, const struct nw_ev *ev) { return start_event(ctx, ev); }
+nw_result_t nw_ours_stop(void *h) { return nw_stop(h); }
+nw_result_t nw_ours_state(void *h, int state, uint64_t timer) { return nw_state(h, state, timer); }
+nw_result_t nw_ours_finalize(void *ctx) { return nw_finalize(ctx); }
+int nw_ours_mask(void) { return is_disabled() || !g_reg ? 0 : g_mask; }
+struct nw_hdr *nw_ours_header(void) { return g_reg ? &g_reg->hdr : NULL; }
+pid_t nw_ours_pid(void) { return g_pid; }
+
+void nw_ours_log(int level, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (g_log) {
+    g_log(level, NW_LOG_SUBSYS_INIT, __FILE__, __LINE__, "%s", msg);
+  } else {
+    fprintf(stderr, "NCCL %s %s\n", level == NW_LOG_WARN ? "WARN" : "INFO", msg);
+  }
+}
+
+/* ---- the tables NCCL finds: the watchdog alone, or through chain.c when chained -------- */
+
+static inline int chained(void) { return __builtin_expect(__atomic_load_n(&nw_chained, __ATOMIC_RELAXED), 0); }
+
+static nw_result_t v3_init(void **ctx, int *mask) { return nw_chain_init(3, ctx, mask, 0, NULL, -1, -1, -1, NULL); }
+
+static nw_result_t v4_init(void **ctx, int *mask, const char *name, uint64_t hash, int nnodes, int nranks, int rank,
+                           nw_logger_t logfn) {
+  return nw_chain_init(4, ctx, mask, hash, name, nnodes, nranks, rank, logfn);
+}
+
+static nw_result_t v5_init(void **ctx, uint64_t id, int *mask, const char *name, int nnodes, int nranks, int rank,
+                           nw_logger_t logfn) {
+  return nw_chain_init(5, ctx, mask, id, name, nnodes, nranks, rank, logfn);
+}
+
+static nw_result_t v6_init(void **ctx, uint64_t id, int *mask, const char *name, int nnodes, int nranks, int rank,
+                           nw_logger_t logfn) {
+  return nw_chain_init(6, ctx, mask, id, name, nnodes, nranks, rank, logfn);
+}
+
+static nw_result_t v3_start(void *ctx, void **h, struct nw_descr_v3 *d) {
+  if (!h) return NW_SUCCESS;
+  if (chained()) return nw_chain_start(3, ctx, h, d);
+  *h = NULL;
+  if (!d) return NW_SUCCESS;
+  struct nw_ev ev;
+  ev_v3(&ev, d);
+  *h = start_event(ctx, &ev);
+  return NW_SUCCESS;
+}
+
+static nw_result_t v4_start(void *ctx, void **h, struct nw_descr_v4 *d) {
+  if (!h) return NW_SUCCESS;
+  if (chained()) return nw_chain_start(4, ctx, h, d);
+  *h = NULL;
+  if (!d) return NW_SUCCESS;
+  struct nw_ev ev;
+  ev_v4_descr(&ev, d);
+  *h = start_event(ctx, &ev);
+  return NW_SUCCESS;
 }
 
 static nw_result_t v5_start(void *ctx, void **h, struct nw_descr_v5 *d) {
   if (!h) return NW_SUCCESS;
-  *h = d ? start_v5(ctx, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh) : NULL;
+  if (chained()) return nw_chain_start(5, ctx, h, d);
+  *h = NULL;
+  if (!d) return NW_SUCCESS;
+  struct nw_ev ev;
+  ev_v5(&ev, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh);
+  *h = start_event(ctx, &ev);
   return NW_SUCCESS;
 }
 
 static nw_result_t v6_start(void *ctx, void **h, struct nw_descr_v6 *d) {
   if (!h) return NW_SUCCESS;
-  *h = d ? start_v5(ctx, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh) : NULL;
+  if (chained()) return nw_chain_start(6, ctx, h, d);
+  *h = NULL;
+  if (!d) return NW_SUCCESS;
+  struct nw_ev ev;
+  ev_v5(&ev, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh);
+  *h = start_event(ctx, &ev);
   return NW_SUCCESS;
 }
 
+static nw_result_t any_stop(void *h) { return chained() ? nw_chain_stop(h) : nw_stop(h); }
+
 static nw_result_t v3_state(void *h, int state, union nw_state_args_v3 *args) {
-  (void)args;
+  if (chained()) return nw_chain_state(3, h, state, args);
   return nw_state(h, state, 0);
 }
 
-static nw_result_t v4_state(void *h, int state, union nw_state_args_v4 *args) {
-  /* KernelChStop carries the channel's stop time on the GPU; the stopEvent follows. */
-  return nw_state(h, state, state == NW_ST_KERNEL_CH_STOP && args ? args->kernelCh.pTimer : 0);
+/* KernelChStop carries the channel's stop time on the GPU; the stopEvent follows. */
+static inline uint64_t kch_stop_timer(int state, const union nw_state_args_v4 *args) {
+  return state == NW_ST_KERNEL_CH_STOP && args ? args->kernelCh.pTimer : 0;
 }
 
-NW_API struct nw_profiler_v3 ncclProfiler_v3 = {NW_PLUGIN_NAME, v3_init, v3_start, nw_stop, v3_state, nw_finalize};
-NW_API struct nw_profiler_v4 ncclProfiler_v4 = {NW_PLUGIN_NAME, v4_init, v4_start, nw_stop, v4_state, nw_finalize};
-NW_API struct nw_profiler_v5 ncclProfiler_v5 = {NW_PLUGIN_NAME, v5_init, v5_start, nw_stop, v4_state, nw_finalize};
-NW_API struct nw_profiler_v6 ncclProfiler_v6 = {NW_PLUGIN_NAME, v6_init, v6_start, nw_stop, v4_state, nw_finalize};
+static nw_result_t v4_state(void *h, int state, union nw_state_args_v4 *args) {
+  if (chained()) return nw_chain_state(4, h, state, args);
+  return nw_state(h, state, kch_stop_timer(state, args));
+}
+
+static nw_result_t v5_state(void *h, int state, union nw_state_args_v4 *args) {
+  if (chained()) return nw_chain_state(5, h, state, args);
+  return nw_state(h, state, kch_stop_timer(state, args));
+}
+
+static nw_result_t v6_state(void *h, int state, union nw_state_args_v4 *args) {
+  if (chained()) return nw_chain_state(6, h, state, args);
+  return nw_state(h, state, kch_stop_timer(state, args));
+}
+
+static nw_result_t any_finalize(void *ctx) { return chained() ? nw_chain_finalize(ctx) : nw_finalize(ctx); }
+
+NW_API struct nw_profiler_v3 ncclProfiler_v3 = {NW_PLUGIN_NAME, v3_init, v3_start, any_stop, v3_state, any_finalize};
+NW_API struct nw_profiler_v4 ncclProfiler_v4 = {NW_PLUGIN_NAME, v4_init, v4_start, any_stop, v4_state, any_finalize};
+NW_API struct nw_profiler_v5 ncclProfiler_v5 = {NW_PLUGIN_NAME, v5_init, v5_start, any_stop, v5_state, any_finalize};
+NW_API struct nw_profiler_v6 ncclProfiler_v6 = {NW_PLUGIN_NAME, v6_init, v6_start, any_stop, v6_state, any_finalize};

@@ -46,9 +46,13 @@ var variants = []variant{
 
 type built struct {
 	so, driver string
-	env        []string
-	skip       string
-	err        error
+	// standin[v] is the chain test's second plugin exporting ncclProfiler_v3 to _v<v>
+	// (profiler/test/standin.c); notable a library that exports no table at all.
+	standin map[int]string
+	notable string
+	env     []string
+	skip    string
+	err     error
 }
 
 var (
@@ -100,7 +104,8 @@ func doBuild(t *testing.T, gcc string, v variant) *built {
 		}
 	}
 	args := append(slices.Clone(pluginCFlags), v.cflags...)
-	args = append(args, "-o", b.so, filepath.Join(root, "profiler", "plugin.c"), "-ldl")
+	args = append(args, "-o", b.so)
+	args = append(append(args, pluginSources(root)...), "-ldl")
 	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
 		return &built{err: fmt.Errorf("gcc plugin.c %v: %v\n%s", args, err, out)}
 	}
@@ -108,6 +113,25 @@ func doBuild(t *testing.T, gcc string, v variant) *built {
 	args = append(args, "-o", b.driver, filepath.Join(root, "profiler", "test", "driver.c"), "-ldl")
 	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
 		return &built{err: fmt.Errorf("gcc driver.c %v: %v\n%s", args, err, out)}
+	}
+	b.standin = map[int]string{}
+	for _, max := range []int{3, 4, 6} {
+		so := filepath.Join(dir, fmt.Sprintf("libstandin-v%d.so", max))
+		args = append([]string{"-std=gnu11", "-O1", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread", "-Wall",
+			"-Wextra", "-Werror", fmt.Sprintf("-DSTANDIN_MAX=%d", max)}, v.cflags...)
+		args = append(args, "-o", so, filepath.Join(root, "profiler", "test", "standin.c"))
+		if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+			return &built{err: fmt.Errorf("gcc standin.c %v: %v\n%s", args, err, out)}
+		}
+		b.standin[max] = so
+	}
+	b.notable = filepath.Join(dir, "libnotable.so")
+	src := filepath.Join(dir, "notable.c")
+	if err := os.WriteFile(src, []byte("int not_a_profiler(void) { return 0; }\n"), 0o644); err != nil {
+		return &built{err: err}
+	}
+	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-o", b.notable, src).CombinedOutput(); err != nil {
+		return &built{err: fmt.Errorf("gcc notable.c: %v\n%s", err, out)}
 	}
 	return b
 }
@@ -127,7 +151,8 @@ func (b *built) command(ctx context.Context, dir, scenario string, ver, n int, e
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "NCCLWATCH_PROFILER", "NCCLWATCH_PROFILER_DIR", "NCCLWATCH_PROFILER_STEPS", "NCCL_DEBUG_FILE",
+		case "NCCLWATCH_PROFILER", "NCCLWATCH_PROFILER_DIR", "NCCLWATCH_PROFILER_STEPS", "NCCLWATCH_PROFILER_CHAIN",
+			"NCCL_DEBUG_FILE", "STANDIN_DIR", "STANDIN_QUIET", "STANDIN_INIT_FAIL", "STANDIN_MASK", "DRIVER_LOG",
 			"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID":
 			continue
 		}
@@ -292,9 +317,11 @@ func checkExports(t *testing.T, so string) {
 	}
 }
 
-func testBasic(t *testing.T, b *built, ver int) {
+// testBasic runs the basic scenario (env: more of the driver's environment, e.g. a chained
+// plugin, which must change nothing in the region) and returns the region.
+func testBasic(t *testing.T, b *built, ver int, env ...string) *Region {
 	dir := t.TempDir()
-	out := b.run(t, dir, "basic", ver, 0)
+	out := b.run(t, dir, "basic", ver, 0, env...)
 	if ver >= 4 && !strings.Contains(out, "NCCL watchdog profiler: recording to "+dir) {
 		t.Errorf("no INFO line through NCCL's logger:\n%s", out)
 	}
@@ -347,6 +374,7 @@ func testBasic(t *testing.T, b *built, ver int) {
 	if got := settled(t, r.Comms[0]); !reflect.DeepEqual(got, want) {
 		t.Errorf("comm\n got %s\nwant %s", dump(got), dump(want))
 	}
+	return r
 }
 
 func dump(c Comm) string {
@@ -360,9 +388,9 @@ func dump(c Comm) string {
 	return s
 }
 
-func testOrders(t *testing.T, b *built, ver int) {
+func testOrders(t *testing.T, b *built, ver int, env ...string) {
 	dir := t.TempDir()
-	b.run(t, dir, "orders", ver, 0)
+	b.run(t, dir, "orders", ver, 0, env...)
 	r := oneRegion(t, dir)
 	p := r.Process
 	if p.CommsInited != 2 || p.CommsFinalized != 1 || p.DroppedEvents != 0 {
@@ -379,9 +407,9 @@ func testOrders(t *testing.T, b *built, ver int) {
 	}
 }
 
-func testOverflow(t *testing.T, b *built) {
+func testOverflow(t *testing.T, b *built, env ...string) {
 	dir := t.TempDir()
-	b.run(t, dir, "overflow", 5, 0)
+	b.run(t, dir, "overflow", 5, 0, env...)
 	r := oneRegion(t, dir)
 	p := r.Process
 	// 6 comms past 64 slots (each dropping a Group and a Coll), a send past a ring full of
@@ -419,7 +447,7 @@ func testOverflow(t *testing.T, b *built) {
 // each with its send and receive proxy op posted at launch), in which the first plugin
 // dropped 132 events and left coll_done below coll_issued once the queue drained. Now nothing
 // is dropped while queued, and everything completes.
-func testBurst(t *testing.T, b *built) {
+func testBurst(t *testing.T, b *built, env ...string) {
 	for _, c := range []struct {
 		done                         int
 		collDone, pending, inFlight  uint64
@@ -430,7 +458,7 @@ func testBurst(t *testing.T, b *built) {
 		{done: 300, collDone: 300, sendOpen: 0, stepsDone: 300, netStep: 300},
 	} {
 		dir := t.TempDir()
-		b.run(t, dir, "burst", 5, c.done)
+		b.run(t, dir, "burst", 5, c.done, env...)
 		r := oneRegion(t, dir)
 		if r.Process.DroppedEvents != 0 || len(r.Comms) != 1 {
 			t.Fatalf("burst %d: dropped %d, %d comms", c.done, r.Process.DroppedEvents, len(r.Comms))
@@ -496,10 +524,10 @@ func checkHistory(t *testing.T, m Comm, each Sig) {
 
 // testThreads runs four communicators with NCCL's three calling threads each. With
 // `watch`, the test reads the region all along and checks what must hold at any moment.
-func testThreads(t *testing.T, b *built, ops int, watch bool) {
+func testThreads(t *testing.T, b *built, ops int, watch bool, env ...string) string {
 	dir := t.TempDir()
 	start := time.Now()
-	cmd := b.command(context.Background(), dir, "threads", 5, ops)
+	cmd := b.command(context.Background(), dir, "threads", 5, ops, env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -557,6 +585,7 @@ func testThreads(t *testing.T, b *built, ops int, watch bool) {
 			t.Errorf("comm %s peers %+v", c.ID, c.Peers)
 		}
 	}
+	return out.String()
 }
 
 // checkMonotonic: counters never go back, and an op is never done before it started or
@@ -580,9 +609,9 @@ func checkMonotonic(t *testing.T, prev, c Comm) {
 	}
 }
 
-func testFork(t *testing.T, b *built) {
+func testFork(t *testing.T, b *built, env ...string) {
 	dir := t.TempDir()
-	out := b.run(t, dir, "fork", 5, 0)
+	out := b.run(t, dir, "fork", 5, 0, env...)
 	var parent, child int
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
