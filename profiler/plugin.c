@@ -185,6 +185,12 @@ static void put_str(char *dst, size_t n, const char *src) {
   for (; i < n; i++) dst[i] = 0;
 }
 
+/* An op string into a field of NW_STR bytes already zeroed: on the enqueue path, where a byte
+ * loop and a second zeroing cost half of a collective's issue. */
+static inline void put_zstr(char *dst, const char *src) {
+  if (src) memcpy(dst, src, strnlen(src, NW_STR - 1));
+}
+
 static inline int plan_before(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
 
 static int is_disabled(void) { return __atomic_load_n(&g_disabled, __ATOMIC_RELAXED); }
@@ -581,6 +587,16 @@ static void op_counts(struct nw_op *o, const struct nw_task *t) {
   o->proxy_open = t->proxy_open;
 }
 
+/* What changes of an op once it is shown (all set with op_counts when it became the op in
+ * flight or the newest): its channel and proxy counts and its kernel's start. */
+static inline void op_counters(struct nw_op *o, const struct nw_task *t) {
+  o->kch_started = t->kch_started > 255 ? 255 : (uint8_t)t->kch_started;
+  o->kch_done = t->kch_done > 255 ? 255 : (uint8_t)t->kch_done;
+  o->proxy_open = t->proxy_open;
+  o->gpu_start_us = t->op.gpu_start_us;
+  o->gpu_timer = t->op.gpu_timer;
+}
+
 static void publish_inflight(struct nw_comm *c) {
   struct nw_comm_slot *s = c->shm;
   if (c->tail == c->head)
@@ -592,9 +608,9 @@ static void publish_inflight(struct nw_comm *c) {
 
 /* Mirrors a task's changed counters into the region when it is the op shown there. */
 static void touched(struct nw_comm *c, const struct nw_task *t) {
-  if (c->tail != c->head && t == &c->ring[c->tail % NW_RING]) op_counts(&c->shm->h.inflight, t);
+  if (c->tail != c->head && t == &c->ring[c->tail % NW_RING]) op_counters(&c->shm->h.inflight, t);
   if (c->last_tracked && c->tail != c->head && t == &c->ring[(c->head - 1) % NW_RING])
-    op_counts(&c->shm->h.last, t);
+    op_counters(&c->shm->h.last, t);
 }
 
 /* NCCL's datatype names end in their width in bits, the first digits after "nccl" (Int8,
@@ -652,13 +668,14 @@ static void record_timing(struct nw_comm *c, const struct nw_task *t, uint64_t n
 }
 
 /* Retires complete ops from the front of the ring: coll_done is a prefix, so a finished op
- * behind an unfinished one waits. */
+ * behind an unfinished one waits. now 0: not read yet (read here when an op completes). */
 static void retire(struct nw_comm *c, uint64_t now) {
   struct nw_comm_slot *s = c->shm;
   int moved = 0;
   while (c->tail != c->head) {
     struct nw_task *t = &c->ring[c->tail % NW_RING];
     if (!task_complete(c, t)) break;
+    if (!now) now = now_us(CLOCK_REALTIME);
     record_timing(c, t, now);
     if (t->kind == NW_OP_COLL) {
       s->h.coll_done = t->seq_hi;
@@ -724,7 +741,13 @@ static inline uint64_t word(const char *s, unsigned i) {
 
 /* Only rooted collectives agree on a root; the others pass whatever their caller had. */
 static int rooted(const char *func) {
-  return !strcmp(func, "Broadcast") || !strcmp(func, "Reduce") || !strcmp(func, "Gather") || !strcmp(func, "Scatter");
+  switch (func[0]) {
+  case 'B': return !strcmp(func, "Broadcast");
+  case 'R': return !strcmp(func, "Reduce");
+  case 'G': return !strcmp(func, "Gather");
+  case 'S': return !strcmp(func, "Scatter");
+  }
+  return 0;
 }
 
 /* Records a collective's signature, folds it into the comm's digest and marks the aligned
@@ -794,10 +817,10 @@ static void *issue(struct nw_comm *c, unsigned slot, const struct nw_ev *e, unsi
   o.root = e->root_or_peer;
   o.kind = (uint8_t)kind;
   o.nchannels = (e->nch > 0 && e->nch <= 64) ? (uint8_t)e->nch : 0;
-  put_str(o.func, NW_STR, e->func);
-  put_str(o.dtype, NW_STR, e->dtype);
-  put_str(o.algo, NW_STR, e->algo);
-  put_str(o.proto, NW_STR, e->proto);
+  put_zstr(o.func, e->func);
+  put_zstr(o.dtype, e->dtype);
+  put_zstr(o.algo, e->algo);
+  put_zstr(o.proto, e->proto);
   o.proc_seq = __atomic_add_fetch(&g_issue_seq, 1, __ATOMIC_RELAXED);
   if (!o.proc_seq) o.proc_seq = __atomic_add_fetch(&g_issue_seq, 1, __ATOMIC_RELAXED); /* 0 means unknown */
   s->h.last = o; /* the newest issued, tracked or not */
@@ -819,7 +842,11 @@ static void *issue(struct nw_comm *c, unsigned slot, const struct nw_ev *e, unsi
   t->gpu_t0 = t->gpu_t1 = 0;
   t->op = o;
   c->head++;
-  publish_inflight(c);
+  /* The op in flight changes only when the ring was empty; behind others, only the count. */
+  if (c->head - c->tail == 1)
+    publish_inflight(c);
+  else
+    s->h.pending = (uint32_t)(c->head - c->tail);
   return h_make(H_TASK, slot, idx, t->gen);
 }
 
@@ -900,6 +927,22 @@ static void kch_start(struct nw_comm *c, struct nw_task *t, uint64_t timer, uint
 
 /* ---- the three event entry points, shared by every ABI version ----------------------- */
 
+/* A Group is one kernel plan: a number, no table entry, no lock. NCCL 2.27 starts a plan's
+ * Coll/P2p events only when its Group handle is non-NULL, so this must always return one. The
+ * adapters take it before building an event: it is on the enqueue path of every op. */
+static void *group_start(void *ctx) {
+  if (is_disabled()) return NULL;
+  if (h_tag(ctx) == H_DROPPED_CTX) {
+    count_drop(NULL);
+    return NULL;
+  }
+  struct nw_comm *c = comm_of(ctx);
+  if (!c) return NULL;
+  uint32_t plan = __atomic_add_fetch(&c->plan_seq, 1, __ATOMIC_RELAXED);
+  if (!plan) plan = __atomic_add_fetch(&c->plan_seq, 1, __ATOMIC_RELAXED);
+  return h_make(H_GROUP, h_slot(ctx), 0, plan);
+}
+
 static void *start_event(void *ctx, const struct nw_ev *e) {
   if (is_disabled()) return NULL;
   if (h_tag(ctx) == H_DROPPED_CTX) {
@@ -910,13 +953,8 @@ static void *start_event(void *ctx, const struct nw_ev *e) {
   if (!c) return NULL;
   unsigned slot = h_slot(ctx);
   switch (e->type) {
-  case NW_EV_GROUP: {
-    /* A Group is one kernel plan. NCCL 2.27 starts a plan's Coll/P2p events only when its
-     * Group handle is non-NULL, so this must always return one. */
-    uint32_t plan = __atomic_add_fetch(&c->plan_seq, 1, __ATOMIC_RELAXED);
-    if (!plan) plan = __atomic_add_fetch(&c->plan_seq, 1, __ATOMIC_RELAXED);
-    return h_make(H_GROUP, slot, 0, plan);
-  }
+  case NW_EV_GROUP:
+    return group_start(ctx);
   case NW_EV_PROXY_STEP:
     /* A step is its proxy op plus a tag: no table entry, validated when it stops. */
     return (h_tag(e->parent) == H_PXOP && h_slot(e->parent) == slot) ? h_with_step(h_retag(e->parent, H_STEP), e->step)
@@ -973,23 +1011,23 @@ static nw_result_t nw_stop(void *h) {
   if (is_disabled()) return NW_SUCCESS;
   struct nw_comm *c = comm_of_handle(h);
   if (!c) return NW_SUCCESS;
-  uint64_t stop_timer = 0;
-  if (kch_stop_pending.h == h) {
-    stop_timer = kch_stop_pending.timer;
-    kch_stop_pending.h = NULL;
-  }
-  uint64_t now = now_us(CLOCK_REALTIME);
+  /* A Coll's or P2p's stop comes right after its enqueue (NCCL 2.28+), on the caller's thread:
+   * it completes nothing then, so it reads no clock; retire reads one if an op completes. */
+  unsigned tag = h_tag(h);
+  uint64_t now = tag == H_TASK ? 0 : now_us(CLOCK_REALTIME);
   spin_lock(&c->lock);
   if (c->live) {
     struct nw_comm_slot *s = c->shm;
     wr_begin(s);
-    unsigned tag = h_tag(h);
     if (tag == H_TASK || tag == H_KCH) {
       struct nw_task *t = task_of(c, h);
       if (t && tag == H_TASK && t->open_stops) t->open_stops--;
       if (t && tag == H_KCH && t->kch_done < t->kch_started) {
         t->kch_done++;
-        if (stop_timer > t->gpu_t1) t->gpu_t1 = stop_timer;
+        if (kch_stop_pending.h == h) {
+          if (kch_stop_pending.timer > t->gpu_t1) t->gpu_t1 = kch_stop_pending.timer;
+          kch_stop_pending.h = NULL;
+        }
       }
       if (t) {
         touched(c, t);
@@ -1014,7 +1052,7 @@ static nw_result_t nw_stop(void *h) {
         *sw = 0;
       }
     }
-    s->h.last_event_us = now;
+    if (now) s->h.last_event_us = now;
     wr_end(s);
   }
   spin_unlock(&c->lock);
@@ -1233,6 +1271,10 @@ static nw_result_t v3_start(void *ctx, void **h, struct nw_descr_v3 *d) {
   if (chained()) return nw_chain_start(3, ctx, h, d);
   *h = NULL;
   if (!d) return NW_SUCCESS;
+  if (d->type == NW_EV_GROUP) {
+    *h = group_start(ctx);
+    return NW_SUCCESS;
+  }
   struct nw_ev ev;
   ev_v3(&ev, d);
   *h = start_event(ctx, &ev);
@@ -1244,6 +1286,10 @@ static nw_result_t v4_start(void *ctx, void **h, struct nw_descr_v4 *d) {
   if (chained()) return nw_chain_start(4, ctx, h, d);
   *h = NULL;
   if (!d) return NW_SUCCESS;
+  if (d->type == NW_EV_GROUP) {
+    *h = group_start(ctx);
+    return NW_SUCCESS;
+  }
   struct nw_ev ev;
   ev_v4_descr(&ev, d);
   *h = start_event(ctx, &ev);
@@ -1255,6 +1301,10 @@ static nw_result_t v5_start(void *ctx, void **h, struct nw_descr_v5 *d) {
   if (chained()) return nw_chain_start(5, ctx, h, d);
   *h = NULL;
   if (!d) return NW_SUCCESS;
+  if ((d->type & 0xFF) == NW_EV_GROUP) {
+    *h = group_start(ctx);
+    return NW_SUCCESS;
+  }
   struct nw_ev ev;
   ev_v5(&ev, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh);
   *h = start_event(ctx, &ev);
@@ -1266,6 +1316,10 @@ static nw_result_t v6_start(void *ctx, void **h, struct nw_descr_v6 *d) {
   if (chained()) return nw_chain_start(6, ctx, h, d);
   *h = NULL;
   if (!d) return NW_SUCCESS;
+  if ((d->type & 0xFF) == NW_EV_GROUP) {
+    *h = group_start(ctx);
+    return NW_SUCCESS;
+  }
   struct nw_ev ev;
   ev_v5(&ev, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh);
   *h = start_event(ctx, &ev);

@@ -73,54 +73,105 @@ static const char *phase_name[NPHASES] = {
 static struct nw_profiler_v5 *t;
 static void *ctx;
 static int mask;
-static uint64_t ns[NPHASES], calls[NPHASES];
-
-#define TIMED(p, n, body)                                                                                             \
-  do {                                                                                                                \
-    uint64_t t0_ = mono_ns();                                                                                         \
-    body;                                                                                                             \
-    ns[p] += mono_ns() - t0_;                                                                                         \
-    calls[p] += (uint64_t)(n);                                                                                        \
-  } while (0)
+static const char *phase_fn[NPHASES] = {
+  "ph_group_start", "ph_coll_start", "ph_coll_stop", "ph_group_stop", "ph_kch_start", "ph_px_start", "ph_px_state",
+  "ph_step_start", "ph_step_state", "ph_step_stop", "ph_px_stop", "ph_kch_state", "ph_kch_stop", "ph_p2p_start",
+  "ph_p2p_stop"};
+static uint64_t ns[NPHASES], calls[NPHASES], all_calls[NPHASES];
 
 static void start(void **h, struct nw_descr_v5 *d) {
   if (t->startEvent(ctx, h, d)) exit(2);
 }
 
+/* One batch's descriptors and handles. Each phase is a function of its own (never inlined), so
+ * that callgrind's inclusive count of ph_<phase> divided by its calls is the instructions one
+ * call of that kind costs: `make bench-plugin-instr`, exact where timings on a shared machine
+ * are not. */
+static struct nw_descr_v5 gd[B], cd[B], kd[B][NCH], pd[B][2], sd[B][2][NSTEPS], p2d[B][2], g2d[B];
+static void *g[B], *c[B], *k[B][NCH], *px[B][2], *st[B][2][NSTEPS], *g2[B], *pp[B][2];
+static nw_state_args_v5 args;
+static uint64_t seq0;
+static int steps;
+
+#define PHASE(name) static __attribute__((noinline)) void ph_##name(void)
+PHASE(group_start) { for (int i = 0; i < B; i++) start(&g[i], &gd[i]); }
+PHASE(coll_start) { for (int i = 0; i < B; i++) start(&c[i], &cd[i]); }
+PHASE(coll_stop) { for (int i = 0; i < B; i++) t->stopEvent(c[i]); }
+PHASE(group_stop) { for (int i = 0; i < B; i++) t->stopEvent(g[i]); }
+PHASE(kch_start) { for (int i = 0; i < B; i++) for (int ch = 0; ch < NCH; ch++) start(&k[i][ch], &kd[i][ch]); }
+PHASE(px_start) { for (int i = 0; i < B; i++) for (int s = 0; s < 2; s++) start(&px[i][s], &pd[i][s]); }
+PHASE(px_state) {
+  for (int i = 0; i < B; i++)
+    for (int s = 0; s < 2; s++) t->recordEventState(px[i][s], NW_ST_PROXY_OP_IN_PROGRESS, &args);
+}
+PHASE(step_start) {
+  for (int i = 0; i < B; i++)
+    for (int s = 0; s < 2; s++)
+      for (int n = 0; n < NSTEPS; n++) start(&st[i][s][n], &sd[i][s][n]);
+}
+PHASE(step_state) {
+  static const int send_st[3] = {NW_ST_STEP_SEND_GPU_WAIT, NW_ST_STEP_SEND_PEER_WAIT, NW_ST_STEP_SEND_WAIT};
+  static const int recv_st[3] = {NW_ST_STEP_RECV_WAIT, NW_ST_STEP_RECV_FLUSH_WAIT, NW_ST_STEP_RECV_GPU_WAIT};
+  for (int i = 0; i < B; i++)
+    for (int s = 0; s < 2; s++)
+      for (int n = 0; n < NSTEPS; n++)
+        for (int x = 0; x < 3; x++) t->recordEventState(st[i][s][n], s == 0 ? send_st[x] : recv_st[x], &args);
+}
+PHASE(step_stop) {
+  for (int i = 0; i < B; i++)
+    for (int s = 0; s < 2; s++)
+      for (int n = 0; n < NSTEPS; n++) t->stopEvent(st[i][s][n]);
+}
+PHASE(px_stop) { for (int i = 0; i < B; i++) for (int s = 0; s < 2; s++) t->stopEvent(px[i][s]); }
+PHASE(kch_state) {
+  for (int i = 0; i < B; i++)
+    for (int ch = 0; ch < NCH; ch++) {
+      args.kernelCh.pTimer = 2000000 + seq0 + (uint64_t)i;
+      t->recordEventState(k[i][ch], NW_ST_KERNEL_CH_STOP, &args);
+    }
+}
+PHASE(kch_stop) { for (int i = 0; i < B; i++) for (int ch = 0; ch < NCH; ch++) t->stopEvent(k[i][ch]); }
+PHASE(p2p_start) { for (int i = 0; i < B; i++) for (int s = 0; s < 2; s++) start(&pp[i][s], &p2d[i][s]); }
+PHASE(p2p_stop) { for (int i = 0; i < B; i++) for (int s = 0; s < 2; s++) t->stopEvent(pp[i][s]); }
+
+static void timed(enum phase p, uint64_t n, void (*fn)(void)) {
+  uint64_t t0 = mono_ns();
+  fn();
+  ns[p] += mono_ns() - t0;
+  calls[p] += n;
+  all_calls[p] += n;
+}
+
 /* One batch of B collectives and B send/recv pairs, through every phase. */
-static void batch(uint64_t seq0) {
-  static struct nw_descr_v5 gd[B], cd[B], kd[B][NCH], pd[B][2], sd[B][2][NSTEPS], p2d[B][2], g2d[B];
-  static void *g[B], *c[B], *k[B][NCH], *px[B][2], *st[B][2][NSTEPS], *g2[B], *pp[B][2];
-  static nw_state_args_v5 args;
-  const int steps = (mask & NW_EV_PROXY_STEP) != 0;
+static void batch(uint64_t first) {
+  seq0 = first;
+  steps = (mask & NW_EV_PROXY_STEP) != 0;
   for (int i = 0; i < B; i++) {
     gd[i] = (struct nw_descr_v5){.type = NW_EV_GROUP, .rank = 0};
     cd[i] = (struct nw_descr_v5){.type = NW_EV_COLL, .rank = 0};
     cd[i].coll.v4 = (struct nw_coll_v4){.seqNumber = seq0 + (uint64_t)i, .func = "AllReduce", .count = 256,
                                         .datatype = "ncclFloat32", .nChannels = NCH, .algo = "RING", .proto = "LL"};
   }
-  TIMED(P_GROUP_START, B, for (int i = 0; i < B; i++) start(&g[i], &gd[i]));
+  timed(P_GROUP_START, B, ph_group_start);
   for (int i = 0; i < B; i++) cd[i].coll.parentGroup = g[i];
-  TIMED(P_COLL_START, B, for (int i = 0; i < B; i++) start(&c[i], &cd[i]));
-  TIMED(P_COLL_STOP, B, for (int i = 0; i < B; i++) t->stopEvent(c[i]));
-  TIMED(P_GROUP_STOP, B, for (int i = 0; i < B; i++) t->stopEvent(g[i]));
+  timed(P_COLL_START, B, ph_coll_start);
+  timed(P_COLL_STOP, B, ph_coll_stop);
+  timed(P_GROUP_STOP, B, ph_group_stop);
 
   for (int i = 0; i < B; i++)
     for (int ch = 0; ch < NCH; ch++) {
       kd[i][ch] = (struct nw_descr_v5){.type = NW_EV_KERNEL_CH, .parentObj = c[i]};
       kd[i][ch].kernelCh = (struct nw_kernel_ch_v4){.channelId = (uint8_t)ch, .pTimer = 1000000 + seq0 + (uint64_t)i};
     }
-  TIMED(P_KCH_START, B *NCH, for (int i = 0; i < B; i++) for (int ch = 0; ch < NCH; ch++) start(&k[i][ch], &kd[i][ch]));
+  timed(P_KCH_START, B * NCH, ph_kch_start);
   for (int i = 0; i < B; i++)
     for (int s = 0; s < 2; s++) {
       pd[i][s] = (struct nw_descr_v5){.type = NW_EV_PROXY_OP, .parentObj = c[i]};
       pd[i][s].proxyOp = (struct nw_proxy_op){.pid = getpid(), .channelId = (uint8_t)s, .peer = 1 + s,
                                               .nSteps = steps ? NSTEPS : 0, .chunkSize = 131072, .isSend = s == 0};
     }
-  TIMED(P_PX_START, B * 2, for (int i = 0; i < B; i++) for (int s = 0; s < 2; s++) start(&px[i][s], &pd[i][s]));
-  TIMED(P_PX_STATE, B * 2,
-        for (int i = 0; i < B; i++) for (int s = 0; s < 2; s++)
-            t->recordEventState(px[i][s], NW_ST_PROXY_OP_IN_PROGRESS, &args));
+  timed(P_PX_START, B * 2, ph_px_start);
+  timed(P_PX_STATE, B * 2, ph_px_state);
   if (steps) {
     for (int i = 0; i < B; i++)
       for (int s = 0; s < 2; s++)
@@ -128,24 +179,13 @@ static void batch(uint64_t seq0) {
           sd[i][s][n] = (struct nw_descr_v5){.type = NW_EV_PROXY_STEP, .parentObj = px[i][s]};
           sd[i][s][n].proxyStep.step = n;
         }
-    TIMED(P_STEP_START, B * 2 * NSTEPS,
-          for (int i = 0; i < B; i++) for (int s = 0; s < 2; s++) for (int n = 0; n < NSTEPS; n++)
-              start(&st[i][s][n], &sd[i][s][n]));
-    static const int send_st[3] = {NW_ST_STEP_SEND_GPU_WAIT, NW_ST_STEP_SEND_PEER_WAIT, NW_ST_STEP_SEND_WAIT};
-    static const int recv_st[3] = {NW_ST_STEP_RECV_WAIT, NW_ST_STEP_RECV_FLUSH_WAIT, NW_ST_STEP_RECV_GPU_WAIT};
-    TIMED(P_STEP_STATE, B * 2 * NSTEPS * 3,
-          for (int i = 0; i < B; i++) for (int s = 0; s < 2; s++) for (int n = 0; n < NSTEPS; n++)
-              for (int x = 0; x < 3; x++) t->recordEventState(st[i][s][n], s == 0 ? send_st[x] : recv_st[x], &args));
-    TIMED(P_STEP_STOP, B * 2 * NSTEPS,
-          for (int i = 0; i < B; i++) for (int s = 0; s < 2; s++) for (int n = 0; n < NSTEPS; n++)
-              t->stopEvent(st[i][s][n]));
+    timed(P_STEP_START, B * 2 * NSTEPS, ph_step_start);
+    timed(P_STEP_STATE, B * 2 * NSTEPS * 3, ph_step_state);
+    timed(P_STEP_STOP, B * 2 * NSTEPS, ph_step_stop);
   }
-  TIMED(P_PX_STOP, B * 2, for (int i = 0; i < B; i++) for (int s = 0; s < 2; s++) t->stopEvent(px[i][s]));
-  TIMED(P_KCH_STATE, B *NCH, for (int i = 0; i < B; i++) for (int ch = 0; ch < NCH; ch++) {
-    args.kernelCh.pTimer = 2000000 + seq0 + (uint64_t)i;
-    t->recordEventState(k[i][ch], NW_ST_KERNEL_CH_STOP, &args);
-  });
-  TIMED(P_KCH_STOP, B *NCH, for (int i = 0; i < B; i++) for (int ch = 0; ch < NCH; ch++) t->stopEvent(k[i][ch]));
+  timed(P_PX_STOP, B * 2, ph_px_stop);
+  timed(P_KCH_STATE, B * NCH, ph_kch_state);
+  timed(P_KCH_STOP, B * NCH, ph_kch_stop);
 
   /* A send/recv pair (a ring step of a pipeline): Group, P2p Send and Recv, stops; their
    * kernel channel runs at once. */
@@ -159,8 +199,8 @@ static void batch(uint64_t seq0) {
       p2d[i][s].p2p.parentGroup = g2[i];
     }
   }
-  TIMED(P_P2P_START, B * 2, for (int i = 0; i < B; i++) for (int s = 0; s < 2; s++) start(&pp[i][s], &p2d[i][s]));
-  TIMED(P_P2P_STOP, B * 2, for (int i = 0; i < B; i++) for (int s = 0; s < 2; s++) t->stopEvent(pp[i][s]));
+  timed(P_P2P_START, B * 2, ph_p2p_start);
+  timed(P_P2P_STOP, B * 2, ph_p2p_stop);
   for (int i = 0; i < B; i++) {
     t->stopEvent(g2[i]);
     for (int s = 0; s < 2; s++) {
@@ -240,6 +280,11 @@ int main(int argc, char **argv) {
   printf("MICROBENCH {\"plugin\": \"%s\", \"mask\": %d, \"enqueue_ns\": %.1f, \"enqueue_ns_median\": %.1f, "
          "\"all_ns\": %.1f, \"all_ns_median\": %.1f}\n",
          t->name, mask, enq_b, enq_m, all_b, all_m);
+  /* For `make bench-plugin-instr`: every call of each phase's function, warm-up included. */
+  printf("CALLS");
+  for (int p = 0; p < NPHASES; p++)
+    if (all_calls[p]) printf(" %s=%llu", phase_fn[p], (unsigned long long)all_calls[p]);
+  printf("\n");
   t->finalize(ctx);
   return 0;
 }
