@@ -111,7 +111,7 @@ def check(a, run, work, metrics):
                 problems.append(f"{lg['file']} comm {cid}: the stand-in saw {got.get('Coll', 0)} Coll and "
                                 f"{got.get('P2p', 0)} P2p starts, the watchdog counted {colls} and {p2ps} issued")
     facts["metrics_series"] = len([l for l in metrics.splitlines() if l.startswith("ncclwatch_comm_op_duration_seconds_count")])
-    if not a.dry and a.watchdog and facts["metrics_series"] == 0:
+    if a.watchdog and facts["metrics_series"] == 0:
         problems.append("the sidecar's /metrics has no ncclwatch_comm_op_duration_seconds series")
     promtool = shutil.which("promtool")
     if promtool and metrics:
@@ -153,13 +153,13 @@ def main():
                              standin_dir=os.path.join(d, "standin"))}
     os.makedirs(run["env"]["NCCLWATCH_PROFILER_DIR"], exist_ok=True)
     sidecar = None
-    if a.watchdog and not a.dry:
+    if a.watchdog:
         # The run's logs and regions; etcd is absent (its writes fail and retry): /metrics is
-        # what this check reads.
+        # what this check reads. Dry: no GPUs to sample.
         sidecar = subprocess.Popen(
             [a.watchdog, "sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "chain4", "--node", "n0",
              "--logs", os.path.join(d, "nccl.*.log"), "--profiler-dir", run["env"]["NCCLWATCH_PROFILER_DIR"],
-             "--state-dir", "", "--ras-addr", "", "--http", f"127.0.0.1:{a.port}"],
+             "--state-dir", "", "--ras-addr", "", "--http", f"127.0.0.1:{a.port}", f"--nvml={str(not a.dry).lower()}"],
             stdout=open(os.path.join(work, "sidecar.log"), "w"), stderr=subprocess.STDOUT, start_new_session=True)
     plan = {"deadline": t0 + a.budget_s, "estimate_s": {"nvlink": 5}, "runs": [run]}
     rc, took = o4.launch(a, plan, work, a.budget_s)

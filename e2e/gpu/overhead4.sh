@@ -8,7 +8,7 @@
 #                      its bootstrap 95 % interval, the enqueue CPU time, the goal
 #   overhead4.md       the table for docs/validation.md
 #   overhead4-raw.tgz  the plan, the job's output, each run's NCCL logs and plugin regions
-#                      (profdump JSON), nvidia-smi, versions
+#                      (profdump JSON, on /dev/shm while the run lasts), nvidia-smi, versions
 #
 #   bash e2e/gpu/overhead4.sh                 # on nvidia-h100-x4, from the repo root
 #   DRYRUN=1 bash e2e/gpu/overhead4.sh        # here: stub torch, no GPU (make bench-plugin-overhead-dry)
@@ -57,15 +57,9 @@ timeout -k 10 $((BUDGET_S + 40)) python3 e2e/gpu/overhead4.py "${args[@]}" > "$W
 rc=$?
 log "overhead4.py rc $rc after $(($(date +%s) - t0)) s"
 cp "$WORK/overhead4.json" "$WORK/overhead4.md" "$OUT/" 2>/dev/null || log "no results written"
-# Raw material: each run's NCCL logs, the regions as profdump JSON (the .bin files are 1.1 MiB
-# each, mostly zeros: only the first plugin run's are kept), the job's output.
-first=$(ls -d "$WORK"/work/runs/*-plugin 2>/dev/null | head -1)
-for d in "$WORK"/work/runs/*; do
-  [ -d "$d/prof" ] || continue
-  if [ -x "$PROFDUMP" ]; then "$PROFDUMP" -dir "$d/prof" > "$d/prof.json" 2>/dev/null; fi
-  [ "$d" = "$first" ] || rm -f "$d"/prof/*.bin
-  rm -rf "$d/store"
-done
+# Raw material: each run's NCCL logs, each plugin rank's region as profdump JSON (dumped by
+# the rank before its communicators' finalize), the job's output.
+for d in "$WORK"/work/runs/*; do rm -rf "$d/store"; done
 tar -C "$WORK" -czf "$OUT/overhead4-raw.tgz" work run.log overhead4.out $(cd "$WORK" && ls nvidia-smi.txt versions.txt 2>/dev/null) 2>/dev/null
 log "done in $(($(date +%s) - t0)) s: $(ls "$OUT" | tr '\n' ' ')"
 cat "$WORK/overhead4.md" 2>/dev/null || tail -40 "$WORK/overhead4.out"
