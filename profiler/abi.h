@@ -230,31 +230,38 @@ struct nw_profiler_v4 {
   nw_result_t (*finalize)(void *context);
 };
 
+/* v5's API events (never enabled here; a chained plugin gets them whole). */
+struct nw_group_api {
+  bool graphCaptured;
+  int groupDepth;
+};
+
+struct nw_coll_api {
+  const char *func;
+  size_t count;
+  const char *datatype;
+  int root;
+  void *stream;
+  bool graphCaptured;
+};
+
+struct nw_p2p_api {
+  const char *func;
+  size_t count;
+  const char *datatype;
+  void *stream;
+  bool graphCaptured;
+};
+
 /* v5 (NCCL 2.28): uint64_t type, API events (never enabled here), parentGroup. */
 struct nw_descr_v5 {
   uint64_t type;
   void *parentObj;
   int rank;
   union {
-    struct {
-      bool graphCaptured;
-      int groupDepth;
-    } groupApi;
-    struct {
-      const char *func;
-      size_t count;
-      const char *datatype;
-      int root;
-      void *stream;
-      bool graphCaptured;
-    } collApi;
-    struct {
-      const char *func;
-      size_t count;
-      const char *datatype;
-      void *stream;
-      bool graphCaptured;
-    } p2pApi;
+    struct nw_group_api groupApi;
+    struct nw_coll_api collApi;
+    struct nw_p2p_api p2pApi;
     struct {
       void *stream;
     } kernelLaunch;
@@ -276,25 +283,9 @@ struct nw_descr_v6 {
   void *parentObj;
   int rank;
   union {
-    struct {
-      bool graphCaptured;
-      int groupDepth;
-    } groupApi;
-    struct {
-      const char *func;
-      size_t count;
-      const char *datatype;
-      int root;
-      void *stream;
-      bool graphCaptured;
-    } collApi;
-    struct {
-      const char *func;
-      size_t count;
-      const char *datatype;
-      void *stream;
-      bool graphCaptured;
-    } p2pApi;
+    struct nw_group_api groupApi;
+    struct nw_coll_api collApi;
+    struct nw_p2p_api p2pApi;
     struct {
       void *stream;
     } kernelLaunch;

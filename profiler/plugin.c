@@ -1204,13 +1204,8 @@ int nw_ours_ev(unsigned abi, const void *descr, struct nw_ev *ev) {
   case 4:
     ev_v4_descr(ev, descr);
     break;
-  case 5: {
+  default: { /* v5, and v6 with every member read here at v5's place */
     const struct nw_descr_v5 *d = descr;
-    ev_v5(ev, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh);
-    break;
-  }
-  default: {
-    const struct nw_descr_v6 *d = descr;
     ev_v5(ev, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh);
     break;
   }
@@ -1296,9 +1291,10 @@ static nw_result_t v4_start(void *ctx, void **h, struct nw_descr_v4 *d) {
   return NW_SUCCESS;
 }
 
-static nw_result_t v5_start(void *ctx, void **h, struct nw_descr_v5 *d) {
+/* v5 and v6 lay out every member read here alike (abi.h asserts it). */
+static nw_result_t start_v56(unsigned abi, void *ctx, void **h, struct nw_descr_v5 *d) {
   if (!h) return NW_SUCCESS;
-  if (chained()) return nw_chain_start(5, ctx, h, d);
+  if (chained()) return nw_chain_start(abi, ctx, h, d);
   *h = NULL;
   if (!d) return NW_SUCCESS;
   if ((d->type & 0xFF) == NW_EV_GROUP) {
@@ -1311,19 +1307,9 @@ static nw_result_t v5_start(void *ctx, void **h, struct nw_descr_v5 *d) {
   return NW_SUCCESS;
 }
 
+static nw_result_t v5_start(void *ctx, void **h, struct nw_descr_v5 *d) { return start_v56(5, ctx, h, d); }
 static nw_result_t v6_start(void *ctx, void **h, struct nw_descr_v6 *d) {
-  if (!h) return NW_SUCCESS;
-  if (chained()) return nw_chain_start(6, ctx, h, d);
-  *h = NULL;
-  if (!d) return NW_SUCCESS;
-  if ((d->type & 0xFF) == NW_EV_GROUP) {
-    *h = group_start(ctx);
-    return NW_SUCCESS;
-  }
-  struct nw_ev ev;
-  ev_v5(&ev, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh);
-  *h = start_event(ctx, &ev);
-  return NW_SUCCESS;
+  return start_v56(6, ctx, h, (struct nw_descr_v5 *)d);
 }
 
 static nw_result_t any_stop(void *h) { return chained() ? nw_chain_stop(h) : nw_stop(h); }
@@ -1338,20 +1324,14 @@ static inline uint64_t kch_stop_timer(int state, const union nw_state_args_v4 *a
   return state == NW_ST_KERNEL_CH_STOP && args ? args->kernelCh.pTimer : 0;
 }
 
-static nw_result_t v4_state(void *h, int state, union nw_state_args_v4 *args) {
-  if (chained()) return nw_chain_state(4, h, state, args);
+static nw_result_t state_v4up(unsigned abi, void *h, int state, union nw_state_args_v4 *args) {
+  if (chained()) return nw_chain_state(abi, h, state, args);
   return nw_state(h, state, kch_stop_timer(state, args));
 }
 
-static nw_result_t v5_state(void *h, int state, union nw_state_args_v4 *args) {
-  if (chained()) return nw_chain_state(5, h, state, args);
-  return nw_state(h, state, kch_stop_timer(state, args));
-}
-
-static nw_result_t v6_state(void *h, int state, union nw_state_args_v4 *args) {
-  if (chained()) return nw_chain_state(6, h, state, args);
-  return nw_state(h, state, kch_stop_timer(state, args));
-}
+static nw_result_t v4_state(void *h, int state, union nw_state_args_v4 *args) { return state_v4up(4, h, state, args); }
+static nw_result_t v5_state(void *h, int state, union nw_state_args_v4 *args) { return state_v4up(5, h, state, args); }
+static nw_result_t v6_state(void *h, int state, union nw_state_args_v4 *args) { return state_v4up(6, h, state, args); }
 
 static nw_result_t any_finalize(void *ctx) { return chained() ? nw_chain_finalize(ctx) : nw_finalize(ctx); }
 

@@ -41,6 +41,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from overhead import records as line_records  # noqa: E402  (one parser of the jobs' JSON lines)
 
 ALWAYS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
           "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT"}
@@ -83,21 +85,8 @@ def cell_config(transport, size, a):
 
 def records(path):
     """Every 'OVH4 {json}' record in the job's output."""
-    out = []
-    dec = json.JSONDecoder()
     with open(path, errors="replace") as f:
-        for line in f:
-            i = line.find("OVH4 {")
-            while i >= 0:
-                try:
-                    o, end = dec.raw_decode(line, i + 5)
-                except ValueError:
-                    end = i + 1
-                else:
-                    if isinstance(o, dict):
-                        out.append(o)
-                i = line.find("OVH4 {", end)
-    return out
+        return [o for line in f for o in line_records(line, "OVH4")]
 
 
 def launcher(a):
