@@ -263,7 +263,7 @@ def main():
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--cell-s", type=float, default=0.12, help="time per cell, NVLink")
     ap.add_argument("--cell-s-socket", type=float, default=0.2, help="time per cell, socket")
-    ap.add_argument("--budget-s", type=float, default=270, help="the whole launch; runs that would end later are skipped")
+    ap.add_argument("--budget-s", type=float, default=255, help="the whole launch; runs that would end later are skipped")
     ap.add_argument("--run-limit-s", type=float, default=60, help="a run still going after this is killed")
     ap.add_argument("--nproc", type=int, default=4)
     ap.add_argument("--plugin", default=os.path.join(ROOT, "bin", "libnccl-profiler-ncclwatch.so"))
@@ -319,6 +319,14 @@ def main():
         row["complete"] = complete
         if not row["skipped"] and not complete:
             problems.append(f"{run['name']}: check {row['check']}, ranks done {row['ranks_done']}, errors {row['errors'][:2]}")
+        # The variant and the transport must be what the run says (NCCL's own INIT lines).
+        if complete and not a.dry:
+            if run["variant"] == "plugin" and row.get("plugin_loaded_ranks", 0) < a.nproc:
+                problems.append(f"{run['name']}: NCCL {row.get('nccl')} loaded the plugin on "
+                                f"{row.get('plugin_loaded_ranks', 0)} of {a.nproc} ranks")
+            seen = set(row.get("transports", []))
+            if seen and ((run["transport"] == "socket") != (seen == {"NET"})):
+                problems.append(f"{run['name']}: NCCL connected its ranks via {sorted(seen)}")
         if complete:
             per = {}
             for r in rr:
