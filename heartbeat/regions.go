@@ -156,9 +156,11 @@ func (s *Sidecar) pollRegions() {
 				continue
 			}
 			s.applyRegion(path, reg, alive, lockErr, now)
+			s.m.bw.observe(path, reg, now)
 		}
 	}
 	s.dropVanished(seen, now)
+	s.m.bw.sample(now)
 }
 
 // wanted says whether a file is to be read this time: not left out for good, and not past
