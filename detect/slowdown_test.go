@@ -345,3 +345,34 @@ func TestInstances(t *testing.T) {
 		}
 	}
 }
+
+// A two-rank communicator has no other link to compare with: its slow direction is judged
+// against its own speed before and the other direction now (the live 2-GPU run: rank 1's
+// sends limited by the shim went from 250 µs to 3.6 ms a step, rank 0's stayed at 230 µs).
+func TestSlowLinkOfAPair(t *testing.T) {
+	led := NewLedger()
+	pair := func(at time.Duration, r0, r1 int64) *Job {
+		var ps []*Proc
+		for r, net := range []int64{r0, r1} {
+			p := timedRank(r, 30*time.Millisecond, time.Millisecond)
+			p.Comms[0].Done.Peers = []snapshot.PeerProgress{{Peer: 1 - r, Dir: snapshot.DirSend, NetUs: net, NetSteps: 2000}}
+			ps = append(ps, p)
+		}
+		j := job(at, ps...)
+		j.Ledger = led
+		return j
+	}
+	if fs := Slowdowns(pair(10*time.Second, 230, 250), DefaultConfig(), TimingOK); len(fs) != 0 {
+		t.Fatalf("healthy: %s", fs[0].Summary)
+	}
+	f := only(t, Slowdowns(pair(20*time.Second, 236, 3628), DefaultConfig(), TimingOK), incident.KindLink)
+	if got := culpritRanks(f); len(got) != 2 || got[0] != 1 || !strings.Contains(f.Summary, "before and in the other direction") {
+		t.Fatalf("%v: %s", got, f.Summary)
+	}
+	// A pair asymmetric from its start (one H100 shared by four ranks: 857 against 143 µs)
+	// has no speed before to fall from.
+	led = NewLedger()
+	if fs := Slowdowns(pair(10*time.Second, 143, 857), DefaultConfig(), TimingOK); len(fs) != 0 {
+		t.Fatalf("asymmetric from the start: %s", fs[0].Summary)
+	}
+}
