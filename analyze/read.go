@@ -276,7 +276,7 @@ func (fr *fileReader) proc(k procKey) *proc {
 	if p == nil {
 		// A post-mortem needs each process's first errors, which the teardown that follows
 		// would push out of a ring of the newest.
-		t := logparse.NewTracker(logparse.TrackerOptions{RingSize: fr.opts.RingSize, Location: fr.opts.Location,
+		t := logparse.NewTracker(logparse.TrackerOptions{RingSize: fr.opts.RingSize, Times: 8 * fr.opts.RingSize, Location: fr.opts.Location,
 			MaxEvents: 64, KeepFirst: 24})
 		t.Host, t.PID = k.host, k.pid
 		p = &proc{key: k, t: t, files: []string{fr.res.stat.Path}}

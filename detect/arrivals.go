@@ -91,9 +91,15 @@ func groupArrivals(g *Group, after int64, most int) []arrival {
 }
 
 // timeline merges a member's timed ops and marks into (position, time) sorted by position;
-// lagSample.lag holds the absolute time here.
+// lagSample.lag holds the absolute time here. Offline, the whole log's issue times (Times)
+// come first, then what the recent ops add after them.
 func timeline(c *snapshot.Comm) []lagSample {
-	out := make([]lagSample, 0, len(c.Recent)+len(c.Marks))
+	out := make([]lagSample, 0, len(c.Times)+len(c.Recent)+len(c.Marks))
+	for i, t := range c.Times {
+		if t != 0 {
+			out = append(out, lagSample{seq: c.TimesFrom + int64(i), lag: int64(t)})
+		}
+	}
 	r, m := c.Recent, c.Marks
 	for len(r) > 0 || len(m) > 0 {
 		switch {

@@ -17,8 +17,9 @@ import (
 // ledgerWindows bounds what a communicator keeps: its waits of the last few judged windows,
 // and at most maxSpans of them.
 const (
-	ledgerWindows = 4
-	maxSpans      = 2048
+	ledgerWindows   = 4
+	maxSpans        = 2048
+	maxSpansOffline = 1 << 16
 )
 
 // Ledger is the time accounting of one job. Safe for use by one evaluation at a time.
@@ -138,7 +139,11 @@ func (l *Ledger) Observe(j *Job, cfg SlowdownConfig) {
 				a.root = fw.follow(g, a)
 			}
 		}
-		gl.book(g, fresh[i], ledgerWindows*gl.window(cfg))
+		keep, most, steps := ledgerWindows*gl.window(cfg), maxSpans, maxSteps
+		if j.Offline {
+			keep, most, steps = 1<<62, maxSpansOffline, maxSpansOffline // a whole log is judged at once
+		}
+		gl.book(g, fresh[i], keep, most, steps)
 	}
 	l.observeMeasured(j, cfg)
 }
@@ -168,7 +173,7 @@ func (gl *groupLedger) ranAhead(g *Group, a *arrival) bool {
 
 // book records each position's wait as a span of wall time; a root's waits of one step are
 // one span, as long as the longest.
-func (gl *groupLedger) book(g *Group, arr []arrival, keep int64) {
+func (gl *groupLedger) book(g *Group, arr []arrival, keep int64, most, mostSteps int) {
 	if gl.positions == 0 {
 		return
 	}
@@ -201,15 +206,22 @@ func (gl *groupLedger) book(g *Group, arr []arrival, keep int64) {
 	}
 	gl.done = arr[len(arr)-1].seq
 	cut := 0
-	for cut < len(gl.spans) && (len(gl.spans)-cut > maxSpans || int64(gl.last-gl.spans[cut].end) > keep) {
+	for cut < len(gl.spans) && (len(gl.spans)-cut > most || int64(gl.last-gl.spans[cut].end) > keep) {
 		cut++
 	}
 	if cut > 0 {
 		gl.spans = append(gl.spans[:0], gl.spans[cut:]...)
 	}
-	if n := len(gl.steps); n > maxSteps {
-		gl.steps = append(gl.steps[:0], gl.steps[n-maxSteps:]...)
+	if n := len(gl.steps); n > mostSteps {
+		gl.steps = append(gl.steps[:0], gl.steps[n-mostSteps:]...)
 	}
+}
+
+// stepsIn counts the steps that began in [a, b].
+func (gl *groupLedger) stepsIn(a, b snapshot.Micros) int {
+	lo := sort.Search(len(gl.steps), func(i int) bool { return gl.steps[i].t >= a })
+	hi := sort.Search(len(gl.steps), func(i int) bool { return gl.steps[i].t > b })
+	return max(hi-lo, 1)
 }
 
 // maxSteps bounds the step times kept per communicator.
@@ -343,6 +355,7 @@ type episode struct {
 	intermittent bool            // stalls in a minority of its steps, not a lag at every step
 	lateSteps    int
 	longestLate  int64
+	lateShare    float64 // of a step, for a wait to be one of the episode's
 	period       int64
 	seq          int64 // a position where the job waited for it
 }
@@ -397,22 +410,25 @@ func (gl *groupLedger) episodes(id string, cfg SlowdownConfig) []episode {
 			oneOff := steps < minLateSteps || (bursts == 1 && int64(b-lastEnd) > gap)
 			switch {
 			case cur == nil && share >= cfg.SlowdownShare && !oneOff:
-				cur = &episode{group: id, root: gl.keys[r], period: gl.period, share: share}
+				cur = &episode{group: id, root: gl.keys[r], period: gl.period, share: share, lateShare: cfg.SlowdownShare}
+				// The onset: the window's first wait of a step's tenth or more (jitter
+				// before it is not the episode's).
+				lateAt := snapshot.Micros(cfg.SlowdownShare * float64(gl.period))
 				for _, sp := range spans {
-					if sp.end > a {
+					if sp.end > a && sp.end-sp.start >= lateAt {
 						cur.onset, cur.seq = max(sp.start, a), sp.seq
 						break
 					}
 				}
 			case cur != nil && exitShare(spans, b, w, gap) < cfg.SlowdownShare/2:
-				out = append(out, cur.close(spans, b, gap))
+				out = append(out, cur.close(spans, b, gap, gl.stepsIn))
 				cur = nil
 			case cur != nil:
 				cur.share = max(cur.share, share)
 			}
 		}
 		if cur != nil {
-			e := cur.close(spans, gl.last, gap)
+			e := cur.close(spans, gl.last, gap, gl.stepsIn)
 			if int64(gl.last-e.end) <= gap {
 				e.end = 0 // still going
 			}
@@ -452,10 +468,13 @@ func spansIn(spans []lateSpan, a, b snapshot.Micros, gap int64) (lost int64, ste
 }
 
 // close sums what the root cost from the episode's onset to `to`, and how it came.
-func (e *episode) close(spans []lateSpan, to snapshot.Micros, gap int64) episode {
+func (e *episode) close(spans []lateSpan, to snapshot.Micros, gap int64, stepsIn func(a, b snapshot.Micros) int) episode {
+	// Only waits of a step's tenth or more make the episode's steps and its end: jitter
+	// after a lag ended is not the lag.
+	lateAt := int64(e.lateShare * float64(e.period))
 	var prevEnd snapshot.Micros
 	for _, sp := range spans {
-		if sp.end <= e.onset || sp.start > to {
+		if sp.end <= e.onset || sp.start > to || int64(sp.end-sp.start) < lateAt {
 			continue
 		}
 		s := max(sp.start, e.onset)
@@ -468,8 +487,8 @@ func (e *episode) close(spans []lateSpan, to snapshot.Micros, gap int64) episode
 		prevEnd = sp.end
 		e.end = sp.end
 	}
-	if steps := int64(e.end-e.onset)/max(e.period, 1) + 1; e.bursts > 1 {
-		e.intermittent = int64(e.lateSteps)*2 < steps
+	if steps := stepsIn(e.onset, e.end); e.bursts > 1 {
+		e.intermittent = e.lateSteps*2 < steps
 	}
 	return *e
 }

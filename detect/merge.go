@@ -1,7 +1,6 @@
 package detect
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/ncclwatch/watchdog/incident"
@@ -59,7 +58,6 @@ var mergeSteps = []mergeStep{
 	brokenConnectionsNameTheDead,    // connections that broke to a host of several ranks lead to the one that died there
 	findTeardown,                    // most ranks dying at once is the job's teardown
 	measuredSupersedesInferred,      // what the plugin measured replaces what logs suggested about one cause
-	stragglerBehindAStraggler,       // a rank that waits for a straggler is late at its next collectives
 	mismatchExplainsItsCommunicator, // a mismatch explains the stalls, slow links and late arrivals on its communicator
 	mismatchExplainsInversions,      // a rank that skipped or swapped an op is out of step on its communicator, not out of order
 	stoppedRankExplainsNeighbours,   // a rank that stopped or died explains busy GPUs, slow links and order ties around it
@@ -500,57 +498,6 @@ func mismatchExplainsItsCommunicator(_ *Job, _ Config, fs *findings) {
 		}
 		*group = kept
 	}
-}
-
-// stragglerBehindAStraggler: a rank that waits for a straggler on one communicator reaches
-// its next collectives late too (a tensor-parallel peer of a slow rank is late at the
-// data-parallel all-reduce), so it looks like a straggler of its own. The straggler it
-// waits for, as late or later, is the cause.
-func stragglerBehindAStraggler(j *Job, _ Config, fs *findings) {
-	var stragglers []int
-	for i := range fs.rest {
-		if fs.rest[i].Kind == incident.KindStraggler {
-			stragglers = append(stragglers, i)
-		}
-	}
-	follows := make([]bool, len(fs.rest))
-	for _, b := range stragglers {
-		for _, a := range stragglers {
-			cause, f := &fs.rest[a], &fs.rest[b]
-			if a == b || follows[a] || cause.LagSeconds < f.LagSeconds {
-				continue
-			}
-			waiting := waitsOn(j, cause, f)
-			if waiting == nil {
-				continue
-			}
-			absorb(cause, f)
-			cause.addEvidence("%s waits for it on %s, and so arrives late at its next collectives", procNames(waiting), shortComm(cause.Comm))
-			follows[b] = true
-			break
-		}
-	}
-	fs.rest = without(fs.rest, follows)
-}
-
-// waitsOn returns f's culprits when they are all peers, not culprits, on cause's
-// communicator: they wait for cause there. Nil otherwise.
-func waitsOn(j *Job, cause, f *Finding) []*Proc {
-	var waiting []*Proc
-	for _, g := range j.Groups {
-		if g.ID != cause.Comm {
-			continue
-		}
-		for _, m := range g.Members {
-			if k := m.Proc.Key(); slices.Contains(f.culpritKeys, k) && !slices.Contains(cause.culpritKeys, k) {
-				waiting = append(waiting, m.Proc)
-			}
-		}
-	}
-	if len(waiting) == 0 || len(waiting) != len(f.culpritKeys) {
-		return nil
-	}
-	return waiting
 }
 
 // deathAndStallOfOneRank: a rank that dies stops progressing, and a rank that hangs is

@@ -231,55 +231,6 @@ func TestMismatchExplainsItsCommunicator(t *testing.T) {
 	}
 }
 
-// TestStragglerBehindAStraggler: live on one H100, rank 1 slept before its collectives; rank 0,
-// its tensor-parallel peer, waited for it there and so reached the world all-reduce late,
-// and the plugin's timings made rank 0 a straggler on the world communicator too. Rank 0
-// follows rank 1. Where each waits for the other somewhere, the larger lag is the cause; a
-// straggler that waits for no other stays.
-func TestStragglerBehindAStraggler(t *testing.T) {
-	p := func(r int) *Proc { return &Proc{Process: snapshot.Process{Host: "vm", PID: r, Rank: r}} }
-	ps := []*Proc{p(0), p(1), p(2), p(3)}
-	comm := func(id string, members ...int) {
-		for i, r := range members {
-			ps[r].Comms = append(ps[r].Comms, snapshot.Comm{ID: id, Rank: i, NRanks: len(members), Count: 10})
-		}
-	}
-	comm("world", 0, 1, 2, 3)
-	comm("tp01", 0, 1)
-	comm("tp23", 2, 3)
-	j := NewJob("j", t0, ps, nil)
-	straggler := func(r int, comm string, lag float64) Finding {
-		return Finding{Kind: incident.KindStraggler, Comm: comm, LagSeconds: lag, Key: fmt.Sprintf("straggler:%s", ps[r].Key()),
-			Culprits: []incident.Culprit{ps[r].Culprit()}, culpritKeys: []string{ps[r].Key()}, Summary: fmt.Sprintf("rank %d late", r)}
-	}
-	for _, c := range []struct {
-		name string
-		fs   []Finding
-		want []int
-		on   string // where the one kept is waited for
-	}{
-		{"rank 0 waits for rank 1", []Finding{straggler(1, "tp01", 0.196), straggler(0, "world", 0.065)}, []int{1}, "tp01"},
-		{"found in the other order", []Finding{straggler(0, "world", 0.065), straggler(1, "tp01", 0.196)}, []int{1}, "tp01"},
-		{"the larger lag is the cause", []Finding{straggler(1, "tp01", 0.05), straggler(0, "world", 0.3)}, []int{0}, "world"},
-		{"rank 2 does not wait for rank 1", []Finding{straggler(1, "tp01", 0.2), straggler(2, "tp23", 0.1)}, []int{1, 2}, ""},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			fs := findings{rest: append([]Finding(nil), c.fs...)}
-			stragglerBehindAStraggler(j, DefaultConfig(), &fs)
-			var got []int
-			for _, f := range fs.rest {
-				got = append(got, f.Culprits[0].Rank)
-			}
-			if !slices.Equal(got, c.want) {
-				t.Fatalf("kept stragglers of ranks %v, want %v", got, c.want)
-			}
-			if c.on != "" && !strings.Contains(strings.Join(fs.rest[0].Evidence, "\n"), "waits for it on "+c.on) {
-				t.Fatalf("evidence %q", fs.rest[0].Evidence)
-			}
-		})
-	}
-}
-
 // TestQueuedBehindTheirCause: live on one H100. gpu_hang: rank 1's GPU ran one long kernel,
 // so neither its collectives nor rank 0's (queued behind a tensor-parallel all-reduce that
 // waits for rank 1) started: both were found "issued, not started", and rank 0's paged on

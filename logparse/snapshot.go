@@ -85,6 +85,13 @@ func (c *Comm) snapshot(o SnapshotOptions) snapshot.Comm {
 			sc.Recent[i] = SnapshotOp(r)
 		}
 	}
+	if len(c.times) > 0 {
+		sc.Times = make([]snapshot.Micros, len(c.times))
+		for i, t := range c.times {
+			sc.Times[i] = snapshot.Micros(t)
+		}
+		sc.TimesFrom = c.timesFrom
+	}
 	marks := c.Marks()
 	if o.After != nil {
 		// Like ops: the marks a reader does not have yet, and the newest one.

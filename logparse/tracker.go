@@ -14,6 +14,9 @@ import (
 type TrackerOptions struct {
 	// RingSize is how many recent ops each communicator keeps (default 64).
 	RingSize int
+	// Times is how many of each communicator's positions keep their issue time beyond the
+	// ring (0: none): offline, the time accounting judges a whole log, not its tail.
+	Times int
 	// MaxComms caps communicators kept per process; destroyed ones are dropped first
 	// (default 1024).
 	MaxComms int
@@ -145,6 +148,10 @@ type Comm struct {
 	marks  [len(markLevels)][marksPerLevel]Mark
 	marksN [len(markLevels)]int
 	P2P    map[int]*P2PCount
+	// times are the issue times (µs) of positions timesFrom, timesFrom+1, ... when the
+	// tracker keeps them (TrackerOptions.Times), the oldest half dropped when full.
+	times     []int64
+	timesFrom int64
 }
 
 // OpRecord is one collective at its sequence position.
@@ -352,6 +359,17 @@ func (t *Tracker) observeColl(l *Line, ts int64) {
 	c.Count++
 	rec.Seq = c.Count
 	c.ring[int(c.Count-1)&(len(c.ring)-1)] = rec
+	if n := t.opts.Times; n > 0 {
+		if len(c.times) >= n {
+			half := len(c.times) / 2
+			c.times = append(c.times[:0], c.times[half:]...)
+			c.timesFrom += int64(half)
+		}
+		if len(c.times) == 0 {
+			c.timesFrom = c.Count
+		}
+		c.times = append(c.times, ts)
+	}
 	c.Digest = chainDigest(c.Digest, &rec)
 	for i, every := range markLevels {
 		if c.Count&(every-1) != 0 { // levels are powers of two

@@ -130,6 +130,10 @@ type Comm struct {
 	// Done is the completion state the profiler plugin recorded (nil without the plugin), or,
 	// on a Flight Recorder group (FR set), the one the dump's entry states give.
 	Done *Completion `json:"done,omitempty"`
+	// Times are the issue times of positions TimesFrom, TimesFrom+1, ... beyond Recent:
+	// offline only (never on the wire), for the time accounting over a whole log.
+	Times     []Micros `json:"-"`
+	TimesFrom int64    `json:"-"`
 	// FR is set on a PyTorch process group read from a Flight Recorder dump (see fr.go).
 	FR *FRGroup `json:"fr,omitempty"`
 }
