@@ -90,6 +90,10 @@ pause_s = float(os.environ.get("PAUSE_S", "60"))
 straggle_s = float(os.environ.get("STRAGGLE_S", "0.2"))
 gpu_hang_s = float(os.environ.get("GPU_HANG_S", "0") or 0) or pg_timeout + 30
 one_gpu = os.environ.get("ONE_GPU", "0") == "1"
+# SHARE_GPUS=N: the ranks share N GPUs (rank r on cuda:r%N), each rank its own NCCL_HOSTID so
+# that NCCL talks NET/Socket between ranks of one GPU, as ONE_GPU does on one: the 4-rank
+# cases on a 2-GPU machine when no 4-GPU one is lent.
+share_gpus = int(os.environ.get("SHARE_GPUS", "0") or 0)
 left_pg_how = os.environ.get("LEFT_PG", "destroy")
 fr_json_dir = os.environ.get("FR_JSON_DIR", "")
 fr_json_every = float(os.environ.get("FR_JSON_EVERY_S", "2"))
@@ -106,7 +110,7 @@ if not 0 <= FAULTY < world:
     sys.exit(f"job.py: FAULT_RANK {FAULTY} outside 0..{world - 1}")
 
 # Before torch loads NCCL: what NCCL reads from the environment at its first init.
-if one_gpu:
+if one_gpu or share_gpus:
     os.environ["NCCL_HOSTID"] = f"ncclwatch-e2e-rank{rank}"  # one "host" per rank: NET/Socket
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_IB_DISABLE", "1")
@@ -183,7 +187,7 @@ def fr_json_writer():
         threading.Event().wait(fr_json_every)
 
 
-gpu = 0 if one_gpu else local
+gpu = 0 if one_gpu else (local % share_gpus if share_gpus else local)
 torch.cuda.set_device(gpu)
 dev = torch.device("cuda", gpu)
 props = torch.cuda.get_device_properties(gpu)
