@@ -1,0 +1,683 @@
+package detect
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// Hangs is what the waits-for graph says about a job's stalls: one finding per root (a rank
+// that stopped issuing, whose GPU never started the op, that skipped a send or receive,
+// that froze inside an op) and per cycle (an order inversion), the ranks that waited for it
+// as its victims, never as findings of their own.
+type Hangs struct {
+	Stalls     []Finding // roots, and point-to-point ops a finished job never matched
+	Stuck      []Finding // collectives every rank entered and none finished, pointing at no one
+	Inversions []Finding // cycles: ranks that called two communicators' ops in other orders
+	Paused     []string  // communicators where every rank is level and every GPU idle (live)
+}
+
+// All lists the findings.
+func (h Hangs) All() []Finding {
+	return append(append(append([]Finding(nil), h.Inversions...), h.Stalls...), h.Stuck...)
+}
+
+// FindHangs gathers the open waits from every edge producer (waits.go, inversion.go),
+// follows them to their roots and cycles, and says what each root did and why.
+func FindHangs(j *Job, cfg Config) Hangs {
+	e := &engine{j: j, cfg: cfg, byID: make(map[string]*Group, len(j.Groups)), ix: commIndex{}}
+	for _, g := range j.Groups {
+		e.byID[g.ID] = g
+	}
+	var h Hangs
+	edges, stuck := e.gather(&h)
+	e.graph = NewWaitGraph(edges)
+	roots, cycles := e.graph.Ends()
+	for _, r := range roots {
+		h.addRoot(e.rootFinding(r))
+	}
+	byKey := map[string]int{}
+	for _, c := range cycles {
+		inv, ok := e.cycleFinding(c)
+		if !ok { // no order tells them apart: each stopped where the other waits
+			for _, r := range c {
+				h.addRoot(e.rootFinding(r))
+			}
+			continue
+		}
+		if i, dup := byKey[inv.Key]; dup {
+			h.Inversions[i].addEvidence("also: %s", inv.Summary)
+			continue
+		}
+		byKey[inv.Key] = len(h.Inversions)
+		h.Inversions = append(h.Inversions, inv)
+	}
+	h.Stalls = append(h.Stalls, finishedP2P(edges)...)
+	for _, s := range stuck {
+		if inv := inversionOn(h.Inversions, s.Comm); inv != nil {
+			absorb(inv, &s)
+			continue
+		}
+		h.Stuck = append(h.Stuck, s)
+	}
+	return h
+}
+
+// addRoot files a root's finding: a collective stuck on a rank stays with the stuck ones,
+// which follow a cause found elsewhere (merge.go).
+func (h *Hangs) addRoot(f Finding, ok bool) {
+	switch {
+	case !ok:
+	case f.Kind == incident.KindStuckInFlight:
+		h.Stuck = append(h.Stuck, f)
+	default:
+		h.Stalls = append(h.Stalls, f)
+	}
+}
+
+type engine struct {
+	j        *Job
+	cfg      Config
+	byID     map[string]*Group
+	ix       commIndex
+	graph    *WaitGraph
+	verdicts map[[2]*Group]*orderVerdict
+	exits    map[int]snapshot.Event // launcher exits by pid, built on the first dead root
+}
+
+// gather runs the edge producers: per communicator (in parallel), then the cross-communicator
+// following of ranks whose GPU is busy in another communicator's op, then the orders.
+func (e *engine) gather(h *Hangs) ([]Wait, []Finding) {
+	j, cfg := e.j, e.cfg
+	type perGroup struct {
+		waits  []Wait
+		stuck  *Finding
+		paused bool
+	}
+	res := make([]perGroup, len(j.Groups))
+	j.eachGroup(func(i int, g *Group) {
+		if len(g.Members) < 2 {
+			return
+		}
+		r := &res[i]
+		r.waits = append(behindWaits(j, g, cfg), p2pWaits(j, g, cfg)...)
+		if j.Offline {
+			return
+		}
+		window := cfg.CompletionWindow(g)
+		r.waits = append(r.waits, pluginWaits(j, g, window)...)
+		tw, ts := transferWaits(j, g, window)
+		r.waits, r.stuck = append(r.waits, tw...), ts
+		if tw == nil && ts == nil { // what the plugin saw of a stuck op replaces what the GPUs suggest
+			r.stuck, r.paused = spinning(j, g, cfg)
+		}
+	})
+	var edges []Wait
+	var stuck []Finding
+	produced := map[*Group]bool{}
+	for i, r := range res {
+		edges = append(edges, r.waits...)
+		produced[j.Groups[i]] = len(r.waits) > 0
+		if r.stuck != nil {
+			stuck = append(stuck, *r.stuck)
+		}
+		if r.paused {
+			h.Paused = append(h.Paused, j.Groups[i].ID)
+		}
+	}
+	edges = append(edges, e.follow(edges, produced)...)
+	hostAwaited := map[*Proc]bool{}
+	for _, w := range edges {
+		hostAwaited[w.Awaited] = hostAwaited[w.Awaited] || w.Class == WaitHost && w.Open
+	}
+	var order [][2]*Group
+	e.verdicts, order = orderVerdicts(j, cfg, e.ix)
+	for _, pr := range order {
+		// A tie that names a rank which never issued one of the ops compared nothing: that
+		// rank stopped, and the others wait for it.
+		if v := e.verdicts[pr]; !v.tie || !anyOf(hostAwaited, v.aFirst, v.bFirst) {
+			edges = append(edges, v.waits()...)
+		}
+	}
+	return edges, stuck
+}
+
+// follow: a rank whose GPU has not started an op because it is busy in an op of another
+// communicator waits for whoever that op waits for, whether or not that communicator's own
+// window has passed (its peers' already did).
+func (e *engine) follow(edges []Wait, produced map[*Group]bool) []Wait {
+	waits := map[*Proc]bool{}
+	for _, w := range edges {
+		waits[w.Waiter] = true
+	}
+	var out []Wait
+	for _, w := range edges {
+		p := w.Awaited
+		if w.Class != WaitGPU || waits[p] {
+			continue
+		}
+		waits[p] = true
+		for i := range p.Comms {
+			g := e.byID[p.Comms[i].ID]
+			if g == nil || produced[g] || onGPU(Member{p, &p.Comms[i]}) == nil {
+				continue
+			}
+			produced[g] = true
+			tw, _ := transferWaits(e.j, g, 0)
+			out = append(append(out, pluginWaits(e.j, g, 0)...), tw...)
+		}
+	}
+	return out
+}
+
+func anyOf(set map[*Proc]bool, lists ...[]*Proc) bool {
+	for _, l := range lists {
+		for _, p := range l {
+			if set[p] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// rootFinding says what a root did, from the waits for it: the plugin's view of an op it
+// never issued or started first, then the logs' counts, skipped sends and receives, and
+// transfers that wait on it; the others are its evidence. A root whose GPU was only found
+// not to start an op, while it runs an NCCL op of its own, is a waiter whose wait is not
+// traced yet: no finding.
+func (e *engine) rootFinding(r *Proc) (Finding, bool) {
+	in := e.graph.WaitedBy(r, true)
+	bySeen := map[WaitSeen][]Wait{}
+	queuedOnly := true
+	for _, w := range in {
+		bySeen[w.Seen] = append(bySeen[w.Seen], w)
+		queuedOnly = queuedOnly && w.Class == WaitGPU
+	}
+	if queuedOnly && ncclRunning(r) {
+		return Finding{}, false
+	}
+	waiters, via := e.graph.Waiters(r)
+	var views []Finding
+	var lead []Wait // the waits of the first view
+	for seen := SeenByPlugin; seen <= SeenTransfers; seen++ {
+		if ws := bySeen[seen]; len(ws) > 0 {
+			if lead == nil {
+				lead = ws
+			}
+			views = append(views, e.view(r, seen, ws, len(waiters)))
+		}
+	}
+	if len(views) == 0 {
+		return Finding{}, false
+	}
+	f, first := views[0], lead[0]
+	f.Victims = len(waiters)
+	if f.Kind != incident.KindP2PMismatch {
+		processEvidence(e.j, r, &f)
+		if first.Peer != nil {
+			processEvidence(e.j, first.Peer, &f)
+		}
+	}
+	e.stoppedBehind(r, waiters, via, &f)
+	f.Cause = e.rootCause(r, first, f.FaultAt)
+	if f.Cause == incident.CauseDied {
+		if why := e.deathReason(r); why != "" {
+			f.addEvidence("%s", why)
+		}
+	}
+	for _, v := range views[1:] {
+		absorb(&f, &v)
+	}
+	return f, true
+}
+
+func (e *engine) view(r *Proc, seen WaitSeen, ws []Wait, victims int) Finding {
+	switch seen {
+	case SeenByPlugin:
+		return e.pluginView(r, ws, victims)
+	case SeenBehind:
+		return e.behindView(r, ws, victims)
+	case SeenP2P:
+		return p2pFinding(r, ws, false)
+	}
+	named := []*Proc{r}
+	if p := ws[0].Peer; p != nil {
+		named = orderByRank(r, p)
+	}
+	return stuckFinding(e.j, e.byID[ws[0].Comm], ws[0].Seq, ws[0].For, named)
+}
+
+func orderByRank(a, b *Proc) []*Proc {
+	if b.Rank < a.Rank {
+		return []*Proc{b, a}
+	}
+	return []*Proc{a, b}
+}
+
+// byComm groups waits by communicator, in the order they name them.
+func byComm(ws []Wait) [][]Wait {
+	at := map[string]int{}
+	var out [][]Wait
+	for _, w := range ws {
+		i, ok := at[w.Comm]
+		if !ok {
+			i = len(out)
+			at[w.Comm] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], w)
+	}
+	return out
+}
+
+func (e *engine) member(g *Group, p *Proc) Member { return Member{Proc: p, Comm: e.ix.of(g, p)} }
+
+// behindView: the logs show the root behind its peers on stalled communicators.
+func (e *engine) behindView(r *Proc, ws []Wait, victims int) Finding {
+	comms := byComm(ws)
+	g := e.byID[comms[0][0].Comm]
+	m, lead := e.member(g, r), leader(g)
+	f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Comm: g.ID, Seq: m.Comm.Count + 1,
+		Culprits: []incident.Culprit{r.Culprit()}, culpritKeys: []string{r.Key()}, Key: "rank:" + r.Key()}
+	waitIn := ""
+	if op := opAt(lead.Comm, m.Comm.Count+1); op != nil {
+		waitIn = " " + describeOp(op)
+		f.Ops = map[string]incident.Op{fmt.Sprint(lead.Comm.Rank): Op(op)}
+	}
+	f.Summary = fmt.Sprintf("%s stopped issuing collectives after position %d of communicator %s; %s reached position %d and waits in op %d%s (%d rank(s) waiting)%s",
+		r.Name(), m.Comm.Count, shortComm(g.ID), lead.Proc.Name(), lead.Comm.Count, m.Comm.Count+1, waitIn, victims, stalledMore(comms))
+	for _, c := range comms {
+		g := e.byID[c[0].Comm]
+		m, lead := e.member(g, r), leader(g)
+		last := "no op yet"
+		if m.Comm.Last != nil {
+			last = "its last op was " + describeOp(m.Comm.Last)
+		}
+		f.addEvidence("communicator %s (%d ranks): %s is at %d, %s; %s is at %d", shortComm(g.ID), g.NRanks,
+			r.Name(), m.Comm.Count, last, lead.Proc.Name(), lead.Comm.Count)
+		if c[0].For > 0 {
+			f.addEvidence("communicator %s has not moved for %s", shortComm(g.ID), c[0].For.Round(100*time.Millisecond))
+		}
+	}
+	if m.Comm.Last != nil && m.Comm.Last.T != 0 {
+		f.FaultAt = m.Comm.Last.T.Time()
+	}
+	return f
+}
+
+func stalledMore(comms [][]Wait) string {
+	if len(comms) > 1 {
+		return fmt.Sprintf("; it stalled %d communicators", len(comms))
+	}
+	return ""
+}
+
+// pluginView: the plugin shows the root's peers running an op on their GPUs that the root
+// has not issued, or has issued without its GPU starting it.
+func (e *engine) pluginView(r *Proc, ws []Wait, victims int) Finding {
+	comms := byComm(ws)
+	first := comms[0][0]
+	g := e.byID[first.Comm]
+	waiting := waitersOf(comms[0])
+	f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Comm: g.ID, Seq: first.Seq,
+		Culprits: []incident.Culprit{r.Culprit()}, culpritKeys: []string{r.Key()}, Key: "rank:" + r.Key(),
+		FaultAt: first.Since, measured: true,
+		Ops: map[string]incident.Op{fmt.Sprint(e.member(g, waiting[0]).Comm.Rank): Op(first.Op)}}
+	did := "has not issued"
+	if first.Class == WaitGPU {
+		did = "issued but its GPU has not started"
+	}
+	f.Summary = fmt.Sprintf("%s %s collective %d of communicator %s, which %s %s had running on the GPU for %s, waiting for it (%d rank(s) waiting)%s",
+		r.Name(), did, first.Seq, shortComm(g.ID), procNames(waiting), describeOp(first.Op), first.For.Round(100*time.Millisecond),
+		victims, stalledMore(comms))
+	for _, c := range comms {
+		g := e.byID[c[0].Comm]
+		d := e.member(g, r).Comm.Done
+		if c[0].Class == WaitGPU {
+			f.addEvidence("communicator %s (%d ranks): %s issued collective %d at %s; its GPU has not started it: it is busy with something else (another communicator's collective, a kernel that does not end)",
+				shortComm(g.ID), g.NRanks, r.Name(), d.InFlight.Seq, fmtTime(d.InFlight.T.Time()))
+		} else {
+			f.addEvidence("communicator %s (%d ranks): %s issued %d collectives and completed them all; nothing of it is in flight",
+				shortComm(g.ID), g.NRanks, r.Name(), d.Issued)
+		}
+		for _, w := range waitersOf(c) {
+			m := e.member(g, w)
+			if fl := onGPU(m); fl != nil {
+				f.addEvidence("%s: collective %d %s on its GPU since %s%s", w.Name(), fl.Seq, describeOp(&fl.Op),
+					fmtTime(fl.GPUStart.Time()), waitsText(m, e.j.Now))
+			}
+		}
+	}
+	return f
+}
+
+func waitersOf(ws []Wait) []*Proc {
+	var out []*Proc
+	seen := map[*Proc]bool{}
+	for _, w := range ws {
+		if !seen[w.Waiter] {
+			seen[w.Waiter] = true
+			out = append(out, w.Waiter)
+		}
+	}
+	return out
+}
+
+// stuckFinding: every rank of a communicator has had collective seq on its GPU for still,
+// none completing; named are what the transfers point at (nil: nothing in particular).
+func stuckFinding(j *Job, g *Group, seq int64, still time.Duration, named []*Proc) Finding {
+	op := &onGPU(g.Members[0]).Op
+	f := Finding{Kind: incident.KindStuckInFlight, Severity: incident.SeverityCritical, Comm: g.ID, Seq: seq,
+		Victims: len(g.Members), Key: fmt.Sprintf("stuck:%s:%d", g.ID, seq), measured: true,
+		Ops: map[string]incident.Op{"all": Op(op)}, FaultAt: j.Now.Add(-still)}
+	what := fmt.Sprintf("all %d ranks of communicator %s have collective %d %s running on their GPUs and none completed it for %s",
+		len(g.Members), shortComm(g.ID), seq, describeOp(op), still.Round(100*time.Millisecond))
+	anyone := len(named) == 0
+	switch len(named) {
+	case 1:
+		f.Summary = fmt.Sprintf("%s: their network transfers wait on %s, which does not move (frozen, or its GPU or proxy thread stuck)",
+			what, named[0].Name())
+	case 2:
+		f.Summary = fmt.Sprintf("%s: the waiting points at the link between %s and %s", what, named[0].Name(), named[1].Name())
+	default:
+		f.Summary = what + ": the waits point at no single rank or link; suspect the network or a GPU"
+		for _, m := range g.Members {
+			named = append(named, m.Proc)
+		}
+	}
+	for _, p := range named {
+		f.culpritKeys = append(f.culpritKeys, p.Key())
+		f.Culprits = append(f.Culprits, p.Culprit())
+	}
+	for _, m := range g.Members {
+		waits := waitsText(m, j.Now)
+		if waits == "" {
+			waits = "; no network transfer open (its part is on the GPU or over NVLink/shared memory)"
+		}
+		f.addEvidence("%s: on its GPU since %s%s", m.Proc.Name(), fmtTime(onGPU(m).GPUStart.Time()), waits)
+	}
+	if anyone && len(named) <= 2 { // a view's root is described by rootFinding
+		for _, p := range named {
+			processEvidence(j, p, &f)
+		}
+	}
+	return f
+}
+
+// p2pFinding: the root posted fewer sends or receives than its peers posted to it.
+func p2pFinding(r *Proc, ws []Wait, finished bool) Finding {
+	f := Finding{Kind: incident.KindP2PMismatch, Severity: incident.SeverityCritical, Comm: ws[0].Comm,
+		Culprits: []incident.Culprit{r.Culprit()}, culpritKeys: []string{r.Key()}, Key: "rank:" + r.Key(), Cause: incident.CauseMismatch}
+	f.Summary = fmt.Sprintf("point-to-point mismatch on communicator %s: %s; culprit %s", shortComm(ws[0].Comm), ws[0].Why, r.Name())
+	if finished {
+		f.Severity = incident.SeverityWarning
+		f.Summary += "; the job finished (every rank destroyed the communicator), so the unmatched operation completed into NCCL's buffers and its data was never received"
+	}
+	for _, w := range ws {
+		// Dated by the unmatched op: a rank killed for it much later (PyTorch's timeout)
+		// then stays the p2p culprit, not a crash.
+		if !w.Since.IsZero() && (f.FaultAt.IsZero() || w.Since.Before(f.FaultAt)) {
+			f.FaultAt = w.Since
+		}
+		f.Victims++
+		f.addEvidence("communicator %s: %s (peer %s)", shortComm(w.Comm), w.Why, w.Waiter.Name())
+	}
+	return f
+}
+
+// finishedP2P are the point-to-point ops a finished job left unmatched: closed waits.
+func finishedP2P(edges []Wait) []Finding {
+	var closed []Wait
+	for _, w := range edges {
+		if w.Seen == SeenP2P && !w.Open {
+			closed = append(closed, w)
+		}
+	}
+	var out []Finding
+	for _, c := range groupByAwaited(closed) {
+		out = append(out, p2pFinding(c[0].Awaited, c, true))
+	}
+	return out
+}
+
+func groupByAwaited(ws []Wait) [][]Wait {
+	at := map[*Proc]int{}
+	var out [][]Wait
+	for _, w := range ws {
+		i, ok := at[w.Awaited]
+		if !ok {
+			i = len(out)
+			at[w.Awaited] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], w)
+	}
+	return out
+}
+
+// cycleFinding: members that wait for each other across communicators are an order
+// inversion, named by the order of their calls (inversion.go); false when no order tells.
+func (e *engine) cycleFinding(cycle []*Proc) (Finding, bool) {
+	in := map[*Proc]bool{}
+	for _, p := range cycle {
+		in[p] = true
+	}
+	var comms []*Group
+	seen := map[string]bool{}
+	for _, p := range cycle {
+		for _, w := range e.graph.Waits(p, true) {
+			if in[w.Awaited] && !seen[w.Comm] && e.byID[w.Comm] != nil {
+				seen[w.Comm] = true
+				comms = append(comms, e.byID[w.Comm])
+			}
+		}
+	}
+	for i, a := range comms {
+		for _, b := range comms[i+1:] {
+			pr := orderedPair(a, b)
+			v, known := e.verdicts[pr]
+			if !known {
+				var shared []*Proc
+				for _, m := range pr[0].Members {
+					if e.ix.of(pr[1], m.Proc) != nil {
+						shared = append(shared, m.Proc)
+					}
+				}
+				v = judgeOrder(e.j, e.ix, pr, shared)
+				e.verdicts[pr] = v
+			}
+			if v != nil {
+				f := v.f
+				f.Evidence = append([]string(nil), f.Evidence...)
+				f.addEvidence("%s", cyclePath(e.graph, cycle, in))
+				return f, true
+			}
+		}
+	}
+	return Finding{}, false
+}
+
+// cyclePath is the cycle in words, from its first member round to it again.
+func cyclePath(g *WaitGraph, cycle []*Proc, in map[*Proc]bool) string {
+	var path []Wait
+	done := map[*Proc]bool{}
+	for p := cycle[0]; !done[p] && len(path) < 16; {
+		done[p] = true
+		for _, w := range g.Waits(p, true) {
+			if in[w.Awaited] {
+				path = append(path, w)
+				p = w.Awaited
+				break
+			}
+		}
+	}
+	return waitsInWords(path)
+}
+
+// stoppedBehind says, for the first waiters that others wait for in turn (they stopped
+// too, where their peers wait), whom they wait for: the path to the root.
+func (e *engine) stoppedBehind(r *Proc, waiters []*Proc, via map[*Proc]Wait, f *Finding) {
+	n := 0
+	for _, w := range waiters {
+		var best *Wait
+		for _, in := range e.graph.WaitedBy(w, true) {
+			if in.Waiter != r && (best == nil || in.Seen < best.Seen) {
+				best = &in
+			}
+		}
+		if best != nil && n < maxPaths {
+			n++
+			f.addEvidence("%s", waitsInWords(append([]Wait{*best}, pathOf(w, via, r)...)))
+		}
+	}
+}
+
+// maxPaths bounds the paths a finding quotes.
+const maxPaths = 3
+
+// pathOf is a waiter's way to the root, one wait a step.
+func pathOf(from *Proc, via map[*Proc]Wait, root *Proc) []Wait {
+	var path []Wait
+	for p := from; p != root && len(path) < 16; {
+		w, ok := via[p]
+		if !ok {
+			break
+		}
+		path = append(path, w)
+		p = w.Awaited
+	}
+	return path
+}
+
+// waitsInWords is a path of waits in words: "rank 0 waits in op 92 of communicator X for
+// rank 3 to issue it; rank 3 waits in op 17 of communicator Y for the GPU of rank 1 to
+// start it".
+func waitsInWords(path []Wait) string {
+	parts := make([]string, len(path))
+	for i, w := range path {
+		what := map[WaitClass]string{WaitHost: "for %s to issue it", WaitGPU: "for the GPU of %s to start it",
+			WaitLink: "for data from %s"}[w.Class]
+		op := fmt.Sprintf("op %d", w.Seq)
+		if w.Seen == SeenP2P {
+			op, what = "a send or receive", "for %s to post its match"
+		}
+		parts[i] = fmt.Sprintf("%s waits in %s of communicator %s "+what, w.Waiter.Name(), op, shortComm(w.Comm), w.Awaited.Name())
+	}
+	return strings.Join(parts, "; ")
+}
+
+func inversionOn(invs []Finding, comm string) *Finding {
+	for i := range invs {
+		for _, c := range invs[i].comms {
+			if c == comm {
+				return &invs[i]
+			}
+		}
+	}
+	return nil
+}
+
+// ncclRunning says whether a process has an NCCL op running on its GPU, on any communicator.
+func ncclRunning(p *Proc) bool {
+	for i := range p.Comms {
+		if d := p.Comms[i].Done; d != nil && d.InFlight != nil && d.InFlight.GPUStart != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// rootCause names the class of a root's cause from its own evidence (issue 22, item 4):
+// dead (when it died before its peers' wait began to matter: a rank killed long after it
+// stopped, by PyTorch's timeout, stalled first); its GPU faulted; issued but its GPU never
+// started (busy); its link; alive but not issuing, its GPU computing (busy with its own
+// work) or not (the host is stalled). Where snapshots carry the process's /proc state
+// (sleeping, in I/O, stopped, burning CPU), it refines the last class here.
+func (e *engine) rootCause(r *Proc, w Wait, faultAt time.Time) incident.Cause {
+	if w.Seen == SeenP2P {
+		return incident.CauseMismatch
+	}
+	if r.State == snapshot.ProcExited && (faultAt.IsZero() || r.ExitedAt == 0 || r.ExitedAt.Time().Sub(faultAt) <= e.cfg.HangFloor) {
+		return incident.CauseDied
+	}
+	gpu := gpuOf(e.j, r)
+	switch {
+	case gpu != nil && e.gpuFaulted(gpu):
+		return incident.CauseGPUFault
+	case w.Class == WaitGPU:
+		return incident.CauseGPUBusy
+	case w.Class == WaitLink && w.Peer != nil:
+		return incident.CauseLink
+	case gpu != nil && gpu.State == snapshot.GPUComputing:
+		return incident.CauseGPUBusy
+	}
+	return incident.CauseHostStalled
+}
+
+func (e *engine) gpuFaulted(g *snapshot.GPU) bool {
+	for _, x := range g.XIDs {
+		if _, severe := snapshot.XIDMeaning(x.Code); severe && recentEvent(e.j, e.cfg.EventConfig, int64(x.T)) {
+			return true
+		}
+	}
+	return g.ECCVolatileDBE > 0
+}
+
+// deathReason says why a dead root ended, from what its runtime, its launcher or PyTorch
+// printed ("" when nothing did). Exit events that name a rank directly (the launcher's and
+// the sidecar's, issue 22) are read here too once snapshots carry them.
+func (e *engine) deathReason(r *Proc) string {
+	for _, ev := range r.Events {
+		switch {
+		case ev.Kind == snapshot.EventSignal && ev.Code > 0:
+			return fmt.Sprintf("it was killed by signal %d (%s)", ev.Code, ev.Detail)
+		case ev.Kind == snapshot.EventTorchNCCLError || ev.Kind == snapshot.EventCudaError && ev.Fatal:
+			return "its last error: " + ev.Msg
+		}
+	}
+	if e.exits == nil {
+		e.exits = map[int]snapshot.Event{}
+		for _, p := range e.j.Procs {
+			for _, ev := range p.Events {
+				if ev.Kind == snapshot.EventLauncherExit && ev.Code != 0 && ev.PID > 0 {
+					e.exits[ev.PID] = ev
+				}
+			}
+		}
+	}
+	if ev, ok := e.exits[r.PID]; ok && r.PID > 0 {
+		return fmt.Sprintf("the launcher reported exit code %d%s", ev.Code, exitWords(ev.Code))
+	}
+	return ""
+}
+
+// waitsText says on whom a member's open network transfers wait: "; waits on rank 1 (recv,
+// channel 0: RecvWait for 3.1 s, 12/16 steps)".
+func waitsText(m Member, now time.Time) string {
+	var parts []string
+	for _, pp := range openPeers(m) {
+		verb := "waits on"
+		switch {
+		case pp.State.WaitsOnNetwork():
+			verb = "sends over the network to"
+		case !pp.State.WaitsOnPeer() && pp.State != snapshot.ProxyNone:
+			verb = "waits on its own GPU for"
+		}
+		s := fmt.Sprintf("%s rank %d (%s, channel %d", verb, pp.Peer, pp.Dir, pp.Channel)
+		if pp.State != snapshot.ProxyNone {
+			s += ": " + string(pp.State)
+			if pp.StateAt != 0 {
+				s += " for " + now.Sub(pp.StateAt.Time()).Round(100*time.Millisecond).String()
+			}
+		}
+		parts = append(parts, s+fmt.Sprintf(", %d/%d steps)", pp.StepsDone, pp.Steps))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, ", ")
+}
