@@ -31,7 +31,7 @@ import (
 // first, bFirst b's (so each of aFirst waits in a for bFirst, which wait in b for them),
 // and the finding that names the minority.
 type orderVerdict struct {
-	a, b           *Group
+	o              orders
 	aFirst, bFirst []*Proc
 	tie            bool
 	f              Finding
@@ -39,12 +39,12 @@ type orderVerdict struct {
 
 // waits are the cycle the verdict's orders make.
 func (v *orderVerdict) waits() []Wait {
-	edge := func(g *Group) func(w, a *Proc) Wait {
+	edge := func(g *Group, pos int64) func(w, a *Proc) Wait {
 		return func(w, a *Proc) Wait {
-			return Wait{Waiter: w, Awaited: a, Comm: g.ID, Seq: v.f.Seq, Class: WaitGPU, Open: true, Seen: SeenOrder}
+			return Wait{Waiter: w, Awaited: a, Comm: g.ID, Seq: pos, Class: WaitGPU, Open: true, Seen: SeenOrder}
 		}
 	}
-	return append(connect(v.aFirst, v.bFirst, edge(v.a)), connect(v.bFirst, v.aFirst, edge(v.b))...)
+	return append(connect(v.aFirst, v.bFirst, edge(v.o.a, v.o.posA)), connect(v.bFirst, v.aFirst, edge(v.o.b, v.o.posB))...)
 }
 
 // orderVerdicts compares the calls of every pair of stuck communicators that two or more
@@ -113,7 +113,7 @@ func judgeOrder(j *Job, ix commIndex, pr [2]*Group, ps []*Proc) *orderVerdict {
 	if len(first) == 0 || len(second) == 0 {
 		return nil
 	}
-	v := &orderVerdict{a: pr[0], b: pr[1], aFirst: first, bFirst: second}
+	v := &orderVerdict{o: o, aFirst: first, bFirst: second}
 	v.f, v.tie = inversionFinding(j, ix, pr[0], pr[1], ps, o, first, second)
 	return v
 }

@@ -705,12 +705,13 @@ func torchEvidence(j *Job, f *Finding) {
 	}
 }
 
-// measuredSupersedesInferred: a hang the plugin proved (a rank never issued the op its peers
-// run on their GPUs), a stuck collective whose waits it traced, a straggler whose lag it
-// measured on the GPUs, each replaces the finding the log rules drew about the same root
-// cause (same key): one incident, the measured one, with the inferred one as evidence.
+// measuredSupersedesInferred: a hang the plugin proved (a rank whose GPU never started the
+// op its peers run), a straggler whose lag it measured on the GPUs, each replaces the
+// finding another rule drew from logs or GPU power about the same root cause (same key:
+// BusyGPU's, Straggler's): one incident, the measured one, with the inferred one as
+// evidence. (The plugin's and the logs' views of one wait are one root in FindHangs.)
 func measuredSupersedesInferred(_ *Job, _ Config, fs *findings) {
-	for _, group := range []*[]Finding{&fs.stalls, &fs.stuck, &fs.rest} {
+	for _, group := range []*[]Finding{&fs.stalls, &fs.rest} {
 		var kept, inferred []Finding
 		for _, f := range *group {
 			if !f.measured && findMeasured(*group, f.Key) != nil {
@@ -771,15 +772,6 @@ func without(fs []Finding, marked []bool) []Finding {
 		}
 	}
 	return out
-}
-
-func findByKey(fs []Finding, key string, kind incident.Kind) *Finding {
-	for i := range fs {
-		if fs[i].Key == key && fs[i].Kind == kind {
-			return &fs[i]
-		}
-	}
-	return nil
 }
 
 // linkOn returns a link finding that touches any of the given processes.

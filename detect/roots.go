@@ -258,18 +258,29 @@ func orderByRank(a, b *Proc) []*Proc {
 	return []*Proc{a, b}
 }
 
-// byComm groups waits by communicator, in the order they name them.
-func byComm(ws []Wait) [][]Wait {
-	at := map[string]int{}
+// groupBy groups waits by a key, in the order they name its values.
+func groupBy[K comparable](ws []Wait, key func(Wait) K) [][]Wait {
+	at := map[K]int{}
 	var out [][]Wait
 	for _, w := range ws {
-		i, ok := at[w.Comm]
+		i, ok := at[key(w)]
 		if !ok {
 			i = len(out)
-			at[w.Comm] = i
+			at[key(w)] = i
 			out = append(out, nil)
 		}
 		out[i] = append(out[i], w)
+	}
+	return out
+}
+
+func byComm(ws []Wait) [][]Wait { return groupBy(ws, func(w Wait) string { return w.Comm }) }
+
+// waitersOf lists the waiters of waits, once each.
+func waitersOf(ws []Wait) []*Proc {
+	var out []*Proc
+	for _, g := range groupBy(ws, func(w Wait) *Proc { return w.Waiter }) {
+		out = append(out, g[0].Waiter)
 	}
 	return out
 }
@@ -309,6 +320,7 @@ func (e *engine) behindView(r *Proc, ws []Wait, victims int) Finding {
 	return f
 }
 
+// stalledMore is "; it stalled 3 communicators" when the root stalled more than one.
 func stalledMore(comms [][]Wait) string {
 	if len(comms) > 1 {
 		return fmt.Sprintf("; it stalled %d communicators", len(comms))
@@ -353,18 +365,6 @@ func (e *engine) pluginView(r *Proc, ws []Wait, victims int) Finding {
 		}
 	}
 	return f
-}
-
-func waitersOf(ws []Wait) []*Proc {
-	var out []*Proc
-	seen := map[*Proc]bool{}
-	for _, w := range ws {
-		if !seen[w.Waiter] {
-			seen[w.Waiter] = true
-			out = append(out, w.Waiter)
-		}
-	}
-	return out
 }
 
 // stuckFinding: every rank of a communicator has had collective seq on its GPU for still,
@@ -438,23 +438,8 @@ func finishedP2P(edges []Wait) []Finding {
 		}
 	}
 	var out []Finding
-	for _, c := range groupByAwaited(closed) {
+	for _, c := range groupBy(closed, func(w Wait) *Proc { return w.Awaited }) {
 		out = append(out, p2pFinding(c[0].Awaited, c, true))
-	}
-	return out
-}
-
-func groupByAwaited(ws []Wait) [][]Wait {
-	at := map[*Proc]int{}
-	var out [][]Wait
-	for _, w := range ws {
-		i, ok := at[w.Awaited]
-		if !ok {
-			i = len(out)
-			at[w.Awaited] = i
-			out = append(out, nil)
-		}
-		out[i] = append(out[i], w)
 	}
 	return out
 }
