@@ -154,7 +154,7 @@ func smaller(a, b *Group) bool {
 }
 
 // commIndex finds a process's member of a group in O(1): a 100k-rank job has groups of
-// 100k members, and OrderInversion asks for every process of every pair.
+// 100k members, and the order comparison asks for every process of every pair.
 type commIndex map[*Group]map[*Proc]*snapshot.Comm
 
 func (ix commIndex) of(g *Group, p *Proc) *snapshot.Comm {
