@@ -1,7 +1,9 @@
 package detect
 
 import (
+	"cmp"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -191,10 +193,8 @@ func anyOf(set map[*Proc]bool, lists ...[]*Proc) bool {
 // traced yet: no finding.
 func (e *engine) rootFinding(r *Proc) (Finding, bool) {
 	in := e.graph.WaitedBy(r, true)
-	bySeen := map[WaitSeen][]Wait{}
 	queuedOnly := true
 	for _, w := range in {
-		bySeen[w.Seen] = append(bySeen[w.Seen], w)
 		queuedOnly = queuedOnly && w.Class == WaitGPU
 	}
 	if queuedOnly && ncclRunning(r) {
@@ -203,12 +203,12 @@ func (e *engine) rootFinding(r *Proc) (Finding, bool) {
 	waiters, via := e.graph.Waiters(r)
 	var views []Finding
 	var lead []Wait // the waits of the first view
-	for seen := SeenByPlugin; seen <= SeenTransfers; seen++ {
-		if ws := bySeen[seen]; len(ws) > 0 {
+	for _, ws := range runs(in, func(w Wait) WaitSeen { return w.Seen }) {
+		if ws[0].Seen <= SeenTransfers {
 			if lead == nil {
 				lead = ws
 			}
-			views = append(views, e.view(r, seen, ws, len(waiters)))
+			views = append(views, e.view(r, ws[0].Seen, ws, len(waiters)))
 		}
 	}
 	if len(views) == 0 {
@@ -258,29 +258,43 @@ func orderByRank(a, b *Proc) []*Proc {
 	return []*Proc{a, b}
 }
 
-// groupBy groups waits by a key, in the order they name its values.
-func groupBy[K comparable](ws []Wait, key func(Wait) K) [][]Wait {
-	at := map[K]int{}
+// runs orders waits by a key (stably: the first value named first, unless the key is
+// ordered, as WaitSeen is best first) and cuts them where the key changes: the groups
+// share ws's memory.
+func runs[K cmp.Ordered](ws []Wait, key func(Wait) K) [][]Wait {
+	sort.SliceStable(ws, func(a, b int) bool { return key(ws[a]) < key(ws[b]) })
 	var out [][]Wait
-	for _, w := range ws {
-		i, ok := at[key(w)]
-		if !ok {
-			i = len(out)
-			at[key(w)] = i
-			out = append(out, nil)
+	for i := 0; i < len(ws); {
+		k := i + 1
+		for k < len(ws) && key(ws[k]) == key(ws[i]) {
+			k++
 		}
-		out[i] = append(out[i], w)
+		out = append(out, ws[i:k])
+		i = k
 	}
 	return out
 }
 
-func byComm(ws []Wait) [][]Wait { return groupBy(ws, func(w Wait) string { return w.Comm }) }
+// byComm groups waits by communicator, in the order they first name each.
+func byComm(ws []Wait) [][]Wait {
+	first := map[string]int{}
+	for i, w := range ws {
+		if _, ok := first[w.Comm]; !ok {
+			first[w.Comm] = i
+		}
+	}
+	return runs(ws, func(w Wait) int { return first[w.Comm] })
+}
 
 // waitersOf lists the waiters of waits, once each.
 func waitersOf(ws []Wait) []*Proc {
 	var out []*Proc
-	for _, g := range groupBy(ws, func(w Wait) *Proc { return w.Waiter }) {
-		out = append(out, g[0].Waiter)
+	seen := make(map[*Proc]bool, len(ws))
+	for _, w := range ws {
+		if !seen[w.Waiter] {
+			seen[w.Waiter] = true
+			out = append(out, w.Waiter)
+		}
 	}
 	return out
 }
@@ -438,7 +452,13 @@ func finishedP2P(edges []Wait) []Finding {
 		}
 	}
 	var out []Finding
-	for _, c := range groupBy(closed, func(w Wait) *Proc { return w.Awaited }) {
+	first := map[*Proc]int{}
+	for i, w := range closed {
+		if _, ok := first[w.Awaited]; !ok {
+			first[w.Awaited] = i
+		}
+	}
+	for _, c := range runs(closed, func(w Wait) int { return first[w.Awaited] }) {
 		out = append(out, p2pFinding(c[0].Awaited, c, true))
 	}
 	return out
@@ -505,7 +525,7 @@ func cyclePath(g *WaitGraph, cycle []*Proc, in map[*Proc]bool) string {
 
 // stoppedBehind says, for the first waiters that others wait for in turn (they stopped
 // too, where their peers wait), whom they wait for: the path to the root.
-func (e *engine) stoppedBehind(r *Proc, waiters []*Proc, via map[*Proc]Wait, f *Finding) {
+func (e *engine) stoppedBehind(r *Proc, waiters []*Proc, via map[*Proc]*Wait, f *Finding) {
 	n := 0
 	for _, w := range waiters {
 		var best *Wait
@@ -525,14 +545,14 @@ func (e *engine) stoppedBehind(r *Proc, waiters []*Proc, via map[*Proc]Wait, f *
 const maxPaths = 3
 
 // pathOf is a waiter's way to the root, one wait a step.
-func pathOf(from *Proc, via map[*Proc]Wait, root *Proc) []Wait {
+func pathOf(from *Proc, via map[*Proc]*Wait, root *Proc) []Wait {
 	var path []Wait
 	for p := from; p != root && len(path) < 16; {
 		w, ok := via[p]
 		if !ok {
 			break
 		}
-		path = append(path, w)
+		path = append(path, *w)
 		p = w.Awaited
 	}
 	return path

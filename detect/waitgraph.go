@@ -253,8 +253,8 @@ func (g *WaitGraph) components() (map[*Proc]int, [][]*Proc) {
 
 // Waiters are the members whose open waits lead to any of ps, nearest first, with the
 // wait that takes each one step nearer (to follow a waiter's path to them).
-func (g *WaitGraph) Waiters(ps ...*Proc) ([]*Proc, map[*Proc]Wait) {
-	via := map[*Proc]Wait{}
+func (g *WaitGraph) Waiters(ps ...*Proc) ([]*Proc, map[*Proc]*Wait) {
+	via := map[*Proc]*Wait{}
 	in := map[*Proc]bool{}
 	for _, p := range ps {
 		in[p] = true
@@ -264,11 +264,13 @@ func (g *WaitGraph) Waiters(ps ...*Proc) ([]*Proc, map[*Proc]Wait) {
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
-		for _, e := range g.WaitedBy(p, true) {
-			if _, seen := via[e.Waiter]; !seen && !in[e.Waiter] {
-				via[e.Waiter] = e
-				who = append(who, e.Waiter)
-				queue = append(queue, e.Waiter)
+		for _, i := range g.in[p] {
+			if e := &g.edges[i]; e.Open && !in[e.Waiter] {
+				if _, seen := via[e.Waiter]; !seen {
+					via[e.Waiter] = e
+					who = append(who, e.Waiter)
+					queue = append(queue, e.Waiter)
+				}
 			}
 		}
 	}

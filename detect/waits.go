@@ -172,10 +172,10 @@ const maxCommEdges = 1 << 16
 
 // connect makes the waits of every waiter for every awaited process, within maxCommEdges.
 func connect(waiters, awaited []*Proc, wait func(w, a *Proc) Wait) []Wait {
-	var out []Wait
 	if len(waiters) == 0 || len(awaited) == 0 {
 		return nil
 	}
+	out := make([]Wait, 0, min(len(waiters)*len(awaited), max(len(waiters), len(awaited), maxCommEdges)))
 	if len(waiters)*len(awaited) <= maxCommEdges {
 		for _, w := range waiters {
 			for _, a := range awaited {

@@ -239,3 +239,30 @@ func TestRootCauseClasses(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkEvaluateBehind16384: a world of 16,384 ranks after one rank stopped (the others
+// wait for it), and after half of them stopped (a mass failure: half the world waits for
+// the other half), offline so that every waiter's wait is judged.
+func BenchmarkEvaluateBehind16384(b *testing.B) {
+	for _, stopped := range []int{1, 8192} {
+		b.Run(fmt.Sprintf("stopped=%d", stopped), func(b *testing.B) {
+			ps := make([]*Proc, 16384)
+			for r := range ps {
+				n := 30
+				if r%(16384/stopped) == 1 {
+					n = 29
+				}
+				ps[r] = rank(r, n, 100*time.Millisecond, 0, nil)
+			}
+			j := job(0, ps...)
+			j.Offline = true
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if res := Evaluate(j, DefaultConfig(), TimingNone); len(res.Findings) == 0 {
+					b.Fatal("no finding")
+				}
+			}
+		})
+	}
+}
