@@ -63,7 +63,7 @@ const (
 	SeenOrder
 )
 
-// WaitGraph holds the edges of one evaluation, indexed by waiter.
+// WaitGraph holds the edges of one evaluation, indexed by waiter and by awaited member.
 type WaitGraph struct {
 	edges   []Wait
 	out, in map[*Proc][]int

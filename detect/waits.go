@@ -205,18 +205,16 @@ func behindWaits(j *Job, g *Group, cfg Config) []Wait {
 		return nil
 	}
 	var waiters, awaited []*Proc
-	ops := map[*Proc]*snapshot.Op{}
 	for _, m := range g.Members {
 		if m.Comm.Count == lo {
 			awaited = append(awaited, m.Proc)
 		} else {
 			waiters = append(waiters, m.Proc)
-			ops[m.Proc] = opAt(m.Comm, lo+1)
 		}
 	}
 	return connect(waiters, awaited, func(w, a *Proc) Wait {
 		return Wait{Waiter: w, Awaited: a, Comm: g.ID, Seq: lo + 1, Class: WaitHost, Since: j.Now.Add(-still), For: still,
-			Open: true, Seen: SeenBehind, Op: ops[w]}
+			Open: true, Seen: SeenBehind}
 	})
 }
 

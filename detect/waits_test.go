@@ -207,23 +207,24 @@ func TestRootCauseClasses(t *testing.T) {
 		name string
 		j    *Job
 		want incident.Cause
+		says string
 	}{
+		{"alive, stopped", behindJob(func(j *Job, p *Proc) { p.Stat = "T" }), incident.CauseHostStalled, "the process is stopped"},
 		{"alive, GPU idle", behindJob(func(j *Job, p *Proc) {
 			j.Nodes = map[string]*snapshot.Node{"node1": gpuNode("node1", snapshot.GPUIdle)}
-		}),
-			incident.CauseHostStalled},
+		}), incident.CauseHostStalled, "its GPU is idle"},
 		{"alive, GPU computing", behindJob(func(j *Job, p *Proc) {
 			j.Nodes = map[string]*snapshot.Node{"node1": gpuNode("node1", snapshot.GPUComputing)}
-		}), incident.CauseGPUBusy},
+		}), incident.CauseGPUBusy, ""},
 		{"alive, XID", behindJob(func(j *Job, p *Proc) {
 			j.Nodes = map[string]*snapshot.Node{"node1": gpuNode("node1", snapshot.GPUComputing, 79)}
-		}), incident.CauseGPUFault},
+		}), incident.CauseGPUFault, ""},
 		{"died as it stopped", behindJob(func(j *Job, p *Proc) {
 			p.State, p.ExitedAt = snapshot.ProcExited, us(2100*time.Millisecond)
 			p.Events = []snapshot.Event{{Kind: snapshot.EventSignal, Code: 9, Detail: "Killed"}}
-		}), incident.CauseDied},
+		}), incident.CauseDied, "killed by signal 9"},
 		{"killed long after it stopped", behindJob(func(j *Job, p *Proc) { p.State, p.ExitedAt = snapshot.ProcExited, us(19*time.Second) }),
-			incident.CauseHostStalled},
+			incident.CauseHostStalled, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := only(t, FindHangs(c.j, DefaultConfig()).Stalls, incident.KindHang)
@@ -233,8 +234,8 @@ func TestRootCauseClasses(t *testing.T) {
 			if in := f.Incident("j", t0); in.Cause != c.want {
 				t.Fatalf("incident cause %q", in.Cause)
 			}
-			if c.want == incident.CauseDied && !strings.Contains(strings.Join(f.Evidence, "\n"), "killed by signal 9") {
-				t.Fatalf("evidence %v", f.Evidence)
+			if !strings.Contains(strings.Join(f.Evidence, "\n"), c.says) {
+				t.Fatalf("evidence lacks %q: %v", c.says, f.Evidence)
 			}
 		})
 	}
