@@ -437,4 +437,3 @@ func (e *engine) deathReason(r *Proc) string {
 	}
 	return ""
 }
-
