@@ -138,14 +138,16 @@ func TestStuckWaitsNamesWhatTheWaitingPointsAt(t *testing.T) {
 		waits   [][3]int
 		culprit []int
 		says    string
+		cause   incident.Cause
 	}{
 		// Rank 2 frozen: its successor waits for its data, its predecessor for its receive;
 		// rank 0 waits for rank 3, which got nothing; rank 2's own state is stale.
-		{"a frozen rank", [][3]int{{3, 2, recv}, {1, 2, sendPeer}, {0, 3, recv}, {2, 1, recv}}, []int{2}, "wait on rank 2"},
+		{"a frozen rank", [][3]int{{3, 2, recv}, {1, 2, sendPeer}, {0, 3, recv}, {2, 1, recv}}, []int{2}, "wait on rank 2",
+			incident.CauseHostStalled},
 		{"data stuck on one link", [][3]int{{0, 1, sendNet}, {1, 0, recv}, {2, 1, recv}, {3, 2, recv}}, []int{0, 1},
-			"link between rank 0"},
+			"link between rank 0", incident.CauseLink},
 		{"a ring waiting round", [][3]int{{0, 3, recv}, {1, 0, recv}, {2, 1, recv}, {3, 2, recv}}, []int{0, 1, 2, 3},
-			"no single rank or link"},
+			"no single rank or link", incident.CauseUnknown},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if fs := FindHangs(ring(at+2*time.Second, c.waits...), cfg).Stuck; len(fs) != 0 {
@@ -154,8 +156,8 @@ func TestStuckWaitsNamesWhatTheWaitingPointsAt(t *testing.T) {
 			f := only(t, FindHangs(ring(at+4*time.Second, c.waits...), cfg).Stuck, incident.KindStuckInFlight)
 			got := culpritRanks(f)
 			sort.Ints(got)
-			if fmt.Sprint(got) != fmt.Sprint(c.culprit) || !strings.Contains(f.Summary, c.says) || len(f.Evidence) < 4 {
-				t.Fatalf("culprits %v: %s\n%s", got, f.Summary, strings.Join(f.Evidence, "\n"))
+			if fmt.Sprint(got) != fmt.Sprint(c.culprit) || !strings.Contains(f.Summary, c.says) || len(f.Evidence) < 4 || f.Cause != c.cause {
+				t.Fatalf("culprits %v cause %q: %s\n%s", got, f.Cause, f.Summary, strings.Join(f.Evidence, "\n"))
 			}
 		})
 	}

@@ -64,11 +64,13 @@ func plugin4(queued, idle []int) []*Proc {
 
 // TestQueuedBehindAStoppedRank: what the device showed with four ranks on one GPU and the
 // plugin: rank 2 stopped issuing; rank 3's GPU never started the world op because it runs a
-// tensor-parallel op that waits for rank 2. One incident, rank 2's, the others its victims.
+// tensor-parallel op that waits for rank 2. One incident, rank 2's, the others its victims:
+// rank 3's wait is followed into the tensor-parallel communicator although that one's own
+// window has not passed.
 func TestQueuedBehindAStoppedRank(t *testing.T) {
 	ps := plugin4([]int{3}, []int{2})
 	withComm(ps[2], "tp23", 0, 2, 40, 40, 0)
-	withComm(ps[3], "tp23", 1, 2, 41, 40, 2*time.Second)
+	withComm(ps[3], "tp23", 1, 2, 41, 40, 5500*time.Millisecond)
 	res := Evaluate(mjob(7*time.Second, ps...), DefaultConfig(), TimingOK)
 	if len(res.Findings) != 1 {
 		t.Fatalf("want one finding, got %+v", res.Findings)
