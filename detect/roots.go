@@ -80,6 +80,8 @@ func (h *Hangs) addRoot(f Finding, ok bool) {
 	}
 }
 
+// engine is one evaluation of the hang side: the job, its communicators by id, the graph of
+// its open waits and the order verdicts of its stuck communicators.
 type engine struct {
 	j        *Job
 	cfg      Config
@@ -244,16 +246,18 @@ func runs[K cmp.Ordered](ws []Wait, key func(Wait) K) [][]Wait {
 	return out
 }
 
-// byComm groups waits by communicator, in the order they first name each.
-func byComm(ws []Wait) [][]Wait {
-	first := map[string]int{}
+// byFirst groups waits by a key, in the order they first name each value.
+func byFirst[K comparable](ws []Wait, key func(Wait) K) [][]Wait {
+	first := map[K]int{}
 	for i, w := range ws {
-		if _, ok := first[w.Comm]; !ok {
-			first[w.Comm] = i
+		if _, ok := first[key(w)]; !ok {
+			first[key(w)] = i
 		}
 	}
-	return runs(ws, func(w Wait) int { return first[w.Comm] })
+	return runs(ws, func(w Wait) int { return first[key(w)] })
 }
+
+func byComm(ws []Wait) [][]Wait { return byFirst(ws, func(w Wait) string { return w.Comm }) }
 
 // cycleFinding: members that wait for each other across communicators are an order
 // inversion, named by the order of their calls (inversion.go); false when no order tells.

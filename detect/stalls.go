@@ -28,6 +28,12 @@ func (e *engine) view(r *Proc, seen WaitSeen, ws []Wait, victims int) Finding {
 	return stuckFinding(e.j, e.byID[ws[0].Comm], ws[0].Seq, ws[0].For, named)
 }
 
+// rankFinding is a critical finding about one rank process on a communicator.
+func rankFinding(kind incident.Kind, r *Proc, comm string) Finding {
+	return Finding{Kind: kind, Severity: incident.SeverityCritical, Comm: comm, Culprits: []incident.Culprit{r.Culprit()},
+		culpritKeys: []string{r.Key()}, Key: "rank:" + r.Key()}
+}
+
 func orderByRank(a, b *Proc) []*Proc {
 	if b.Rank < a.Rank {
 		return []*Proc{b, a}
@@ -55,8 +61,8 @@ func (e *engine) behindView(r *Proc, ws []Wait, victims int) Finding {
 	comms := byComm(ws)
 	g := e.byID[comms[0][0].Comm]
 	m, lead := e.member(g, r), leader(g)
-	f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Comm: g.ID, Seq: m.Comm.Count + 1,
-		Culprits: []incident.Culprit{r.Culprit()}, culpritKeys: []string{r.Key()}, Key: "rank:" + r.Key()}
+	f := rankFinding(incident.KindHang, r, g.ID)
+	f.Seq = m.Comm.Count + 1
 	waitIn := ""
 	if op := opAt(lead.Comm, m.Comm.Count+1); op != nil {
 		waitIn = " " + describeOp(op)
@@ -98,10 +104,9 @@ func (e *engine) pluginView(r *Proc, ws []Wait, victims int) Finding {
 	first := comms[0][0]
 	g := e.byID[first.Comm]
 	waiting := waitersOf(comms[0])
-	f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Comm: g.ID, Seq: first.Seq,
-		Culprits: []incident.Culprit{r.Culprit()}, culpritKeys: []string{r.Key()}, Key: "rank:" + r.Key(),
-		FaultAt: first.Since, measured: true,
-		Ops: map[string]incident.Op{fmt.Sprint(e.member(g, waiting[0]).Comm.Rank): Op(first.Op)}}
+	f := rankFinding(incident.KindHang, r, g.ID)
+	f.Seq, f.FaultAt, f.measured = first.Seq, first.Since, true
+	f.Ops = map[string]incident.Op{fmt.Sprint(e.member(g, waiting[0]).Comm.Rank): Op(first.Op)}
 	did := "has not issued"
 	if first.Class == WaitGPU {
 		did = "issued but its GPU has not started"
@@ -173,8 +178,8 @@ func stuckFinding(j *Job, g *Group, seq int64, still time.Duration, named []*Pro
 
 // p2pFinding: the root posted fewer sends or receives than its peers posted to it.
 func p2pFinding(r *Proc, ws []Wait, finished bool) Finding {
-	f := Finding{Kind: incident.KindP2PMismatch, Severity: incident.SeverityCritical, Comm: ws[0].Comm,
-		Culprits: []incident.Culprit{r.Culprit()}, culpritKeys: []string{r.Key()}, Key: "rank:" + r.Key(), Cause: incident.CauseMismatch}
+	f := rankFinding(incident.KindP2PMismatch, r, ws[0].Comm)
+	f.Cause = incident.CauseMismatch
 	f.Summary = fmt.Sprintf("point-to-point mismatch on communicator %s: %s; culprit %s", shortComm(ws[0].Comm), ws[0].Why, r.Name())
 	if finished {
 		f.Severity = incident.SeverityWarning
@@ -201,13 +206,7 @@ func finishedP2P(edges []Wait) []Finding {
 		}
 	}
 	var out []Finding
-	first := map[*Proc]int{}
-	for i, w := range closed {
-		if _, ok := first[w.Awaited]; !ok {
-			first[w.Awaited] = i
-		}
-	}
-	for _, c := range runs(closed, func(w Wait) int { return first[w.Awaited] }) {
+	for _, c := range byFirst(closed, func(w Wait) *Proc { return w.Awaited }) {
 		out = append(out, p2pFinding(c[0].Awaited, c, true))
 	}
 	return out
