@@ -414,30 +414,35 @@ func (e *engine) gpuFaulted(g *snapshot.GPU) bool {
 	return g.ECCVolatileDBE > 0
 }
 
-// deathReason says why a dead root ended, from what its runtime, its launcher or PyTorch
-// printed ("" when nothing did). Exit events that name a rank directly (the launcher's and
-// the sidecar's, issue 22) are read here too once snapshots carry them.
+// deathReason says why a dead root ended, from what it, its launcher or PyTorch printed ("" when
+// nothing did): the exception that ended its traceback, a signal, an exit code.
 func (e *engine) deathReason(r *Proc) string {
 	for _, ev := range r.Events {
 		switch {
+		case ev.Kind == snapshot.EventRankExit && ev.Src == snapshot.ExitTraceback:
+			return fmt.Sprintf("it ended with %s: %s", ev.Detail, ev.Msg)
 		case ev.Kind == snapshot.EventSignal && ev.Code > 0:
 			return fmt.Sprintf("it was killed by signal %d (%s)", ev.Code, ev.Detail)
 		case ev.Kind == snapshot.EventTorchNCCLError || ev.Kind == snapshot.EventCudaError && ev.Fatal:
 			return "its last error: " + ev.Msg
 		}
 	}
-	if e.exits == nil {
+	if e.exits == nil { // the launcher's records of every process, by pid
 		e.exits = map[int]snapshot.Event{}
 		for _, p := range e.j.Procs {
 			for _, ev := range p.Events {
-				if ev.Kind == snapshot.EventLauncherExit && ev.Code != 0 && ev.PID > 0 {
+				if (ev.Kind == snapshot.EventLauncherExit || ev.Kind == snapshot.EventRankExit) && ev.Code != 0 && ev.PID > 0 {
 					e.exits[ev.PID] = ev
 				}
 			}
 		}
 	}
-	if ev, ok := e.exits[r.PID]; ok && r.PID > 0 {
-		return fmt.Sprintf("the launcher reported exit code %d%s", ev.Code, exitWords(ev.Code))
+	ev, ok := e.exits[r.PID]
+	switch {
+	case !ok || r.PID <= 0:
+		return ""
+	case ev.Code < 0:
+		return fmt.Sprintf("the launcher reported it killed by signal %d (%s)", -ev.Code, ev.Detail)
 	}
-	return ""
+	return fmt.Sprintf("the launcher reported exit code %d%s", ev.Code, exitWords(ev.Code))
 }

@@ -225,6 +225,16 @@ func TestRootCauseClasses(t *testing.T) {
 			p.State, p.ExitedAt = snapshot.ProcExited, us(2100*time.Millisecond)
 			p.Events = []snapshot.Event{{Kind: snapshot.EventSignal, Code: 9, Detail: "Killed"}}
 		}), incident.CauseDied, "killed by signal 9"},
+		{"died of an exception", behindJob(func(j *Job, p *Proc) {
+			p.State, p.ExitedAt = snapshot.ProcExited, us(2100*time.Millisecond)
+			p.Events = []snapshot.Event{{Kind: snapshot.EventRankExit, Src: snapshot.ExitTraceback, Detail: "torch.OutOfMemoryError",
+				Msg: "CUDA out of memory. Tried to allocate 2.00 GiB", Fatal: true}}
+		}), incident.CauseDied, "it ended with torch.OutOfMemoryError: CUDA out of memory"},
+		{"killed by the launcher", behindJob(func(j *Job, p *Proc) {
+			p.State, p.ExitedAt = snapshot.ProcExited, us(2100*time.Millisecond)
+			j.Procs[0].Events = []snapshot.Event{{Kind: snapshot.EventRankExit, Src: snapshot.ExitLauncher, Code: -9, Detail: "SIGKILL",
+				PID: p.PID, Fatal: true}}
+		}), incident.CauseDied, "the launcher reported it killed by signal 9 (SIGKILL)"},
 		{"killed long after it stopped", behindJob(func(j *Job, p *Proc) { p.State, p.ExitedAt = snapshot.ProcExited, us(19*time.Second) }),
 			incident.CauseHostStalled, ""},
 	} {
