@@ -90,6 +90,7 @@ type engine struct {
 	graph    *WaitGraph
 	verdicts map[[2]*Group]*orderVerdict
 	exits    map[int]snapshot.Event // launcher exits by pid, built on the first dead root
+	gpus     map[*snapshot.GPU]int  // the job's live ranks per GPU, built on the first root asked
 }
 
 // gather runs the edge producers: per communicator (in parallel), then the cross-communicator
@@ -385,7 +386,7 @@ func (e *engine) rootCause(r *Proc, w Wait, faultAt time.Time) (incident.Cause, 
 	switch {
 	case g != nil && e.gpuFaulted(g):
 		return incident.CauseGPUFault, ""
-	case w.Class == WaitGPU || g != nil && g.State == snapshot.GPUComputing:
+	case w.Class == WaitGPU || g != nil && g.State == snapshot.GPUComputing && e.ranksOn(g) == 1:
 		if g != nil {
 			if n, _ := gpuShared(e.j, r, g); n > 0 {
 				return incident.CauseGPUBusy, fmt.Sprintf("its GPU %d also runs %d other process(es) (NVML)", g.Index, n)
@@ -403,6 +404,20 @@ func (e *engine) rootCause(r *Proc, w Wait, faultAt time.Time) (incident.Cause, 
 		state = fmt.Sprintf("the process burns %.0f%% CPU without issuing", r.CPUPct)
 	}
 	return incident.CauseHostStalled, state
+}
+
+// ranksOn counts the job's ranks on a GPU: NVML's state of a GPU that several share is not
+// any one rank's.
+func (e *engine) ranksOn(g *snapshot.GPU) int {
+	if e.gpus == nil {
+		e.gpus = map[*snapshot.GPU]int{}
+		for _, p := range e.j.Procs {
+			if q := gpuOf(e.j, p); q != nil && p.State != snapshot.ProcExited {
+				e.gpus[q]++
+			}
+		}
+	}
+	return e.gpus[g]
 }
 
 func (e *engine) gpuFaulted(g *snapshot.GPU) bool {

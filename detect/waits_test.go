@@ -218,6 +218,10 @@ func TestRootCauseClasses(t *testing.T) {
 		{"alive, GPU computing", behindJob(func(j *Job, p *Proc) {
 			j.Nodes = map[string]*snapshot.Node{"node1": gpuNode("node1", snapshot.GPUComputing)}
 		}), incident.CauseGPUBusy, ""},
+		{"alive, its GPU shared with the rank waiting for it", behindJob(func(j *Job, p *Proc) {
+			j.Procs[0].Node = "node1"
+			j.Nodes = map[string]*snapshot.Node{"node1": gpuNode("node1", snapshot.GPUComputing)}
+		}), incident.CauseHostStalled, ""},
 		{"alive, XID", behindJob(func(j *Job, p *Proc) {
 			j.Nodes = map[string]*snapshot.Node{"node1": gpuNode("node1", snapshot.GPUComputing, 79)}
 		}), incident.CauseGPUFault, ""},
