@@ -49,10 +49,10 @@ func TestCompletionHangNamesTheRankThatDidNotIssue(t *testing.T) {
 			pluginRank(2, 31, 30, start+5*time.Millisecond, 20*time.Millisecond))
 	}
 	// Window max(3 s, 10 × 20 ms).
-	if fs := CompletionHang(mk(start+2900*time.Millisecond), cfg); len(fs) != 0 {
+	if fs := FindHangs(mk(start+2900*time.Millisecond), cfg).Stalls; len(fs) != 0 {
 		t.Fatalf("hang inside the window: %+v", fs)
 	}
-	f := only(t, CompletionHang(mk(start+3100*time.Millisecond), cfg), incident.KindHang)
+	f := only(t, FindHangs(mk(start+3100*time.Millisecond), cfg).Stalls, incident.KindHang)
 	if got := culpritRanks(f); len(got) != 1 || got[0] != 1 || f.Seq != 31 || f.Victims != 2 || !f.measured ||
 		!strings.Contains(f.Summary, "has not issued collective 31") {
 		t.Fatalf("culprits %v seq %d victims %d: %s", got, f.Seq, f.Victims, f.Summary)
@@ -69,7 +69,7 @@ func TestCompletionHangNamesTheRankThatDidNotIssue(t *testing.T) {
 func TestCompletionHangOfABusyGPU(t *testing.T) {
 	j := job(10*time.Second, pluginRank(0, 31, 30, 3100*time.Millisecond, 20*time.Millisecond),
 		pluginRank(1, 31, 30, 0, 20*time.Millisecond))
-	f := only(t, CompletionHang(j, DefaultConfig()), incident.KindHang)
+	f := only(t, FindHangs(j, DefaultConfig()).Stalls, incident.KindHang)
 	if got := culpritRanks(f); len(got) != 1 || got[0] != 1 || !strings.Contains(f.Summary, "its GPU has not started collective 31") {
 		t.Fatalf("culprits %v: %s", got, f.Summary)
 	}
@@ -84,10 +84,10 @@ func TestCompletionHangWindowFollowsOpDuration(t *testing.T) {
 	if w := cfg.CompletionWindow(mk(0).Groups[0]); w != 5*time.Second {
 		t.Fatalf("window %s", w)
 	}
-	if fs := CompletionHang(mk(8*time.Second), cfg); len(fs) != 0 {
+	if fs := FindHangs(mk(8*time.Second), cfg).Stalls; len(fs) != 0 {
 		t.Fatalf("hang inside an adapted window: %+v", fs)
 	}
-	only(t, CompletionHang(mk(9100*time.Millisecond), cfg), incident.KindHang)
+	only(t, FindHangs(mk(9100*time.Millisecond), cfg).Stalls, incident.KindHang)
 }
 
 // TestNoIncidentWithoutACulprit: a healthy job (an op in flight for milliseconds on every
@@ -138,24 +138,26 @@ func TestStuckWaitsNamesWhatTheWaitingPointsAt(t *testing.T) {
 		waits   [][3]int
 		culprit []int
 		says    string
+		cause   incident.Cause
 	}{
 		// Rank 2 frozen: its successor waits for its data, its predecessor for its receive;
 		// rank 0 waits for rank 3, which got nothing; rank 2's own state is stale.
-		{"a frozen rank", [][3]int{{3, 2, recv}, {1, 2, sendPeer}, {0, 3, recv}, {2, 1, recv}}, []int{2}, "wait on rank 2"},
+		{"a frozen rank", [][3]int{{3, 2, recv}, {1, 2, sendPeer}, {0, 3, recv}, {2, 1, recv}}, []int{2}, "wait on rank 2",
+			incident.CauseHostStalled},
 		{"data stuck on one link", [][3]int{{0, 1, sendNet}, {1, 0, recv}, {2, 1, recv}, {3, 2, recv}}, []int{0, 1},
-			"link between rank 0"},
+			"link between rank 0", incident.CauseLink},
 		{"a ring waiting round", [][3]int{{0, 3, recv}, {1, 0, recv}, {2, 1, recv}, {3, 2, recv}}, []int{0, 1, 2, 3},
-			"no single rank or link"},
+			"no single rank or link", incident.CauseUnknown},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if fs := StuckWaits(ring(at+2*time.Second, c.waits...), cfg); len(fs) != 0 {
+			if fs := FindHangs(ring(at+2*time.Second, c.waits...), cfg).Stuck; len(fs) != 0 {
 				t.Fatalf("inside the window: %+v", fs)
 			}
-			f := only(t, StuckWaits(ring(at+4*time.Second, c.waits...), cfg), incident.KindStuckInFlight)
+			f := only(t, FindHangs(ring(at+4*time.Second, c.waits...), cfg).Stuck, incident.KindStuckInFlight)
 			got := culpritRanks(f)
 			sort.Ints(got)
-			if fmt.Sprint(got) != fmt.Sprint(c.culprit) || !strings.Contains(f.Summary, c.says) || len(f.Evidence) < 4 {
-				t.Fatalf("culprits %v: %s\n%s", got, f.Summary, strings.Join(f.Evidence, "\n"))
+			if fmt.Sprint(got) != fmt.Sprint(c.culprit) || !strings.Contains(f.Summary, c.says) || len(f.Evidence) < 4 || f.Cause != c.cause {
+				t.Fatalf("culprits %v cause %q: %s\n%s", got, f.Cause, f.Summary, strings.Join(f.Evidence, "\n"))
 			}
 		})
 	}
@@ -184,7 +186,9 @@ func TestExitedRankStateIsStale(t *testing.T) {
 	dead := pluginRank(0, 31, 30, 3100*time.Millisecond, 20*time.Millisecond)
 	dead.State, dead.ExitedAt = snapshot.ProcExited, us(3200*time.Millisecond)
 	j := job(20*time.Second, dead, pluginRank(1, 30, 30, 0, 20*time.Millisecond))
-	if fs := append(CompletionHang(j, DefaultConfig()), StuckWaits(j, DefaultConfig())...); len(fs) != 0 {
-		t.Fatalf("a finding from a dead rank's state: %+v", fs)
+	for _, f := range FindHangs(j, DefaultConfig()).All() {
+		if f.measured {
+			t.Fatalf("a finding from a dead rank's state: %+v", f)
+		}
 	}
 }

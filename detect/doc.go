@@ -13,6 +13,11 @@
 // finding, follow-up lines are quoted as its evidence. A new message is one row; a WARN no
 // row knows still becomes a warning that quotes it, which any known cause outranks.
 //
+// Hangs are one engine (roots.go): edge producers (waits.go, inversion.go) turn the evidence
+// into open waits of a waits-for graph (waitgraph.go), which is followed across
+// communicators to its roots, each one finding with its cause class and the ranks that
+// waited as its victims; a cycle is an order inversion.
+//
 // Rules are pure functions of a Job on the Job's clock (Job.Now), so tests fake time by
 // setting it. A Job is the ranks of one job as snapshots, live from etcd (detect/live) or
 // rebuilt offline from log files (analyze), plus what the live detector saw besides them:

@@ -11,20 +11,19 @@ type Result struct {
 
 // Evaluate runs every rule, then the merge steps (merge.go), so that each root cause is one
 // finding, with its consequences as evidence, and is paged once. The rules are pure
-// functions of the job, so they run at once; the merge steps run in their order.
+// functions of the job, so they run at once; the merge steps run in their order. Hangs are
+// one engine (FindHangs): the waits-for graph, followed to its roots and cycles.
 func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	var (
-		stuck, crashes, mism, hangs, p2p, links, setup, ras, msgs, flight []Finding
-		gpu, stragglers, lost, monitoring, diagnostics                    []Finding
-		inversions, doneHangs, waits, busyGPUs                            []Finding
-		paused                                                            []string
+		crashes, mism, links, setup, ras, msgs, flight []Finding
+		gpu, stragglers, lost, monitoring, diagnostics []Finding
+		busyGPUs                                       []Finding
+		hangs                                          Hangs
 	)
 	rules := []func(){
-		func() { stuck, paused = StuckInFlight(j, cfg) },
+		func() { hangs = FindHangs(j, cfg) },
 		func() { crashes = Crash(j, cfg) },
 		func() { mism = Mismatch(j) },
-		func() { hangs = Hang(j, cfg) },
-		func() { p2p = P2PMismatch(j, cfg) },
 		func() { links = Link(j, cfg) },
 		func() { setup = append(versionLines(j), duplicateHostnames(j)...) },
 		func() { msgs = Messages(j, cfg) },
@@ -35,18 +34,15 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		func() { lost = LostNodes(j, cfg) },
 		func() { monitoring = Monitoring(j) },
 		func() { diagnostics = Diagnostics(j) },
-		func() { inversions = OrderInversion(j, cfg) },
-		func() { doneHangs = CompletionHang(j, cfg) },
-		func() { waits = StuckWaits(j, cfg) },
 		func() { busyGPUs = BusyGPU(j, cfg) },
 	}
 	parallel(len(rules), 1, func(i int) { rules[i]() })
 	fs := findings{
 		crashes:    crashes,
 		mism:       mism,
-		inversions: inversions,
-		stalls:     append(append(append(doneHangs, hangs...), busyGPUs...), p2p...),
-		stuck:      append(waits, stuck...),
+		inversions: hangs.Inversions,
+		stalls:     append(hangs.Stalls, busyGPUs...),
+		stuck:      hangs.Stuck,
 		links:      links,
 		errors:     setup,
 		ras:        ras,
@@ -95,7 +91,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	for _, step := range mergeSteps {
 		step(j, cfg, &fs)
 	}
-	r := Result{Findings: fs.all(), Notes: timingNotes(timing), Paused: paused}
+	r := Result{Findings: fs.all(), Notes: timingNotes(timing), Paused: hangs.Paused}
 	if knowledgeErr != nil {
 		r.Notes = append(r.Notes, "part of the knowledge table was left out, so some messages are not judged: "+knowledgeErr.Error())
 	}

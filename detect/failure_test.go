@@ -389,7 +389,7 @@ func TestP2PUnmatchedInAFinishedJob(t *testing.T) {
 	a.Comms[0].State, b.Comms[0].State = snapshot.CommDestroyed, snapshot.CommDestroyed
 	j := job(30*time.Second, a, b)
 	j.Offline = true
-	f := only(t, P2PMismatch(j, DefaultConfig()), incident.KindP2PMismatch)
+	f := only(t, FindHangs(j, DefaultConfig()).Stalls, incident.KindP2PMismatch)
 	if f.Culprits[0].Rank != 1 || f.Severity != incident.SeverityWarning || !strings.Contains(f.Summary, "never received") {
 		t.Fatalf("%+v", f)
 	}

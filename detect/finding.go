@@ -42,9 +42,6 @@ type Finding struct {
 	measured bool
 	// comms are the communicators a finding spans beyond Comm (an order inversion's two).
 	comms []string
-	// queued: a completion hang whose rank issued the op but whose GPU never started it:
-	// the GPU is busy elsewhere, often behind an op that waits for another culprit.
-	queued bool
 	// role is the part a finding of the knowledge table plays in merging (knowledge.go).
 	role role
 	// vague: the rule could not tell the culprit from its peers (a tie nothing broke), so

@@ -12,7 +12,7 @@ func TestHangWaitsForTheWindow(t *testing.T) {
 	cfg := DefaultConfig()
 	period := 100 * time.Millisecond
 	mk := func(now time.Duration) []Finding {
-		return Hang(job(now, rank(0, 30, period, 0, nil), rank(1, 27, period, 0, nil), rank(2, 30, period, 0, nil)), cfg)
+		return FindHangs(job(now, rank(0, 30, period, 0, nil), rank(1, 27, period, 0, nil), rank(2, 30, period, 0, nil)), cfg).Stalls
 	}
 	// Ops stopped at 3 s; the window is max(10 s, 4 × p99 gap 100 ms) = 10 s.
 	if fs := mk(3*time.Second + 9*time.Second); len(fs) != 0 {
@@ -31,7 +31,7 @@ func TestHangWindowAdaptsToSlowCommunicators(t *testing.T) {
 	if w := cfg.HangWindow(j.Groups[0]); w != 20*time.Second {
 		t.Fatalf("window %s, want 20s", w)
 	}
-	if fs := Hang(j, cfg); len(fs) != 0 {
+	if fs := FindHangs(j, cfg).Stalls; len(fs) != 0 {
 		t.Fatalf("hang inside an adapted window: %+v", fs)
 	}
 }
@@ -43,7 +43,7 @@ func TestOneHangFindingPerCulpritAcrossCommunicators(t *testing.T) {
 		second.ID = "0xc0ffee/s1c7"
 		p.Comms = append(p.Comms, second)
 	}
-	fs := Hang(job(20*time.Second, a, b), DefaultConfig())
+	fs := FindHangs(job(20*time.Second, a, b), DefaultConfig()).Stalls
 	f := only(t, fs, incident.KindHang)
 	if !strings.Contains(f.Summary, "stalled 2 communicators") {
 		t.Fatalf("summary %q", f.Summary)

@@ -4,46 +4,65 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
-// OrderInversion finds ranks that called the collectives of two stuck communicators in the
-// other order than their peers: rank 1 calls its world AllReduce before its tensor-parallel
-// one, the others the tensor-parallel one first. Each communicator then waits for a rank
-// that waits in the other: a deadlock wherever the GPU runs the two one after the other
-// (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron sets it). Every rank has issued both ops and
-// none is behind, so the hang rules see nothing, and the collectives look stuck in flight.
+// Order inversions: ranks that called the collectives of two stuck communicators in the
+// other order than their peers. Rank 1 calls its world AllReduce before its tensor-parallel
+// one, the others the tensor-parallel one first; wherever the GPU runs the two one after
+// the other (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron sets it) each communicator then
+// waits for a rank that waits in the other: a cycle of the waits-for graph. The plugin sees
+// the cycle itself (each rank's GPU in one op, the other queued); the logs only show that
+// every rank issued both, so the order of the calls is the evidence, and it names who
+// inverted: the minority order.
 //
 // One process's calls are ordered by its issue index (Op.Idx): the order of its log lines,
 // timestamps or not, or the plugin's per-process count. Two ops are compared where every
 // process sharing both communicators issued both (the latest such positions), else at the
 // newest positions, where a process that issued one and not yet the other called that one
-// first. The minority order is the culprit's. Two ranks alone (a tensor-parallel pair inside
-// the world) are a tie, broken by the sibling groups of the smaller communicator (same size,
-// other ranks, inside the larger one), which show the usual order; without them the finding
-// names both and says it is a tie.
-func OrderInversion(j *Job, cfg Config) []Finding {
+// first. Two ranks alone (a tensor-parallel pair inside the world) are a tie, broken by the
+// sibling groups of the smaller communicator (same size, other ranks, inside the larger
+// one), which show the usual order; without them the finding names both and says so.
+
+// orderVerdict is what the order of two communicators' calls says: aFirst called a's op
+// first, bFirst b's (so each of aFirst waits in a for bFirst, which wait in b for them),
+// and the finding that names the minority.
+type orderVerdict struct {
+	o              orders
+	aFirst, bFirst []*Proc
+	tie            bool
+	f              Finding
+}
+
+// waits are the cycle the verdict's orders make.
+func (v *orderVerdict) waits() []Wait {
+	edge := func(g *Group, pos int64) func(w, a *Proc) Wait {
+		return func(w, a *Proc) Wait {
+			return Wait{Waiter: w, Awaited: a, Comm: g.ID, Seq: pos, Class: WaitGPU, Open: true, Seen: SeenOrder}
+		}
+	}
+	return append(connect(v.aFirst, v.bFirst, edge(v.o.a, v.o.posA)), connect(v.bFirst, v.aFirst, edge(v.o.b, v.o.posB))...)
+}
+
+// orderVerdicts compares the calls of every pair of stuck communicators that two or more
+// processes share; order lists the pairs with a verdict, in the order the processes name them.
+func orderVerdicts(j *Job, cfg Config, ix commIndex) (verdicts map[[2]*Group]*orderVerdict, order [][2]*Group) {
 	var stuck []*Group
-	isStuck := map[*Group]bool{}
 	for _, g := range j.Groups {
 		if len(g.Members) < 2 {
 			continue
 		}
 		if ok, _ := stalled(j, g, cfg.HangConfig); ok || completionStuck(j, g, cfg) {
 			stuck = append(stuck, g)
-			isStuck[g] = true
 		}
 	}
+	verdicts = map[[2]*Group]*orderVerdict{}
 	if len(stuck) < 2 {
-		return nil
+		return verdicts, nil
 	}
-	ix := commIndex{}
-	// Pairs of stuck communicators and the processes that share them.
-	type pair struct{ small, large *Group }
-	shared := map[pair][]*Proc{}
-	var pairs []pair
 	procGroups := map[*Proc][]*Group{}
 	for _, g := range stuck {
 		for _, m := range g.Members {
@@ -52,14 +71,13 @@ func OrderInversion(j *Job, cfg Config) []Finding {
 			}
 		}
 	}
+	shared := map[[2]*Group][]*Proc{}
+	var pairs [][2]*Group
 	for _, p := range j.Procs {
 		gs := procGroups[p]
 		for i := range gs {
 			for k := i + 1; k < len(gs); k++ {
-				pr := pair{gs[i], gs[k]}
-				if smaller(gs[k], gs[i]) {
-					pr = pair{gs[k], gs[i]}
-				}
+				pr := orderedPair(gs[i], gs[k])
 				if _, ok := shared[pr]; !ok {
 					pairs = append(pairs, pr)
 				}
@@ -67,27 +85,62 @@ func OrderInversion(j *Job, cfg Config) []Finding {
 			}
 		}
 	}
-	byKey := map[string]int{}
-	var out []Finding
 	for _, pr := range pairs {
-		ps := shared[pr]
-		if len(ps) < 2 {
-			continue
+		if v := judgeOrder(j, ix, pr, shared[pr]); v != nil {
+			verdicts[pr] = v
+			order = append(order, pr)
 		}
-		o := compareOrders(ix, pr.small, pr.large, ps)
-		first, second := o.split(ps)
-		if len(first) == 0 || len(second) == 0 {
-			continue
-		}
-		f := inversionFinding(j, ix, pr.small, pr.large, ps, o, first, second)
-		if i, ok := byKey[f.Key]; ok {
-			out[i].addEvidence("also: %s", f.Summary)
-			continue
-		}
-		byKey[f.Key] = len(out)
-		out = append(out, f)
 	}
-	return out
+	return verdicts, order
+}
+
+// orderedPair is a pair of communicators, the smaller first.
+func orderedPair(a, b *Group) [2]*Group {
+	if smaller(b, a) {
+		return [2]*Group{b, a}
+	}
+	return [2]*Group{a, b}
+}
+
+// judgeOrder compares the calls of the processes ps share a pair of communicators in; nil
+// when they agree or cannot be compared.
+func judgeOrder(j *Job, ix commIndex, pr [2]*Group, ps []*Proc) *orderVerdict {
+	if len(ps) < 2 {
+		return nil
+	}
+	o := compareOrders(ix, pr[0], pr[1], ps)
+	first, second := o.split(ps)
+	if len(first) == 0 || len(second) == 0 {
+		return nil
+	}
+	v := &orderVerdict{o: o, aFirst: first, bFirst: second}
+	v.f, v.tie = inversionFinding(j, ix, pr[0], pr[1], ps, o, first, second)
+	return v
+}
+
+// completionStuck says whether a communicator's ops have stopped completing, by the plugin:
+// some rank has had an op in flight for the completion window and no rank completed one
+// since. It is how the order comparison sees, early, that a communicator is stuck.
+func completionStuck(j *Job, g *Group, cfg Config) bool {
+	if j.Offline {
+		return false
+	}
+	var issued, done time.Time
+	for _, m := range g.Members {
+		d := m.Comm.Done
+		if d == nil {
+			continue
+		}
+		done = maxTime(done, d.LastDone.Time())
+		if d.InFlight != nil && d.InFlight.T != 0 && (issued.IsZero() || d.InFlight.T.Time().Before(issued)) {
+			issued = d.InFlight.T.Time()
+		}
+	}
+	if issued.IsZero() {
+		return false
+	}
+	w := cfg.CompletionWindow(g)
+	return j.Now.Sub(issued) >= w && j.Now.Sub(done) >= w
 }
 
 // maxPairComms bounds the stuck communicators of one process compared pairwise.
@@ -101,7 +154,7 @@ func smaller(a, b *Group) bool {
 }
 
 // commIndex finds a process's member of a group in O(1): a 100k-rank job has groups of
-// 100k members, and OrderInversion asks for every process of every pair.
+// 100k members, and the order comparison asks for every process of every pair.
 type commIndex map[*Group]map[*Proc]*snapshot.Comm
 
 func (ix commIndex) of(g *Group, p *Proc) *snapshot.Comm {
@@ -363,9 +416,9 @@ func siblings(j *Job, small, large *Group) []*Group {
 	return out
 }
 
-func inversionFinding(j *Job, ix commIndex, small, large *Group, ps []*Proc, o orders, smallFirst, largeFirst []*Proc) Finding {
+func inversionFinding(j *Job, ix commIndex, small, large *Group, ps []*Proc, o orders, smallFirst, largeFirst []*Proc) (Finding, bool) {
 	f := Finding{Kind: incident.KindOrderInversion, Severity: incident.SeverityCritical, Comm: small.ID, Seq: o.posA,
-		comms: []string{small.ID, large.ID}}
+		comms: []string{small.ID, large.ID}, Cause: incident.CauseOrder}
 	// The usual order: the majority of the ranks sharing both, then of the siblings.
 	usualSmall, usualLarge := len(smallFirst), len(largeFirst)
 	var sibEvidence []string
@@ -446,7 +499,7 @@ func inversionFinding(j *Job, ix commIndex, small, large *Group, ps []*Proc, o o
 	for _, e := range sibEvidence {
 		f.addEvidence("%s", e)
 	}
-	return f
+	return f, tie
 }
 
 // positionText is "communicator X position N (its call #I)" for the process's member c.

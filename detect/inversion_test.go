@@ -80,7 +80,7 @@ func TestOrderInversionNamesTheRankThatCalledOutOfOrder(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			j := mjob(0, megatron(20, map[int]bool{1: true}, c.extra, false)...)
 			j.Offline = true
-			f := only(t, OrderInversion(j, cfg), incident.KindOrderInversion)
+			f := only(t, FindHangs(j, cfg).Inversions, incident.KindOrderInversion)
 			if got := culpritRanks(f); len(got) != 1 || got[0] != 1 || f.Key != "rank:node1:101" || f.Comm != tp0 {
 				t.Fatalf("culprits %v key %s comm %s: %s", got, f.Key, f.Comm, f.Summary)
 			}
@@ -103,7 +103,7 @@ func TestOrderInversionLiveReplacesStuckInFlight(t *testing.T) {
 		n := "node" + string(rune('0'+r))
 		j.Nodes[n] = gpuNode(n, snapshot.GPUWaiting)
 	}
-	if fs, _ := StuckInFlight(j, DefaultConfig()); len(fs) == 0 {
+	if f, _ := spinning(j, j.Groups[0], DefaultConfig()); f == nil {
 		t.Fatal("the stuck-in-flight rule should fire on this job (it is what the inversion must replace)")
 	}
 	res := Evaluate(j, DefaultConfig(), TimingOK)
@@ -130,7 +130,7 @@ func TestOrderInversionFromThePlugin(t *testing.T) {
 		}
 	}
 	j := mjob(2100*time.Millisecond+3500*time.Millisecond, ps...)
-	f := only(t, OrderInversion(j, DefaultConfig()), incident.KindOrderInversion)
+	f := only(t, FindHangs(j, DefaultConfig()).Inversions, incident.KindOrderInversion)
 	if got := culpritRanks(f); len(got) != 1 || got[0] != 1 || !strings.Contains(strings.Join(f.Evidence, "\n"), "profiler plugin counted") {
 		t.Fatalf("culprits %v: %s\n%s", got, f.Summary, strings.Join(f.Evidence, "\n"))
 	}
@@ -145,7 +145,7 @@ func TestOrderInversionTie(t *testing.T) {
 	}
 	j := mjob(0, ps...)
 	j.Offline = true
-	f := only(t, OrderInversion(j, DefaultConfig()), incident.KindOrderInversion)
+	f := only(t, FindHangs(j, DefaultConfig()).Inversions, incident.KindOrderInversion)
 	if got := culpritRanks(f); len(got) != 2 || !strings.Contains(f.Summary, "cannot be told") {
 		t.Fatalf("culprits %v: %s", got, f.Summary)
 	}
@@ -177,7 +177,7 @@ func TestNoOrderInversion(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if fs := OrderInversion(c.j(), DefaultConfig()); len(fs) != 0 {
+			if fs := FindHangs(c.j(), DefaultConfig()).Inversions; len(fs) != 0 {
 				t.Fatalf("%+v", fs)
 			}
 		})
@@ -228,7 +228,7 @@ func TestOrderInversionWhenHostsWentOnIssuing(t *testing.T) {
 	for _, after := range []int{0, 1, 5} {
 		j := mjob(0, megatronOnce(20, after)...)
 		j.Offline = true
-		f := only(t, OrderInversion(j, cfg), incident.KindOrderInversion)
+		f := only(t, FindHangs(j, cfg).Inversions, incident.KindOrderInversion)
 		if got := culpritRanks(f); len(got) != 1 || got[0] != 1 || f.Seq != 20 {
 			t.Fatalf("after %d more steps: culprits %v at position %d, want rank 1 at 20: %s\n%s", after, got, f.Seq, f.Summary, strings.Join(f.Evidence, "\n"))
 		}

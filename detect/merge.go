@@ -60,11 +60,8 @@ var mergeSteps = []mergeStep{
 	measuredSupersedesInferred,      // what the plugin measured replaces what logs suggested about one cause
 	mismatchExplainsItsCommunicator, // a mismatch explains the stalls, slow links and late arrivals on its communicator
 	mismatchExplainsInversions,      // a rank that skipped or swapped an op is out of step on its communicator, not out of order
-	stoppedRankExplainsNeighbours,   // a rank that stopped or died explains busy GPUs, slow links and order ties around it
-	inversionExplainsStalls,         // an order inversion explains the hangs and stuck collectives of its communicators
+	stoppedRankExplainsNeighbours,   // a rank that stopped or died explains the slow links to it
 	deathAndStallOfOneRank,          // a death and a stall of one rank are one cause; the order says which
-	hangAbsorbsP2P,                  // a hang absorbs the p2p mismatch of the same rank
-	stopsBehindAStop,                // a rank that stopped while it waits on another stopped rank follows it
 	versionsExplainSizes,            // ranks of different NCCL versions disagree on message sizes: one cause
 	teardownFoldsIntoItsCause,       // the teardown is one line of evidence of what came before it
 	silentInitEchoesAnError,         // an init that failed without a WARN echoes the error another process printed
@@ -144,117 +141,28 @@ func sameCulprit(f Finding, groups ...[]Finding) *Finding {
 	return nil
 }
 
-// stoppedRankExplainsNeighbours: once a rank has stopped issuing or died, what its peers'
-// completion state shows next is its doing: a peer's GPU that never started an op is busy
-// behind one that waits for the stopped rank; send steps to it take long (a slow "link"
-// to a rank that no longer receives); an order tie that names it compared an op it never
-// issued. These fold into the stopped rank's finding instead of paging on their own. A rank
-// that skipped a send or receive (a point-to-point mismatch) has stopped its peers the same
-// way; so has a rank whose GPU, busy with no NCCL op of its own (a kernel that does not end),
-// never started the op its peers run, while the other ranks found queued have an NCCL op
-// on their GPU that waits.
-func stoppedRankExplainsNeighbours(j *Job, _ Config, fs *findings) {
-	var gpus queuedGPUs
+// stoppedRankExplainsNeighbours: once a rank has stopped issuing, skipped a send or
+// receive, or died, its peers' send steps to it take long (a slow "link" to a rank that no
+// longer receives): measured slow links that touch it fold into its finding. (Ranks queued
+// behind it are the waits-for graph's: FindHangs names only roots.)
+func stoppedRankExplainsNeighbours(_ *Job, _ Config, fs *findings) {
 	var causes []*Finding
-	causeKeys := map[string]bool{}
 	for _, group := range []*[]Finding{&fs.crashes, &fs.stalls} {
 		for i := range *group {
-			f := &(*group)[i]
-			stopped := !f.queued && (f.Kind == incident.KindCrash || f.Kind == incident.KindHang || f.Kind == incident.KindP2PMismatch)
-			if known, onGPU := gpus.ncclOnGPU(j, f); stopped || known && !onGPU {
+			if f := &(*group)[i]; f.Kind == incident.KindCrash || f.Kind == incident.KindHang || f.Kind == incident.KindP2PMismatch {
 				causes = append(causes, f)
-				causeKeys[f.Key] = true
 			}
 		}
 	}
-	if len(causes) == 0 {
-		// Nothing explains them yet. A rank whose GPU runs an NCCL op that waits is a
-		// waiter, not a cause: it is not paged on its own while the rule that names whom
-		// it waits for (a skipped receive, after the hang window) has yet to speak.
-		drop := make([]bool, len(fs.stalls))
-		for i := range fs.stalls {
-			known, onGPU := gpus.ncclOnGPU(j, &fs.stalls[i])
-			drop[i] = known && onGPU
+	kept := fs.links[:0]
+	for _, f := range fs.links {
+		if c := ownCause(f, causes); c != nil && f.measured {
+			absorb(c, &f)
+			continue
 		}
-		fs.stalls = without(fs.stalls, drop)
-		return
+		kept = append(kept, f)
 	}
-	isCause := func(f *Finding) bool { return causeKeys[f.Key] }
-	fold := func(group *[]Finding, consequence func(*Finding) *Finding) {
-		kept := (*group)[:0]
-		for _, f := range *group {
-			if c := consequence(&f); c != nil {
-				absorb(c, &f)
-				continue
-			}
-			kept = append(kept, f)
-		}
-		*group = kept
-	}
-	fold(&fs.inversions, func(f *Finding) *Finding {
-		if len(f.Culprits) < 2 {
-			return nil
-		}
-		// When every rank of the tie is found stopped, each is blocked in the op the
-		// other never reaches (a host waits on one communicator's result before it calls
-		// the other): that is the inversion itself, which explains the stops below.
-		var cause *Finding
-		all := true
-		for _, k := range f.culpritKeys {
-			c := ownCause(Finding{culpritKeys: []string{k}}, causes)
-			all = all && c != nil
-			if cause == nil {
-				cause = c
-			}
-		}
-		if all {
-			return nil
-		}
-		return cause
-	})
-	fold(&fs.links, func(f *Finding) *Finding {
-		if f.measured {
-			return ownCause(*f, causes)
-		}
-		return nil
-	})
-	// Last, and marked before any is dropped: causes point into fs.stalls.
-	drop := make([]bool, len(fs.stalls))
-	for i := range fs.stalls {
-		if f := &fs.stalls[i]; f.queued && !isCause(f) {
-			absorb(causes[0], f)
-			drop[i] = true
-		}
-	}
-	fs.stalls = without(fs.stalls, drop)
-}
-
-// queuedGPUs answers, for queued findings, whether their one culprit is a known process
-// (known) with an NCCL op running on its GPU on any communicator (onGPU): a queued rank
-// without one keeps its GPU busy with its own work; with one, it waits in NCCL. Processes
-// are indexed once, on the first queued finding.
-type queuedGPUs struct{ byKey map[string]*Proc }
-
-func (q *queuedGPUs) ncclOnGPU(j *Job, f *Finding) (known, onGPU bool) {
-	if !f.queued || j == nil || len(f.culpritKeys) != 1 {
-		return false, false
-	}
-	if q.byKey == nil {
-		q.byKey = make(map[string]*Proc, len(j.Procs))
-		for _, p := range j.Procs {
-			q.byKey[p.Key()] = p
-		}
-	}
-	p := q.byKey[f.culpritKeys[0]]
-	if p == nil {
-		return false, false
-	}
-	for i := range p.Comms {
-		if d := p.Comms[i].Done; d != nil && d.InFlight != nil && d.InFlight.GPUStart != 0 {
-			return true, true
-		}
-	}
-	return true, false
+	fs.links = kept
 }
 
 // brokenConnectionsNameTheDead: NCCL's "Connection closed by remote peer <address>" names
@@ -549,102 +457,6 @@ func diedLongAfter(crash, stall *Finding, cfg Config) bool {
 	return crash.FaultAt.Sub(stall.FaultAt) > cfg.HangFloor
 }
 
-// hangAbsorbsP2P: a rank that stopped issuing collectives stops posting its sends and
-// receives too, so its point-to-point mismatch is part of its hang.
-func hangAbsorbsP2P(_ *Job, _ Config, fs *findings) {
-	kept := fs.stalls[:0]
-	for _, f := range fs.stalls {
-		if f.Kind == incident.KindP2PMismatch && len(f.culpritKeys) == 1 {
-			if h := findByKey(kept, f.Key, incident.KindHang); h != nil {
-				absorb(h, &f)
-				continue
-			}
-		}
-		kept = append(kept, f)
-	}
-	fs.stalls = kept
-}
-
-// maxStopsCompared bounds stopsBehindAStop's pairwise comparison.
-const maxStopsCompared = 256
-
-// stopsBehindAStop: rank 2 stopped issuing on one communicator because its host waits on
-// an op of another communicator that rank 1, stopped too, never issued: on a communicator of
-// both, rank 2 issued more than rank 1. Rank 2's stop follows rank 1's. Where each is ahead
-// of the other somewhere, they wait on each other (an inversion, two faults): both stay.
-func stopsBehindAStop(j *Job, _ Config, fs *findings) {
-	procs := map[string]*Proc{}
-	for _, p := range j.Procs {
-		procs[p.Key()] = p
-	}
-	var hangs []int
-	for i, f := range fs.stalls {
-		if f.Kind == incident.KindHang && !f.queued && len(f.culpritKeys) == 1 && procs[f.culpritKeys[0]] != nil {
-			hangs = append(hangs, i)
-		}
-	}
-	// Pairs are compared: past a few hundred stopped ranks (a mass failure) the teardown and
-	// error steps tell the story, and the evaluation must stay fast.
-	if len(hangs) < 2 || len(hangs) > maxStopsCompared {
-		return
-	}
-	counts := map[string]map[string]int64{}
-	for _, i := range hangs {
-		k := fs.stalls[i].culpritKeys[0]
-		c := map[string]int64{}
-		for _, comm := range procs[k].Comms {
-			if comm.ID != "" {
-				c[comm.ID] = comm.Count
-			}
-		}
-		counts[k] = c
-	}
-	ahead := func(a, b string) bool {
-		for id, n := range counts[a] {
-			if m, ok := counts[b][id]; ok && n > m {
-				return true
-			}
-		}
-		return false
-	}
-	into := map[int]int{}
-	for _, a := range hangs {
-		ka := fs.stalls[a].culpritKeys[0]
-		for _, b := range hangs {
-			kb := fs.stalls[b].culpritKeys[0]
-			if a != b && ahead(ka, kb) && !ahead(kb, ka) {
-				into[a] = b
-				break
-			}
-		}
-	}
-	root := func(i int) int {
-		for range len(hangs) {
-			next, ok := into[i]
-			if !ok {
-				return i
-			}
-			i = next
-		}
-		return -1 // a cycle: leave them
-	}
-	folded := map[int]bool{}
-	for _, i := range hangs {
-		if r := root(i); r >= 0 && r != i {
-			f := fs.stalls[i]
-			absorb(&fs.stalls[r], &f)
-			folded[i] = true
-		}
-	}
-	kept := fs.stalls[:0]
-	for i, f := range fs.stalls {
-		if !folded[i] {
-			kept = append(kept, f)
-		}
-	}
-	fs.stalls = kept
-}
-
 // findTeardown: when a job is killed (after a hang, by its launcher after one rank failed,
 // by the scheduler) every rank dies within a second or two. Those deaths, however many, are
 // one event; it is found before the steps that merge deaths one by one, and folded by
@@ -840,12 +652,13 @@ func torchEvidence(j *Job, f *Finding) {
 	}
 }
 
-// measuredSupersedesInferred: a hang the plugin proved (a rank never issued the op its peers
-// run on their GPUs), a stuck collective whose waits it traced, a straggler whose lag it
-// measured on the GPUs, each replaces the finding the log rules drew about the same root
-// cause (same key): one incident, the measured one, with the inferred one as evidence.
+// measuredSupersedesInferred: a hang the plugin proved (a rank whose GPU never started the
+// op its peers run), a straggler whose lag it measured on the GPUs, each replaces the
+// finding another rule drew from logs or GPU power about the same root cause (same key:
+// BusyGPU's, Straggler's): one incident, the measured one, with the inferred one as
+// evidence. (The plugin's and the logs' views of one wait are one root in FindHangs.)
 func measuredSupersedesInferred(_ *Job, _ Config, fs *findings) {
-	for _, group := range []*[]Finding{&fs.stalls, &fs.stuck, &fs.rest} {
+	for _, group := range []*[]Finding{&fs.stalls, &fs.rest} {
 		var kept, inferred []Finding
 		for _, f := range *group {
 			if !f.measured && findMeasured(*group, f.Key) != nil {
@@ -892,41 +705,6 @@ func mismatchExplainsInversions(_ *Job, _ Config, fs *findings) {
 	fs.inversions = kept
 }
 
-// inversionExplainsStalls: the ranks of two communicators called in opposite orders wait
-// on each other for ever, so the hangs and stuck collectives on those communicators, and the
-// hangs of the inverting ranks, are the inversion's doing.
-func inversionExplainsStalls(_ *Job, _ Config, fs *findings) {
-	for i := range fs.inversions {
-		inv := &fs.inversions[i]
-		on := func(f *Finding) bool {
-			for _, c := range inv.comms {
-				if f.Comm == c {
-					return true
-				}
-			}
-			for _, k := range f.culpritKeys {
-				for _, c := range inv.culpritKeys {
-					if k == c && f.Kind == incident.KindHang {
-						return true
-					}
-				}
-			}
-			return false
-		}
-		for _, group := range []*[]Finding{&fs.stalls, &fs.stuck} {
-			kept := (*group)[:0]
-			for _, f := range *group {
-				if on(&f) {
-					absorb(inv, &f)
-					continue
-				}
-				kept = append(kept, f)
-			}
-			*group = kept
-		}
-	}
-}
-
 // absorb records a consequence in the finding of its root cause.
 func absorb(cause, consequence *Finding) {
 	cause.addEvidence("also: %s", consequence.Summary)
@@ -941,15 +719,6 @@ func without(fs []Finding, marked []bool) []Finding {
 		}
 	}
 	return out
-}
-
-func findByKey(fs []Finding, key string, kind incident.Kind) *Finding {
-	for i := range fs {
-		if fs[i].Key == key && fs[i].Kind == kind {
-			return &fs[i]
-		}
-	}
-	return nil
 }
 
 // linkOn returns a link finding that touches any of the given processes.

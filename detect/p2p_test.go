@@ -12,7 +12,7 @@ func TestP2PMismatch(t *testing.T) {
 	a, b := rank(0, 5, 100*time.Millisecond, 0, nil), rank(1, 5, 100*time.Millisecond, 0, nil)
 	a.Comms[0].P2P = []snapshot.P2P{{Peer: 1, Sends: 12, Recvs: 12, LastSend: us(time.Second)}}
 	b.Comms[0].P2P = []snapshot.P2P{{Peer: 0, Sends: 12, Recvs: 11, LastRecv: us(time.Second)}}
-	f := only(t, P2PMismatch(job(30*time.Second, a, b), DefaultConfig()), incident.KindP2PMismatch)
+	f := only(t, FindHangs(job(30*time.Second, a, b), DefaultConfig()).Stalls, incident.KindP2PMismatch)
 	if got := culpritRanks(f); len(got) != 1 || got[0] != 1 {
 		t.Fatalf("culprits %v: rank 1 posted one receive too few", got)
 	}
@@ -60,7 +60,7 @@ func TestP2PMismatchFromThePlugin(t *testing.T) {
 				row = snapshot.PeerProgress{Peer: 7, Dir: snapshot.DirSend, P2PIssued: 3, P2PDone: 3}
 			}
 			b.Comms[0].Done = peers(n, row, snapshot.PeerProgress{Peer: 0, Dir: snapshot.DirSend, P2PIssued: 20, P2PDone: 20})
-			fs := P2PMismatch(job(30*time.Second, a, b), DefaultConfig())
+			fs := FindHangs(job(30*time.Second, a, b), DefaultConfig()).Stalls
 			if c.want == 0 {
 				if len(fs) != 0 {
 					t.Fatalf("want no finding, got %+v", fs)

@@ -15,12 +15,12 @@ func TestStuckInFlightVersusPause(t *testing.T) {
 		j.Nodes = map[string]*snapshot.Node{"node0": gpuNode("node0", state), "node1": gpuNode("node1", state)}
 		return j
 	}
-	fs, paused := StuckInFlight(mk("waiting"), cfg)
+	fs, paused := stuckInFlight(mk("waiting"), cfg)
 	only(t, fs, incident.KindStuckInFlight)
 	if len(paused) != 0 {
 		t.Fatalf("paused %v", paused)
 	}
-	fs, paused = StuckInFlight(mk("idle"), cfg)
+	fs, paused = stuckInFlight(mk("idle"), cfg)
 	if len(fs) != 0 || len(paused) != 1 {
 		t.Fatalf("checkpoint pause: findings %+v paused %v", fs, paused)
 	}
@@ -36,13 +36,13 @@ func TestStuckInFlightIgnoresStaleGPUSamples(t *testing.T) {
 	for _, n := range j.Nodes {
 		n.GPUs[0].T = us(20 * time.Second) // 10 s old: the sampler stalled
 	}
-	if fs, _ := StuckInFlight(j, cfg); len(fs) != 0 {
+	if fs, _ := stuckInFlight(j, cfg); len(fs) != 0 {
 		t.Fatalf("a stalled sampler's last 'waiting' must not page: %+v", fs)
 	}
 	for _, n := range j.Nodes {
 		n.GPUs[0].T = us(29 * time.Second)
 	}
-	fs, _ := StuckInFlight(j, cfg)
+	fs, _ := stuckInFlight(j, cfg)
 	only(t, fs, incident.KindStuckInFlight)
 }
 
@@ -52,7 +52,7 @@ func TestStuckInFlightIgnoresStaleGPUSamples(t *testing.T) {
 func TestBusyGPUHoldsSpinningPeers(t *testing.T) {
 	j := job(30*time.Second, rank(0, 30, 100*time.Millisecond, 0, nil), rank(1, 30, 100*time.Millisecond, 0, nil))
 	j.Nodes = map[string]*snapshot.Node{"node0": gpuNode("node0", "waiting"), "node1": gpuNode("node1", "computing")}
-	if fs, paused := StuckInFlight(j, DefaultConfig()); len(fs) != 0 || len(paused) != 0 {
+	if fs, paused := stuckInFlight(j, DefaultConfig()); len(fs) != 0 || len(paused) != 0 {
 		t.Fatalf("neither stuck in flight nor paused: %+v paused %v", fs, paused)
 	}
 	f := only(t, BusyGPU(j, DefaultConfig()), incident.KindHang)
@@ -63,4 +63,10 @@ func TestBusyGPUHoldsSpinningPeers(t *testing.T) {
 	if len(res.Findings) != 1 || res.Findings[0].Culprits[0].Rank != 1 {
 		t.Fatalf("one finding naming rank 1: %+v", res.Findings)
 	}
+}
+
+// stuckInFlight is what the hang engine says of collectives stuck in flight, and the pauses.
+func stuckInFlight(j *Job, cfg Config) ([]Finding, []string) {
+	h := FindHangs(j, cfg)
+	return h.Stuck, h.Paused
 }
