@@ -24,6 +24,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/chain4.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 args=(--out "$WORK")
 [ "${DRYRUN:-0}" = 1 ] && args+=(--dry)
+[ -n "${NPROC:-}" ] && args+=(--nproc "$NPROC")  # fewer GPUs than 4: one rank per GPU all the same
 for f in bin/libnccl-profiler-ncclwatch.so bin/libnccl-profiler-standin.so bin/profdump-linux-amd64; do
   [ -e "$f" ] || { echo "chain4: $f missing (make plugin bin/libnccl-profiler-standin.so; carry it)"; exit 2; }
 done

@@ -43,6 +43,7 @@ args=(--out "$WORK" --reps "$REPS" --budget-s "$BUDGET_S" --plugin "$PLUGIN_SO" 
 [ -n "${TRANSPORTS:-}" ] && args+=(--transports "$TRANSPORTS")
 [ -n "${SIZES:-}" ] && args+=(--sizes "$SIZES")
 [ "${FORK:-1}" = 0 ] && args+=(--no-fork)
+[ -n "${NPROC:-}" ] && args+=(--nproc "$NPROC")  # fewer GPUs than 4: one rank per GPU all the same
 if [ "$DRYRUN" = 1 ]; then
   args+=(--dry --cell-s 0.02 --cell-s-socket 0.02)
 else
