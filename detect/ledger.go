@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -217,6 +218,22 @@ func (gl *groupLedger) book(g *Group, arr []arrival, keep int64, most, mostSteps
 	}
 }
 
+// lateShare is the share of the wall time since `since` that the members waited for any of
+// them by a step's tenth or more.
+func (gl *groupLedger) lateShare(since snapshot.Micros, cfg SlowdownConfig) float64 {
+	if gl.last <= since {
+		return 0
+	}
+	lateAt := snapshot.Micros(cfg.SlowdownShare * float64(gl.period))
+	var lost int64
+	for _, sp := range gl.spans {
+		if sp.end > since && sp.end-sp.start >= lateAt {
+			lost += int64(sp.end - max(sp.start, since))
+		}
+	}
+	return float64(lost) / float64(gl.last-since)
+}
+
 // stepsIn counts the steps that began in [a, b].
 func (gl *groupLedger) stepsIn(a, b snapshot.Micros) int {
 	lo := sort.Search(len(gl.steps), func(i int) bool { return gl.steps[i].t >= a })
@@ -384,23 +401,33 @@ func (gl *groupLedger) episodes(id string, cfg SlowdownConfig) []episode {
 		return nil
 	}
 	gap := 2 * gl.period // waits closer than this are one burst
+	// Only waits of a step's tenth or more count: the jitter of every rank's arrivals is
+	// nobody's doing.
+	lateAt := snapshot.Micros(cfg.SlowdownShare * float64(gl.period))
 	byRoot := map[int32][]lateSpan{}
 	for _, sp := range gl.spans {
-		if sp.end > warm {
+		if sp.end > warm && sp.end-max(sp.start, warm) >= lateAt {
 			sp.start = max(sp.start, warm)
 			byRoot[sp.root] = append(byRoot[sp.root], sp)
 		}
 	}
 	var out []episode
 	for r, spans := range byRoot {
-		// Judge at each span's end and at the newest arrival.
+		// Judge at each wait's end, at each step's start (so that an episode ends while
+		// nobody is late) and at the newest arrival, in time order.
 		var ends []snapshot.Micros
 		for _, sp := range spans {
 			if int64(sp.end-warm) >= w {
 				ends = append(ends, sp.end)
 			}
 		}
+		for _, st := range gl.steps {
+			if int64(st.t-warm) >= w {
+				ends = append(ends, st.t)
+			}
+		}
 		ends = append(ends, gl.last)
+		slices.Sort(ends)
 		var cur *episode
 		for _, b := range ends {
 			a := b - snapshot.Micros(w)
@@ -411,11 +438,8 @@ func (gl *groupLedger) episodes(id string, cfg SlowdownConfig) []episode {
 			switch {
 			case cur == nil && share >= cfg.SlowdownShare && !oneOff:
 				cur = &episode{group: id, root: gl.keys[r], period: gl.period, share: share, lateShare: cfg.SlowdownShare}
-				// The onset: the window's first wait of a step's tenth or more (jitter
-				// before it is not the episode's).
-				lateAt := snapshot.Micros(cfg.SlowdownShare * float64(gl.period))
 				for _, sp := range spans {
-					if sp.end > a && sp.end-sp.start >= lateAt {
+					if sp.end > a {
 						cur.onset, cur.seq = max(sp.start, a), sp.seq
 						break
 					}
@@ -439,15 +463,17 @@ func (gl *groupLedger) episodes(id string, cfg SlowdownConfig) []episode {
 	return out
 }
 
-// exitShare is the share over twice the window: an episode ends only once that is low, so
-// that stalls which come back every window or so stay one episode.
+// exitShare is the share over a longer window (twice the window, at most 10 s more): an
+// episode ends only once that is low, so that stalls which come back every window or so
+// stay one episode.
 func exitShare(spans []lateSpan, b snapshot.Micros, w, gap int64) float64 {
-	lost, _, _, _ := spansIn(spans, b-snapshot.Micros(2*w), b, gap)
-	return float64(lost) / float64(2*w)
+	x := min(2*w, w+10_000_000)
+	lost, _, _, _ := spansIn(spans, b-snapshot.Micros(x), b, gap)
+	return float64(lost) / float64(x)
 }
 
-// minLateSteps: a slowdown is late at three steps of a window at least.
-const minLateSteps = 3
+// minLateSteps: a slowdown is late at two steps of a window at least (one is a stall).
+const minLateSteps = 2
 
 // spansIn sums the waiting within [a, b], counts its late steps and bursts (waits closer
 // than gap are one) and says when the last one ended.

@@ -140,9 +140,10 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 	sort.Strings(ids)
 	for _, id := range ids {
 		g := groups[id]
-		share, now, base, since := l.groups[id].slowedSteps(sc)
-		if g == nil || share < sc.SlowdownShare || share <= best.share {
-			continue
+		gl := l.groups[id]
+		share, now, base, since := gl.slowedSteps(sc)
+		if g == nil || share < sc.SlowdownShare || share <= best.share || gl.lateShare(since, sc) >= sc.SlowdownShare/2 {
+			continue // not slower, or someone arrives late: the accounting names them
 		}
 		best.g, best.share, best.now, best.base, best.since = g, share, now, base, since
 	}

@@ -22,8 +22,10 @@ import (
 // plugin reports alike. So with the plugin a job's communicators are named by commId
 // everywhere; without it, as before.
 
-// timingWindow is how far back per-op durations are averaged.
-const timingWindow = 30 * time.Second
+// timingWindow is how far back per-op durations are averaged: long enough for a few
+// training steps, short enough that a lateness that ended stops counting within seconds
+// (30 s kept a slowed rank named long after, live on two H100s).
+const timingWindow = 10 * time.Second
 
 // windowSamples bounds the samples a window keeps; sampleGap spaces them so that they span
 // timingWindow whatever the polling rate.
