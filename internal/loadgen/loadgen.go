@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math"
 	"net/http"
@@ -26,10 +25,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/ncclwatch/watchdog/heartbeat/publish"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/internal/assemble"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
+	"github.com/ncclwatch/watchdog/internal/loadgen/simjob"
 	"github.com/ncclwatch/watchdog/internal/procstat"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -61,6 +62,7 @@ type Result struct {
 	EtcdWritesPerS     float64  `json:"etcd_writes_per_s"`
 	WritesPerNodePerS  float64  `json:"writes_per_node_per_s"`
 	BytesPerS          float64  `json:"etcd_bytes_per_s"`
+	BytesPerRankPerS   float64  `json:"etcd_bytes_per_rank_per_s"`
 	SnapshotBytesAvg   float64  `json:"snapshot_bytes_avg"`
 	DetectorCPUPerS    float64  `json:"detector_cpu_s_per_s"`
 	DetectorPeakRSSMiB float64  `json:"detector_peak_rss_mib"`
@@ -145,14 +147,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		defer c.Close()
 		clients[i] = c
 	}
-	job := &simJob{nodes: nodes, pp: o.PP, step: o.StepTime, start: time.Now(), culprit: o.Ranks/2 + 3}
-	res.InjectedRank = job.culprit
-	var writes, bytes, errs atomic.Int64
+	job := simjob.New("load", nodes, o.PP, o.StepTime, time.Now(), o.Ranks/2+3)
+	res.InjectedRank = job.Culprit
+	var errs atomic.Int64
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	wire := &snapshot.Wire{} // shared: a few zstd coders for all the nodes
+	pubs := make([]*publish.Publisher, nodes)
 	for n := 0; n < nodes; n++ {
-		pub := assemble.Publisher(clients[n%len(clients)], "load", nodeName(n),
-			assemble.PublishConfig{LeaseTTL: 10 * time.Second, Interval: time.Second}, o.Logger, nil)
+		pub := assemble.Publisher(clients[n%len(clients)], job.Name, simjob.NodeName(n),
+			assemble.PublishConfig{LeaseTTL: 10 * time.Second, Interval: time.Second, Wire: wire}, o.Logger, nil)
+		pubs[n] = pub
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -162,21 +167,30 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			case <-lctx.Done():
 				return
 			}
-			var lastSent map[string]int64
+			var sent simjob.Sent
 			pub.Run(lctx, func() ([]byte, error) {
-				b, sent, err := job.encode(n, time.Now(), lastSent)
+				sn, next := job.Node(n, time.Now(), sent)
+				b, err := snapshot.Encode(sn)
 				if err != nil {
 					errs.Add(1)
 					return nil, err
 				}
-				lastSent = sent
-				writes.Add(1)
-				bytes.Add(int64(len(b)))
+				sent = next
 				return b, nil
 			})
 		}()
 	}
+	// Writes and bytes count what the publishers sent to etcd: compressed values, bases
+	// included, a transaction of a base and a value counted as one write.
+	stats := func() (writes, bytes int64) {
+		for _, p := range pubs {
+			w, b := p.Stats()
+			writes, bytes = writes+w, bytes+b
+		}
+		return writes, bytes
+	}
 	cpu0, _ := procstat.CPUSeconds(det.Process.Pid)
+	writes0, bytes0 := stats()
 	t0 := time.Now()
 	select {
 	case <-time.After(o.Warmup):
@@ -185,7 +199,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		wg.Wait()
 		return nil, ctx.Err()
 	}
-	faultAt := job.inject(time.Now())
+	faultAt := job.Inject(time.Now())
 	deadline := time.Now().Add(o.After)
 	for time.Now().Before(deadline) {
 		var incs []incident.Incident
@@ -206,17 +220,20 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	elapsed := time.Since(t0).Seconds()
+	writes1, bytes1 := stats()
+	writes, bytes := writes1-writes0, bytes1-bytes0
 	cpu1, _ := procstat.CPUSeconds(det.Process.Pid)
 	rss, _ := procstat.PeakRSSKiB(det.Process.Pid)
 	metrics, _ := scrape(base + "/metrics")
 	stop()
 	wg.Wait()
 	res.DurationS = round(elapsed, 1)
-	res.EtcdWritesPerS = round(float64(writes.Load())/elapsed, 1)
-	res.WritesPerNodePerS = round(float64(writes.Load())/elapsed/float64(nodes), 3)
-	res.BytesPerS = round(float64(bytes.Load())/elapsed, 0)
-	if w := writes.Load(); w > 0 {
-		res.SnapshotBytesAvg = round(float64(bytes.Load())/float64(w), 0)
+	res.EtcdWritesPerS = round(float64(writes)/elapsed, 1)
+	res.WritesPerNodePerS = round(float64(writes)/elapsed/float64(nodes), 3)
+	res.BytesPerS = round(float64(bytes)/elapsed, 0)
+	res.BytesPerRankPerS = round(float64(bytes)/elapsed/float64(o.Ranks), 1)
+	if writes > 0 {
+		res.SnapshotBytesAvg = round(float64(bytes)/float64(writes), 0)
 	}
 	res.DetectorCPUPerS = round((cpu1-cpu0)/elapsed, 3)
 	res.DetectorPeakRSSMiB = round(float64(rss)/1024, 1)
@@ -229,159 +246,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Notes = append(res.Notes, fmt.Sprintf("no hang incident within %s of the fault", o.After))
 	}
 	return res, nil
-}
-
-func nodeName(n int) string { return fmt.Sprintf("node%05d", n) }
-
-// simJob is the simulated job's progress, shared by the node goroutines.
-type simJob struct {
-	nodes, pp int
-	step      time.Duration
-	start     time.Time
-	culprit   int
-
-	mu        sync.Mutex
-	faultStep int64 // 0: healthy
-}
-
-func (j *simJob) inject(now time.Time) time.Time {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.faultStep = int64(now.Sub(j.start)/j.step) + 1
-	// The culprit never issues step faultStep; its last op is the end of step faultStep-1.
-	return j.start.Add(time.Duration(j.faultStep) * j.step)
-}
-
-// comm describes one communicator of a rank: its identity, size, rank in it and ops per step.
-type comm struct {
-	id     string
-	nranks int
-	rank   int
-	ops    []snapshot.Op // per-step signature
-	peer   int           // pipeline peer (p2p), -1 for none
-}
-
-var (
-	tpOps    = []snapshot.Op{{Op: "AllGather", Count: 4194304, Dtype: "bfloat16"}, {Op: "ReduceScatter", Count: 4194304, Dtype: "bfloat16", Red: "sum"}, {Op: "AllGather", Count: 4194304, Dtype: "bfloat16"}, {Op: "ReduceScatter", Count: 4194304, Dtype: "bfloat16", Red: "sum"}, {Op: "AllReduce", Count: 8192, Dtype: "float32", Red: "sum"}}
-	dpOps    = []snapshot.Op{{Op: "AllReduce", Count: 26214400, Dtype: "bfloat16", Red: "sum"}, {Op: "AllReduce", Count: 26214400, Dtype: "bfloat16", Red: "sum"}, {Op: "AllReduce", Count: 13107200, Dtype: "bfloat16", Red: "sum"}, {Op: "AllReduce", Count: 6553600, Dtype: "bfloat16", Red: "sum"}}
-	worldOps = []snapshot.Op{{Op: "AllReduce", Count: 1, Dtype: "float32", Red: "sum"}}
-)
-
-func (j *simJob) comms(rank int) []comm {
-	node, local := rank/8, rank%8
-	perStage := j.nodes / j.pp
-	stage := node / perStage
-	return []comm{
-		{id: "0xfeedface", nranks: j.nodes * 8, rank: rank, ops: worldOps, peer: -1},
-		{id: "0xfeedface/s1c" + strconv.Itoa(node), nranks: 8, rank: local, ops: tpOps, peer: -1},
-		{id: "0xfeedface/s2c" + strconv.Itoa(stage*8+local), nranks: perStage, rank: node % perStage, ops: dpOps, peer: -1},
-		{id: "0xfeedface/s3c" + strconv.Itoa((node%perStage)*8+local), nranks: j.pp, rank: stage, peer: pipelinePeer(stage, j.pp)},
-	}
-}
-
-func pipelinePeer(stage, pp int) int {
-	if pp < 2 {
-		return -1
-	}
-	if stage+1 < pp {
-		return stage + 1
-	}
-	return stage - 1
-}
-
-// steps says how many steps a rank has completed issuing at now.
-func (j *simJob) steps(rank int, now time.Time) int64 {
-	j.mu.Lock()
-	f := j.faultStep
-	j.mu.Unlock()
-	s := int64(now.Sub(j.start) / j.step)
-	if f > 0 {
-		limit := f // everyone issued step f, then waits
-		if rank == j.culprit {
-			limit = f - 1
-		}
-		s = min(s, limit)
-	}
-	return s
-}
-
-// encode renders one node's snapshot at now; each communicator carries the ops issued since
-// the previous snapshot (as the real sidecar does), bounded like it.
-func (j *simJob) encode(node int, now time.Time, lastSent map[string]int64) ([]byte, map[string]int64, error) {
-	sent := map[string]int64{}
-	n := &snapshot.Node{Job: "load", Node: nodeName(node), Time: snapshot.MicrosOf(now), Started: snapshot.MicrosOf(j.start)}
-	for local := 0; local < 8; local++ {
-		rank := node*8 + local
-		steps := j.steps(rank, now)
-		p := snapshot.Process{Host: nodeName(node), PID: 10000 + local, Rank: rank, LocalRank: local, CudaDev: local,
-			BusID: fmt.Sprintf("%x000", 0x18+local), State: snapshot.ProcRunning, NCCL: "2.28.9", Timestamps: true, TSDigits: 6}
-		for _, c := range j.comms(rank) {
-			sc := snapshot.Comm{ID: c.id, Ptr: fmt.Sprintf("0x%x", len(p.Comms)+1), Rank: c.rank, NRanks: c.nranks, State: snapshot.CommReady}
-			if len(c.ops) > 0 {
-				per := int64(len(c.ops))
-				sc.Count = steps * per
-				from := max(lastSent[c.id], sc.Count-32)
-				from = min(from, sc.Count-4) // at least the newest 4, like the sidecar
-				for seq := max(from+1, 1); seq <= sc.Count; seq++ {
-					sc.Recent = append(sc.Recent, j.op(c, seq, per))
-				}
-				if len(sc.Recent) > 0 {
-					last := sc.Recent[len(sc.Recent)-1]
-					sc.Last = &last
-				}
-				// Marks: those since the previous snapshot, and the newest (as the sidecar does).
-				for m := sc.Count / 16 * 16; m > 0 && m > sc.Count-64; m -= 16 {
-					if m <= lastSent[c.id] && len(sc.Marks) > 0 {
-						break
-					}
-					sc.Marks = append(snapshot.Marks{{Seq: m, Digest: digest(c.id, m), T: j.op(c, m, per).T}}, sc.Marks...)
-				}
-				sent[c.id] = sc.Count
-			} else if c.peer >= 0 {
-				t := snapshot.MicrosOf(j.start.Add(time.Duration(steps) * j.step))
-				sc.P2P = []snapshot.P2P{{Peer: c.peer, Sends: steps, Recvs: steps, LastSend: t, LastRecv: t}}
-			}
-			p.Comms = append(p.Comms, sc)
-		}
-		j.mu.Lock()
-		faulted := j.faultStep > 0
-		j.mu.Unlock()
-		switch {
-		case faulted && rank == j.culprit:
-			p.GPUState = snapshot.GPUIdle
-		case faulted:
-			p.GPUState = snapshot.GPUWaiting
-		default:
-			p.GPUState = snapshot.GPUComputing
-		}
-		n.Processes = append(n.Processes, p)
-	}
-	for g := 0; g < 8; g++ {
-		n.GPUs = append(n.GPUs, snapshot.GPU{Index: g, BusID: fmt.Sprintf("%x000", 0x18+g), T: n.Time, Util: 99, PowerW: 650, PowerLimitW: 700,
-			SMClockMHz: 1980, SMMaxMHz: 1980, TempC: 60, State: n.Processes[g].GPUState})
-	}
-	for h := 0; h < 8; h++ {
-		n.Ports = append(n.Ports, snapshot.Port{Kind: "ib", Device: fmt.Sprintf("mlx5_%d", h), Port: 1, State: "ACTIVE", PhysState: "LinkUp",
-			RateGbps: 400, Width: "4X", Speed: "NDR", T: n.Time})
-	}
-	b, err := snapshot.Encode(n)
-	return b, sent, err
-}
-
-// op is the seq-th op of a communicator, timed within its step.
-func (j *simJob) op(c comm, seq, per int64) snapshot.Op {
-	o := c.ops[(seq-1)%per]
-	o.Seq = seq
-	stepIdx := (seq - 1) / per
-	within := time.Duration((seq-1)%per) * j.step / time.Duration(per+1)
-	o.T = snapshot.MicrosOf(j.start.Add(time.Duration(stepIdx)*j.step + within))
-	return o
-}
-
-func digest(id string, seq int64) string {
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%s/%d", id, seq)
-	return strconv.FormatUint(h.Sum64(), 16)
 }
 
 func waitHTTP(u string, limit time.Duration) error {
