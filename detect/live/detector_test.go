@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -20,13 +21,16 @@ import (
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
-// recorder stands in for the alert dispatcher of every leadership term of every replica:
-// it records the incident changes of job "train" that a leader submits, as "<event> <id>".
-// A leader that loses etcd as it dies may submit that it lost etcd; that is not what the
-// tests count.
+// recorder stands in for the alert dispatchers of every term of every replica: it records
+// the incident changes of job "train" that replicas submit, as "<event> <id>". Like the
+// dispatcher, whose delivery state in etcd all replicas share, it delivers each revision
+// of an incident once: a replica taking a job over submits the incidents it continues, and
+// only what was not delivered yet counts. A replica that loses etcd as it dies may submit
+// that it lost etcd; that is not what the tests count.
 type recorder struct {
-	mu     sync.Mutex
-	events []string
+	mu        sync.Mutex
+	events    []string
+	delivered map[string]bool
 }
 
 func (r *recorder) Start(ctx context.Context, known []incident.Incident) error { return nil }
@@ -44,6 +48,14 @@ func (r *recorder) Submit(inc incident.Incident) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	key := fmt.Sprintf("%s/%d/%s", inc.ID, inc.Revision, inc.State)
+	if r.delivered[key] {
+		return
+	}
+	if r.delivered == nil {
+		r.delivered = map[string]bool{}
+	}
+	r.delivered[key] = true
 	r.events = append(r.events, event+" "+inc.ID)
 }
 

@@ -17,6 +17,11 @@ type metrics struct {
 	storeErrors  prometheus.Counter
 	watchLag     prometheus.Histogram
 	openKeys     map[[2]string]bool
+	spoofed      prometheus.Counter
+	fencedWrites *prometheus.CounterVec
+	ownership    *prometheus.CounterVec
+	owned        prometheus.Gauge
+	jobOwner     *prometheus.GaugeVec
 }
 
 func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
@@ -37,9 +42,27 @@ func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
 	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_store_errors_total", Help: "Failed incident writes to etcd."})
 	m.watchLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ncclwatch_detector_watch_lag_seconds",
 		Help: "Time from a sidecar's publish to the detector applying it.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
+	m.spoofed = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_spoofed_snapshots_total",
+		Help: "Node snapshots refused because their value names another job or node than their etcd key."})
+	m.fencedWrites = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ncclwatch_detector_fenced_writes_total",
+		Help: "Incident writes by result: ok, refused (this replica no longer owns the job: it was stale), error (etcd did not answer)."},
+		[]string{"result"})
+	m.ownership = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ncclwatch_detector_ownership_changes_total",
+		Help: "Jobs this replica claimed, released (to the replica they prefer, or ended) and lost (its key was gone)."},
+		[]string{"change"})
+	m.owned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_jobs_owned", Help: "Jobs this replica owns and judges."})
+	m.jobOwner = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ncclwatch_detector_job_owner",
+		Help: "1 for each job and the replica that owns it, as this replica last read it from etcd (every replica reports every job)."},
+		[]string{"job", "replica"})
+	for _, r := range []string{"ok", "refused", "error"} {
+		m.fencedWrites.WithLabelValues(r)
+	}
+	for _, c := range []string{"claimed", "released", "lost"} {
+		m.ownership.WithLabelValues(c)
+	}
 	if reg != nil {
 		reg.MustRegister(m.open, m.latency, m.evalTime, m.nodes, m.ranks, m.leader, m.etcdUp, m.events,
-			m.badSnapshots, m.storeErrors, m.watchLag)
+			m.badSnapshots, m.storeErrors, m.watchLag, m.spoofed, m.fencedWrites, m.ownership, m.owned, m.jobOwner)
 	}
 	return m
 }
@@ -57,8 +80,16 @@ func (m *metrics) setOpen(open map[[2]string]int) {
 	}
 }
 
+// setOwners publishes who owns which job.
+func (m *metrics) setOwners(owners map[string]owner) {
+	m.jobOwner.Reset()
+	for job, o := range owners {
+		m.jobOwner.WithLabelValues(job, o.replica).Set(1)
+	}
+}
+
 // TermGatherer gathers the metrics of the current leadership term's alert dispatcher, which
-// registers afresh each term; serve it beside the main registry (prometheus.Gatherers).
+// registers afresh each term (term.go); serve it beside the main registry (prometheus.Gatherers).
 func (d *Detector) TermGatherer() prometheus.Gatherer {
 	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 		d.mu.Lock()

@@ -116,6 +116,29 @@ func (s *State) Delete(job, node string, now time.Time) bool {
 	return true
 }
 
+// has reports whether the state holds a node.
+func (s *State) has(job, node string) bool {
+	j := s.jobs[job]
+	return j != nil && j.nodes[node] != nil
+}
+
+// Release drops a job's live and stopped nodes (a replica that no longer judges the job);
+// its lost nodes stay, for whoever judges it next from this replica.
+func (s *State) Release(job string) {
+	j := s.jobs[job]
+	if j == nil {
+		return
+	}
+	for name, ns := range j.nodes {
+		if ns.lostAt.IsZero() {
+			delete(j.nodes, name)
+		}
+	}
+	if len(j.nodes) == 0 {
+		delete(s.jobs, job)
+	}
+}
+
 // Forget drops lost nodes older than maxAge, and ends jobs whose sidecars all stopped
 // cleanly (at once) or that have had no live node for maxAge.
 func (s *State) Forget(now time.Time, maxAge time.Duration) (ended []string) {

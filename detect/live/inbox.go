@@ -1,0 +1,132 @@
+package live
+
+import (
+	"errors"
+	"time"
+
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// inbox holds what the watch delivered for every node of every job, as it came: each node
+// key's latest value and the base it is compressed against (snapshot/wire.go). Decoding is
+// most of a detector's CPU, so a replica decodes only the jobs it judges (State); the
+// others' values wait here, a kilobyte a node, until the replica takes a job over, the
+// API asks for it, or a node is lost.
+type inbox struct {
+	jobs map[string]map[string]*rawNode
+}
+
+type rawNode struct {
+	value []byte         // the node key's latest value (nil: only a base so far)
+	base  *snapshot.Base // the base the sidecar wrote under its BaseKey
+}
+
+func newInbox() *inbox { return &inbox{jobs: map[string]map[string]*rawNode{}} }
+
+func (b *inbox) node(job, node string) *rawNode {
+	j := b.jobs[job]
+	if j == nil {
+		j = map[string]*rawNode{}
+		b.jobs[job] = j
+	}
+	r := j[node]
+	if r == nil {
+		r = &rawNode{}
+		j[node] = r
+	}
+	return r
+}
+
+// remove forgets a node whose key was deleted, returning what it held.
+func (b *inbox) remove(job, node string) *rawNode {
+	j := b.jobs[job]
+	r := j[node]
+	delete(j, node)
+	if len(j) == 0 {
+		delete(b.jobs, job)
+	}
+	return r
+}
+
+// has reports whether any node of job has a value.
+func (b *inbox) has(job string) bool { return len(b.jobs[job]) > 0 }
+
+// errKeyMismatch: a value names another job or node than its key (issue: a key under one
+// job could plant a node in another). The key is what etcd's roles guard; the value is
+// whatever the writer chose.
+var errKeyMismatch = errors.New("snapshot names another job or node than its key")
+
+// decode reads a node's value; the job and node come from its key, and a value that names
+// others is refused (errKeyMismatch, with the value it named).
+func (d *Detector) decode(job, node string, r *rawNode) (*snapshot.Node, error) {
+	if r.value == nil {
+		return nil, errors.New("no value yet")
+	}
+	n, err := d.wire.Decode(r.value, r.base)
+	if err != nil {
+		return nil, err
+	}
+	if n.Job != job || n.Node != node {
+		return n, errKeyMismatch
+	}
+	return n, nil
+}
+
+// decodeInto decodes a node into the state, counting what cannot be read.
+func (d *Detector) decodeInto(job, node string, r *rawNode, now time.Time) bool {
+	n, err := d.decode(job, node, r)
+	switch {
+	case errors.Is(err, errKeyMismatch):
+		d.m.spoofed.Inc()
+		d.opts.Logger.Warn("node snapshot refused: its value names another job or node than its key",
+			"key", snapshot.NodeKey(job, node), "value_job", n.Job, "value_node", n.Node)
+		return false
+	case err != nil:
+		d.m.badSnapshots.Inc()
+		d.opts.Logger.Warn("bad node snapshot", "key", snapshot.NodeKey(job, node), "err", err)
+		return false
+	}
+	if n.Time != 0 {
+		d.m.watchLag.Observe(max(0, now.Sub(n.Time.Time()).Seconds()))
+	}
+	d.state.Put(n, now)
+	return true
+}
+
+// adopt decodes every node of a job this replica now judges.
+func (d *Detector) adopt(job string, now time.Time) {
+	for node, r := range d.inbox.jobs[job] {
+		if r.value != nil {
+			d.decodeInto(job, node, r, now)
+		}
+	}
+}
+
+// knownJobs lists every job with a node in etcd, or still in the state (lost nodes).
+func (d *Detector) knownJobs() map[string]bool {
+	out := map[string]bool{}
+	for job, nodes := range d.inbox.jobs {
+		for _, r := range nodes {
+			if r.value != nil {
+				out[job] = true
+				break
+			}
+		}
+	}
+	for job := range d.state.jobs {
+		out[job] = true
+	}
+	return out
+}
+
+// viewOf is a job's state decoded from the inbox for the API of a replica that does not
+// judge it: the nodes as they are now, without history or lost nodes.
+func (d *Detector) viewOf(job string, now time.Time) *State {
+	s := NewState()
+	for node, r := range d.inbox.jobs[job] {
+		if n, err := d.decode(job, node, r); err == nil {
+			s.Put(n, now)
+		}
+	}
+	return s
+}

@@ -1,0 +1,134 @@
+package live
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ncclwatch/watchdog/detect"
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/internal/loadgen/simjob"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// The detector's cost per unit (docs/scale.md, make bench-detector-scale): CPU per MB of
+// node snapshots received from etcd (decoding them and folding them into the state), and
+// per evaluation of a whole job, at 4,096 and 16,384 ranks.
+
+// benchDecode applies secs seconds of every node's writes, as the watch delivers them:
+// with wire, each node's base and then its values compressed against it (what sidecars
+// write), else the plain JSON that sidecars wrote before.
+func benchDecode(b *testing.B, nodes int, wire bool) {
+	const secs = 3
+	start := time.Now().Add(-time.Hour)
+	job := simjob.New("big", nodes, 4, time.Second, start, -1)
+	type write struct {
+		key string
+		val []byte
+	}
+	var w snapshot.Wire
+	var writes []write
+	var total int64
+	bases := make([]*snapshot.Base, nodes)
+	sent := make([]simjob.Sent, nodes)
+	for s := 0; s < secs; s++ {
+		for n := 0; n < nodes; n++ {
+			sn, next := job.Node(n, start.Add(time.Duration(100+s)*time.Second), sent[n])
+			sent[n] = next
+			j, err := snapshot.Encode(sn)
+			if err != nil {
+				b.Fatal(err)
+			}
+			v := j
+			if wire {
+				if bases[n] == nil {
+					bases[n] = snapshot.NewBase(j)
+					full, _ := w.Full(j)
+					writes = append(writes, write{snapshot.BaseKey(sn.Job, sn.Node), full})
+					total += int64(len(full))
+				}
+				if v, err = w.Delta(j, bases[n]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			writes = append(writes, write{snapshot.NodeKey(sn.Job, sn.Node), v})
+			total += int64(len(v))
+		}
+	}
+	d := bigDetectorOf(NewState())
+	d.owned["big"] = &ownedJob{life: detect.NewLifecycle(time.Second)}
+	b.SetBytes(total)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuSeconds(b)
+	for i := 0; i < b.N; i++ {
+		now := time.Now()
+		for _, w := range writes {
+			d.applyKV(w.key, w.val, now)
+		}
+	}
+	cpu := cpuSeconds(b) - cpu0
+	if got := d.m.badSnapshots; testutil.ToFloat64(got) != 0 {
+		b.Fatalf("%v snapshots did not decode", testutil.ToFloat64(got))
+	}
+	nodeWrites := float64(b.N * nodes * secs)
+	b.ReportMetric(float64(total)/float64(nodes*secs), "B/node-write")
+	b.ReportMetric(cpu*1e6/nodeWrites, "cpu-µs/node-write")
+	b.ReportMetric(cpu/(float64(b.N)*float64(total)/1e6), "cpu-s/MB")
+}
+
+// BenchmarkDecode: CPU per node write and per MB received at 4,096 and 16,384 ranks, for
+// the wire form and for plain JSON.
+func BenchmarkDecode(b *testing.B) {
+	for _, wire := range []bool{true, false} {
+		for _, nodes := range []int{512, 2048} {
+			name := fmt.Sprintf("enc=json/ranks=%d", nodes*8)
+			if wire {
+				name = fmt.Sprintf("enc=wire/ranks=%d", nodes*8)
+			}
+			b.Run(name, func(b *testing.B) { benchDecode(b, nodes, wire) })
+		}
+	}
+}
+
+// BenchmarkEvaluateScale: one evaluation of a healthy job of 4,096 and 16,384 ranks.
+func BenchmarkEvaluateScale(b *testing.B) {
+	for _, nodes := range []int{512, 2048} {
+		b.Run(fmt.Sprintf("ranks=%d", nodes*8), func(b *testing.B) {
+			now := time.Now()
+			d := bigDetectorOf(bigJob(nodes, now))
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := cpuSeconds(b)
+			for i := 0; i < b.N; i++ {
+				if fs, _ := d.evaluateJob("big", now); len(fs) != 0 {
+					b.Fatalf("a healthy job gave findings: %+v", fs[0])
+				}
+			}
+			b.ReportMetric((cpuSeconds(b)-cpu0)*1e3/float64(b.N), "cpu-ms/cycle")
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/cycle")
+		})
+	}
+}
+
+// cpuSeconds is the CPU time this process used so far (user and system, every thread): on
+// a shared machine, wall time says more about the neighbours than about the code.
+func cpuSeconds(b *testing.B) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// bigDetectorOf is a detector holding s, with unregistered metrics.
+func bigDetectorOf(s *State) *Detector {
+	d := &Detector{opts: Options{Rules: detect.DefaultConfig()}, state: s, lostTimes: map[string][]time.Time{},
+		incidents: map[string]incident.Incident{}, inbox: newInbox(), owned: map[string]*ownedJob{}}
+	d.opts.defaults()
+	d.m = newMetrics(d, nil)
+	return d
+}
