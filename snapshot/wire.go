@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -62,13 +63,71 @@ func BaseID(json []byte) uint32 {
 	return id
 }
 
-// Wire compresses and decompresses node snapshots. It is safe for concurrent use: it
-// keeps a few zstd coders, each remembering the base it was last set to, so that a sidecar
-// (one base a minute) never rebuilds its tables and a load generator of thousands of nodes
-// needs only as many coders as it runs at once.
+// Wire compresses and decompresses node snapshots; its zero value is ready. It is safe for
+// concurrent use: it keeps a few zstd coders (as many as GOMAXPROCS of each kind; callers
+// beyond wait), each remembering the base it was last set to, so that a sidecar (one base a
+// minute) never rebuilds its tables, and a load generator of thousands of nodes holds a
+// few coders, not one per node. (Not a sync.Pool: a coder costs a megabyte of tables, and
+// a pool emptied at every garbage collection would build them again and again.)
 type Wire struct {
-	encoders sync.Pool // *wireEncoder
-	decoders sync.Pool // *wireDecoder
+	once     sync.Once
+	encoders chan *wireEncoder
+	decoders chan *wireDecoder
+	// A token per coder made, up to the bound.
+	madeEnc, madeDec chan struct{}
+}
+
+func (w *Wire) init() {
+	w.once.Do(func() {
+		n := runtime.GOMAXPROCS(0)
+		w.encoders = make(chan *wireEncoder, n)
+		w.decoders = make(chan *wireDecoder, n)
+		w.madeEnc, w.madeDec = make(chan struct{}, n), make(chan struct{}, n)
+	})
+}
+
+// getEncoder returns an idle encoder, a new one while fewer than the bound exist, or waits.
+func (w *Wire) getEncoder() (*wireEncoder, error) {
+	w.init()
+	select {
+	case e := <-w.encoders:
+		return e, nil
+	default:
+	}
+	select {
+	case e := <-w.encoders:
+		return e, nil
+	case w.madeEnc <- struct{}{}:
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(encoderLevel),
+			zstd.WithWindowSize(MaxWireJSON), zstd.WithLowerEncoderMem(true))
+		if err != nil {
+			<-w.madeEnc
+			return nil, fmt.Errorf("snapshot: zstd encoder: %w", err)
+		}
+		return &wireEncoder{enc: enc}, nil
+	}
+}
+
+// getDecoder is getEncoder for decoders.
+func (w *Wire) getDecoder() (*wireDecoder, error) {
+	w.init()
+	select {
+	case d := <-w.decoders:
+		return d, nil
+	default:
+	}
+	select {
+	case d := <-w.decoders:
+		return d, nil
+	case w.madeDec <- struct{}{}:
+		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(MaxWireJSON),
+			zstd.WithDecoderMaxWindow(MaxWireJSON), zstd.WithDecoderLowmem(true))
+		if err != nil {
+			<-w.madeDec
+			return nil, fmt.Errorf("snapshot: zstd decoder: %w", err)
+		}
+		return &wireDecoder{dec: dec}, nil
+	}
 }
 
 type wireEncoder struct {
@@ -102,15 +161,11 @@ func (w *Wire) compress(json []byte, base *Base) ([]byte, error) {
 	if len(json) > MaxWireJSON {
 		return nil, fmt.Errorf("snapshot of %d bytes is over the wire limit %d", len(json), MaxWireJSON)
 	}
-	e, _ := w.encoders.Get().(*wireEncoder)
-	if e == nil {
-		enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(encoderLevel),
-			zstd.WithWindowSize(MaxWireJSON), zstd.WithLowerEncoderMem(true))
-		if err != nil {
-			return nil, fmt.Errorf("snapshot: zstd encoder: %w", err)
-		}
-		e = &wireEncoder{enc: enc}
+	e, err := w.getEncoder()
+	if err != nil {
+		return nil, err
 	}
+	defer func() { w.encoders <- e }()
 	if e.base != base {
 		opt := zstd.WithEncoderDictDelete()
 		if base != nil {
@@ -121,9 +176,7 @@ func (w *Wire) compress(json []byte, base *Base) ([]byte, error) {
 		}
 		e.base = base
 	}
-	out := e.enc.EncodeAll(json, make([]byte, 0, len(json)/4+64))
-	w.encoders.Put(e)
-	return out, nil
+	return e.enc.EncodeAll(json, make([]byte, 0, len(json)/4+64)), nil
 }
 
 // NeedsBase says which base a value was compressed against: 0 for a plain JSON value or a
@@ -159,15 +212,11 @@ func (w *Wire) JSON(value []byte, base *Base) ([]byte, error) {
 	if id == 0 {
 		base = nil
 	}
-	d, _ := w.decoders.Get().(*wireDecoder)
-	if d == nil {
-		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(MaxWireJSON),
-			zstd.WithDecoderMaxWindow(MaxWireJSON), zstd.WithDecoderLowmem(true))
-		if err != nil {
-			return nil, fmt.Errorf("snapshot: zstd decoder: %w", err)
-		}
-		d = &wireDecoder{dec: dec}
+	d, err := w.getDecoder()
+	if err != nil {
+		return nil, err
 	}
+	defer func() { w.decoders <- d }()
 	if d.base != base {
 		opts := []zstd.DOption{zstd.WithDecoderDictDelete()}
 		if base != nil {
@@ -179,7 +228,6 @@ func (w *Wire) JSON(value []byte, base *Base) ([]byte, error) {
 		d.base = base
 	}
 	out, err := d.dec.DecodeAll(value, nil)
-	w.decoders.Put(d)
 	if err != nil {
 		return nil, fmt.Errorf("decompress snapshot value: %w", err)
 	}
