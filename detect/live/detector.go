@@ -64,6 +64,9 @@ type hooks struct {
 	evaluate  func() // an evaluation (after the ownership check of the same cycle)
 	keepAlive func() // a lease renewal
 	apply     func() // applying watch events
+	// blindSync, when it returns true, makes an ownership check fail as if etcd did not
+	// answer (a resumed replica whose first reads are slow).
+	blindSync func() bool
 }
 
 func (h *hooks) run(f func(*hooks) func()) {
@@ -138,6 +141,7 @@ type Detector struct {
 	leaderKey string                 // this replica's election key and its create revision, while leading:
 	leaderRev int64                  // the fence of the monitoring job's writes
 	owners    map[string]string      // job -> owning replica, as last read from etcd
+	lastSync  time.Time              // when ownership was last read from etcd
 	etcdDown  time.Time              // when etcd became unreachable (zero: reachable)
 	etcdBack  time.Time              // when it became reachable again after an outage
 	lostTimes map[string][]time.Time // per job, when its node leases expired (detect.Job.LeaseLosses)

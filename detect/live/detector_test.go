@@ -31,11 +31,29 @@ type recorder struct {
 	mu        sync.Mutex
 	events    []string
 	delivered map[string]bool
+	byReplica map[string]int // events each replica's alerts delivered
 }
 
-func (r *recorder) Start(ctx context.Context, known []incident.Incident) error { return nil }
+// as is replica id's alerts.
+func (r *recorder) as(id string) Alerts { return replicaAlerts{r, id} }
 
-func (r *recorder) Submit(inc incident.Incident) {
+type replicaAlerts struct {
+	r  *recorder
+	id string
+}
+
+func (a replicaAlerts) Start(ctx context.Context, known []incident.Incident) error { return nil }
+func (a replicaAlerts) Submit(inc incident.Incident)                               { a.r.submit(a.id, inc) }
+func (a replicaAlerts) Close()                                                     {}
+
+// by counts the events that replica id delivered.
+func (r *recorder) by(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byReplica[id]
+}
+
+func (r *recorder) submit(id string, inc incident.Incident) {
 	if inc.Job != "train" {
 		return
 	}
@@ -53,13 +71,12 @@ func (r *recorder) Submit(inc incident.Incident) {
 		return
 	}
 	if r.delivered == nil {
-		r.delivered = map[string]bool{}
+		r.delivered, r.byReplica = map[string]bool{}, map[string]int{}
 	}
 	r.delivered[key] = true
+	r.byReplica[id]++
 	r.events = append(r.events, event+" "+inc.ID)
 }
-
-func (r *recorder) Close() {}
 
 func (r *recorder) count(prefix string) int {
 	r.mu.Lock()
@@ -110,7 +127,7 @@ func startReplica(t *testing.T, endpoints []string, id string, rec *recorder) *r
 	}
 	d, err := New(Options{Client: cli, Rules: detect.DefaultConfig(), Interval: 200 * time.Millisecond,
 		ResolveAfter: time.Second, LeaseTTL: 2 * time.Second, ID: id, Logger: slog.New(slog.DiscardHandler),
-		NewAlerts: func(prometheus.Registerer) (Alerts, error) { return rec, nil }})
+		NewAlerts: func(prometheus.Registerer) (Alerts, error) { return rec.as(id), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

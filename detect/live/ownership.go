@@ -123,6 +123,7 @@ func (d *Detector) sync(ctx context.Context, t *term, alerts Alerts) {
 	}
 
 	d.mu.Lock()
+	d.lastSync = now
 	d.leaderID = leaderID
 	if leading != d.leader {
 		if leading {

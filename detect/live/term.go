@@ -164,7 +164,9 @@ func (d *Detector) runTerm(ctx context.Context, t *term) {
 	tick := time.NewTicker(d.opts.Interval)
 	defer tick.Stop()
 	for {
-		d.sync(tctx, t, alerts)
+		if h := d.opts.hooks; h == nil || h.blindSync == nil || !h.blindSync() {
+			d.sync(tctx, t, alerts)
+		}
 		if t.ended() || tctx.Err() != nil {
 			return
 		}
