@@ -53,7 +53,7 @@ func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
 	m.owned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_jobs_owned", Help: "Jobs this replica owns and judges."})
 	m.jobOwner = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ncclwatch_detector_job_owner",
 		Help: "1 for each job and the replica that owns it, as this replica last read it from etcd (every replica reports every job)."},
-		[]string{"job", "replica"})
+		[]string{"ncclwatch_job", "replica"})
 	for _, r := range []string{"ok", "refused", "error"} {
 		m.fencedWrites.WithLabelValues(r)
 	}

@@ -55,16 +55,29 @@ const (
 func preferred(job string, replicas []string) string {
 	var best string
 	var bestScore uint64
+	j := fnv64(job)
 	for _, r := range replicas {
-		h := fnv.New64a()
-		h.Write([]byte(r))
-		h.Write([]byte{0})
-		h.Write([]byte(job))
-		if s := h.Sum64(); best == "" || s > bestScore || (s == bestScore && r < best) {
+		if s := mix(fnv64(r) ^ j*0x9e3779b97f4a7c15); best == "" || s > bestScore || (s == bestScore && r < best) {
 			best, bestScore = r, s
 		}
 	}
 	return best
+}
+
+func fnv64(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// mix is splitmix64's finalizer: FNV alone ranks similar names ("replica0", "replica1")
+// the same way for every job.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // sync reads the replicas, the owners and the election, then claims, keeps or gives up

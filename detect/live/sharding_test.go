@@ -231,7 +231,7 @@ func TestReplicasShareJobs(t *testing.T) {
 		for _, j := range jobs {
 			want := c.owner(id, j)
 			if v := testutil.ToFloat64(c.replicas[id].d.m.jobOwner.WithLabelValues(j, want)); v != 1 {
-				t.Errorf("replica %s: ncclwatch_detector_job_owner{job=%q,replica=%q} = %v, want 1", id, j, want, v)
+				t.Errorf("replica %s: ncclwatch_detector_job_owner{ncclwatch_job=%q,replica=%q} = %v, want 1", id, j, want, v)
 			}
 		}
 		n, err := testutil.GatherAndCount(c.regs[id], "ncclwatch_detector_job_owner")
@@ -513,5 +513,29 @@ func TestLeaderSoonAfterEtcdReturns(t *testing.T) {
 	t.Logf("leading again %s after etcd's return (lease TTL 10 s)", took.Round(10*time.Millisecond))
 	if took > 3*time.Second {
 		t.Errorf("no leader for %s after etcd's return, want about 2 s", took.Round(10*time.Millisecond))
+	}
+}
+
+// TestPreferredSpreads: rendezvous hashing spreads jobs evenly over replicas of similar
+// names, and moves only the jobs of a replica that goes.
+func TestPreferredSpreads(t *testing.T) {
+	replicas := []string{"replica0", "replica1", "replica2", "replica3"}
+	count := map[string]int{}
+	moved := 0
+	for j := 0; j < 1000; j++ {
+		job := fmt.Sprintf("load%d", j)
+		p := preferred(job, replicas)
+		count[p]++
+		if q := preferred(job, replicas[:3]); q != p && p != "replica3" {
+			moved++
+		}
+	}
+	for _, r := range replicas {
+		if count[r] < 200 || count[r] > 300 {
+			t.Errorf("replica %s preferred by %d of 1000 jobs, want about 250: %v", r, count[r], count)
+		}
+	}
+	if moved != 0 {
+		t.Errorf("%d jobs of the replicas that stayed moved when replica3 went", moved)
 	}
 }

@@ -24,6 +24,8 @@ type DetectorConfig struct {
 	Interval     time.Duration
 	ResolveAfter time.Duration
 	LeaseTTL     time.Duration
+	// ID names the replica among the detector replicas (default hostname:pid).
+	ID string
 	// Alerts makes the alert dispatcher of each leadership term (see Alerts); nil: no
 	// notifications.
 	Alerts func(prometheus.Registerer) (live.Alerts, error)
@@ -44,7 +46,7 @@ func Detector(cli *clientv3.Client, cfg DetectorConfig) (*live.Detector, error) 
 		return nil, fmt.Errorf("detector: %w", err)
 	}
 	return live.New(live.Options{Client: cli, Rules: cfg.Rules, Interval: cfg.Interval, ResolveAfter: cfg.ResolveAfter,
-		LeaseTTL: cfg.LeaseTTL, NewAlerts: cfg.Alerts, Logger: cfg.Logger, Registerer: cfg.Registerer})
+		LeaseTTL: cfg.LeaseTTL, ID: cfg.ID, NewAlerts: cfg.Alerts, Logger: cfg.Logger, Registerer: cfg.Registerer})
 }
 
 // DetectorHandler serves a detector's API (/api/...), /healthz (liveness), /readyz
