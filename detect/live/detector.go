@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"sort"
 	"sync"
@@ -425,8 +426,8 @@ func (d *Detector) evaluate(ctx context.Context, t *term, alerts Alerts) {
 			delete(d.lostTimes, job)
 		}
 	}
-	open := d.openCounts()
-	_, nodes, ranks := d.state.Counts()
+	_, _, ranks := d.state.Counts()
+	nodes := d.inbox.count()
 	d.mu.Unlock()
 
 	for job, c := range changed {
@@ -438,6 +439,9 @@ func (d *Detector) evaluate(ctx context.Context, t *term, alerts Alerts) {
 			}
 		}
 	}
+	d.mu.Lock()
+	open := d.openCounts()
+	d.mu.Unlock()
 	d.m.setOpen(open)
 	d.m.nodes.Set(float64(nodes))
 	d.m.ranks.Set(float64(ranks))
@@ -463,19 +467,23 @@ func (d *Detector) announce(inc incident.Incident, alerts Alerts) {
 	}
 }
 
-// openCounts sums the open incidents of the lifecycles this replica keeps.
+// openCounts counts the open incidents of every job by kind and severity, as etcd holds
+// them (this replica's view through its watch): every replica exports the same numbers,
+// whichever owns the jobs, so dashboards that take the leader's (ncclwatch_detector_leader)
+// see them all. Call with d.mu held.
 func (d *Detector) openCounts() map[[2]string]int {
-	open := map[[2]string]int{}
-	lives := make([]*detect.Lifecycle, 0, len(d.owned)+1)
+	all := maps.Clone(d.incidents)
 	if d.monitor != nil {
-		lives = append(lives, d.monitor)
+		// The leader's own monitoring incidents, those it could not store included (etcd
+		// unreachable).
+		for _, inc := range d.monitor.Incidents(monitoringJob) {
+			all[inc.ID] = inc
+		}
 	}
-	for _, o := range d.owned {
-		lives = append(lives, o.life)
-	}
-	for _, l := range lives {
-		for k, n := range l.Open() {
-			open[k] += n
+	open := map[[2]string]int{}
+	for _, inc := range all {
+		if inc.State == incident.StateOpen {
+			open[[2]string{string(inc.Kind), string(inc.Severity)}]++
 		}
 	}
 	return open

@@ -48,8 +48,18 @@ func (b *inbox) remove(job, node string) *rawNode {
 	return r
 }
 
-// has reports whether any node of job has a value.
-func (b *inbox) has(job string) bool { return len(b.jobs[job]) > 0 }
+// count is the number of nodes with a value.
+func (b *inbox) count() int {
+	n := 0
+	for _, j := range b.jobs {
+		for _, r := range j {
+			if r.value != nil {
+				n++
+			}
+		}
+	}
+	return n
+}
 
 // errKeyMismatch: a value names another job or node than its key (issue: a key under one
 // job could plant a node in another). The key is what etcd's roles guard; the value is

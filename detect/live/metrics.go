@@ -27,15 +27,15 @@ type metrics struct {
 func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
 	m := &metrics{openKeys: map[[2]string]bool{}}
 	m.open = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ncclwatch_detector_open_incidents",
-		Help: "Open incidents by kind and severity."}, []string{"kind", "severity"})
+		Help: "Open incidents of every job by kind and severity, as stored in etcd (every replica reports them all)."}, []string{"kind", "severity"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ncclwatch_detector_detection_latency_seconds",
 		Help:    "Time from a fault's estimated start (the culprit's last progress, a straggler's onset) to its incident.",
 		Buckets: []float64{0.5, 1, 2, 3, 5, 8, 10, 12, 15, 20, 30, 45, 60, 120, 300}}, []string{"kind"})
 	m.evalTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ncclwatch_detector_evaluation_seconds",
 		Help: "Time to evaluate every job once.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)})
-	m.nodes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_nodes_tracked", Help: "Nodes whose snapshots the detector holds."})
-	m.ranks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_ranks_tracked", Help: "Rank processes the detector tracks."})
-	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_leader", Help: "1 on the replica that leads (evaluates and alerts)."})
+	m.nodes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_nodes_tracked", Help: "Nodes of every job whose snapshots the detector holds (every replica holds them all)."})
+	m.ranks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_ranks_tracked", Help: "Rank processes of the jobs this replica owns and judges (sum over replicas for all)."})
+	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_leader", Help: "1 on the replica that leads: it judges the watchdog's own monitoring job (each replica judges the jobs it owns)."})
 	m.etcdUp = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_etcd_up", Help: "1 while the detector's etcd watch works."})
 	m.events = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_watch_events_total", Help: "etcd watch events applied."})
 	m.badSnapshots = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_bad_snapshots_total", Help: "Node snapshots that could not be decoded."})

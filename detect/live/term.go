@@ -226,8 +226,10 @@ func (d *Detector) endTerm(t *term) {
 		d.releaseLocked(job)
 	}
 	d.setLeaderLocked(false, "", 0, nil)
+	_, _, ranks := d.state.Counts()
 	d.mu.Unlock()
 	d.m.owned.Set(0)
+	d.m.ranks.Set(float64(ranks))
 	d.opts.Logger.Info("detector term ended", "id", d.opts.ID, "why", t.reason, "jobs", len(jobs))
 	d.revoke(t.lease)
 }
