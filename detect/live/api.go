@@ -98,10 +98,9 @@ func (d *Detector) Handler() http.Handler {
 		for j := range d.owned {
 			owned = append(owned, j)
 		}
-		owners := maps.Clone(d.owners)
-		v := map[string]any{"leader": d.leaderID, "self": d.opts.ID, "leading": d.leader, "owns": owned, "owners": owners}
-		d.mu.Unlock()
 		sort.Strings(owned)
+		v := map[string]any{"leader": d.leaderID, "self": d.opts.ID, "leading": d.leader, "owns": owned, "owners": maps.Clone(d.owners)}
+		d.mu.Unlock()
 		writeJSON(w, v)
 	})
 	// Liveness says only that this process serves: restarting a replica never brings etcd
@@ -136,8 +135,12 @@ func (d *Detector) JobView(job string) (JobView, bool) {
 	d.mu.Lock()
 	st := d.state
 	if d.owned[job] == nil {
-		// Judged by another replica: its nodes as they are now, decoded for this answer.
-		st = d.viewOf(job, now)
+		// Judged by another replica: its nodes as they are now, decoded for this answer
+		// outside the lock.
+		raws := d.rawOf(job)
+		d.mu.Unlock()
+		st = d.viewOf(job, raws, now)
+		d.mu.Lock()
 	}
 	j := st.jobs[job]
 	if j == nil {

@@ -103,11 +103,41 @@ func (d *Detector) decodeInto(job, node string, r *rawNode, now time.Time) bool 
 	return true
 }
 
-// adopt decodes every node of a job this replica now judges.
-func (d *Detector) adopt(job string, now time.Time) {
+// rawOf copies a job's inbox entries (values are never changed in place, only replaced),
+// so that they can be decoded without holding the detector's lock. Call with d.mu held.
+func (d *Detector) rawOf(job string) map[string]rawNode {
+	out := map[string]rawNode{}
 	for node, r := range d.inbox.jobs[job] {
 		if r.value != nil {
-			d.decodeInto(job, node, r, now)
+			out[node] = *r
+		}
+	}
+	return out
+}
+
+// adopt decodes every node of a job this replica has just taken over, outside the lock
+// (a job of 12,500 nodes takes seconds), and puts those the watch did not put a newer
+// value of meanwhile (it decodes the job's values since it was marked owned); a node kept
+// as lost whose key is back is put too.
+func (d *Detector) adopt(job string) {
+	d.mu.Lock()
+	raws := d.rawOf(job)
+	d.mu.Unlock()
+	decoded := map[string]*snapshot.Node{}
+	for node, r := range raws {
+		if n, err := d.decode(job, node, &r); err == nil {
+			decoded[node] = n
+		}
+	}
+	now := d.opts.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.owned[job] == nil {
+		return // given up meanwhile
+	}
+	for node, n := range decoded {
+		if cur := d.state.node(job, node); cur == nil || cur.snap == nil || cur.snap.Time < n.Time {
+			d.state.Put(n, now)
 		}
 	}
 }
@@ -129,12 +159,12 @@ func (d *Detector) knownJobs() map[string]bool {
 	return out
 }
 
-// viewOf is a job's state decoded from the inbox for the API of a replica that does not
-// judge it: the nodes as they are now, without history or lost nodes.
-func (d *Detector) viewOf(job string, now time.Time) *State {
+// viewOf is a job's state decoded from raw inbox entries (rawOf), for the API of a replica
+// that does not judge it: the nodes as they are now, without history or lost nodes.
+func (d *Detector) viewOf(job string, raws map[string]rawNode, now time.Time) *State {
 	s := NewState()
-	for node, r := range d.inbox.jobs[job] {
-		if n, err := d.decode(job, node, r); err == nil {
+	for node, r := range raws {
+		if n, err := d.decode(job, node, &r); err == nil {
 			s.Put(n, now)
 		}
 	}

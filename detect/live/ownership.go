@@ -251,8 +251,8 @@ func (d *Detector) claim(ctx context.Context, t *term, job string, alerts Alerts
 	life.Restore(incs)
 	d.owned[job] = &ownedJob{rev: rev, life: life}
 	d.owners[job] = d.opts.ID
-	d.adopt(job, now)
 	d.mu.Unlock()
+	d.adopt(job)
 	d.m.ownership.WithLabelValues("claimed").Inc()
 	d.opts.Logger.Info("owning a job", "job", job, "id", d.opts.ID, "incidents", len(incs))
 	// What the previous owner stored but may not have delivered: the dispatcher sends only

@@ -117,9 +117,13 @@ func (s *State) Delete(job, node string, now time.Time) bool {
 }
 
 // has reports whether the state holds a node.
-func (s *State) has(job, node string) bool {
-	j := s.jobs[job]
-	return j != nil && j.nodes[node] != nil
+func (s *State) has(job, node string) bool { return s.node(job, node) != nil }
+
+func (s *State) node(job, node string) *nodeState {
+	if j := s.jobs[job]; j != nil {
+		return j.nodes[node]
+	}
+	return nil
 }
 
 // Release drops a job's live and stopped nodes (a replica that no longer judges the job);
