@@ -86,50 +86,6 @@ func (w *Wire) init() {
 	})
 }
 
-// getEncoder returns an idle encoder, a new one while fewer than the bound exist, or waits.
-func (w *Wire) getEncoder() (*wireEncoder, error) {
-	w.init()
-	select {
-	case e := <-w.encoders:
-		return e, nil
-	default:
-	}
-	select {
-	case e := <-w.encoders:
-		return e, nil
-	case w.madeEnc <- struct{}{}:
-		enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(encoderLevel),
-			zstd.WithWindowSize(MaxWireJSON), zstd.WithLowerEncoderMem(true))
-		if err != nil {
-			<-w.madeEnc
-			return nil, fmt.Errorf("snapshot: zstd encoder: %w", err)
-		}
-		return &wireEncoder{enc: enc}, nil
-	}
-}
-
-// getDecoder is getEncoder for decoders.
-func (w *Wire) getDecoder() (*wireDecoder, error) {
-	w.init()
-	select {
-	case d := <-w.decoders:
-		return d, nil
-	default:
-	}
-	select {
-	case d := <-w.decoders:
-		return d, nil
-	case w.madeDec <- struct{}{}:
-		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(MaxWireJSON),
-			zstd.WithDecoderMaxWindow(MaxWireJSON), zstd.WithDecoderLowmem(true))
-		if err != nil {
-			<-w.madeDec
-			return nil, fmt.Errorf("snapshot: zstd decoder: %w", err)
-		}
-		return &wireDecoder{dec: dec}, nil
-	}
-}
-
 type wireEncoder struct {
 	enc  *zstd.Encoder
 	base *Base // the dictionary enc is set to (nil: none)
@@ -138,6 +94,50 @@ type wireEncoder struct {
 type wireDecoder struct {
 	dec  *zstd.Decoder
 	base *Base
+}
+
+// take returns an idle coder, a new one while fewer than the bound exist (a token in
+// made), or waits for one to come back.
+func take[C any](idle chan C, made chan struct{}, build func() (C, error)) (C, error) {
+	select {
+	case c := <-idle:
+		return c, nil
+	default:
+	}
+	select {
+	case c := <-idle:
+		return c, nil
+	case made <- struct{}{}:
+		c, err := build()
+		if err != nil {
+			<-made
+		}
+		return c, err
+	}
+}
+
+func (w *Wire) getEncoder() (*wireEncoder, error) {
+	w.init()
+	return take(w.encoders, w.madeEnc, func() (*wireEncoder, error) {
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(encoderLevel),
+			zstd.WithWindowSize(MaxWireJSON), zstd.WithLowerEncoderMem(true))
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: zstd encoder: %w", err)
+		}
+		return &wireEncoder{enc: enc}, nil
+	})
+}
+
+func (w *Wire) getDecoder() (*wireDecoder, error) {
+	w.init()
+	return take(w.decoders, w.madeDec, func() (*wireDecoder, error) {
+		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(MaxWireJSON),
+			zstd.WithDecoderMaxWindow(MaxWireJSON), zstd.WithDecoderLowmem(true))
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: zstd decoder: %w", err)
+		}
+		return &wireDecoder{dec: dec}, nil
+	})
 }
 
 // encoderLevel: SpeedDefault compresses a node's value only about 3% better (docs/scale.md),

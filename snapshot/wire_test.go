@@ -174,6 +174,21 @@ func FuzzWireDecode(f *testing.F) {
 	})
 }
 
+// wireNodes are nodes' bases (step 100) and their JSON 30 steps later.
+func wireNodes(b *testing.B, nodes int) ([]*Base, [][]byte) {
+	bases := make([]*Base, nodes)
+	bodies := make([][]byte, nodes)
+	for i := range bases {
+		n := wireNode(100)
+		n.Node = fmt.Sprintf("node%d", i)
+		bases[i] = NewBase(encodeJSON(b, n))
+		n = wireNode(130)
+		n.Node = fmt.Sprintf("node%d", i)
+		bodies[i] = encodeJSON(b, n)
+	}
+	return bases, bodies
+}
+
 // BenchmarkWireDelta: compressing a node against its base, with one node (a sidecar: the
 // coder keeps its dictionary) and with 64 nodes sharing one Wire (a load generator: the
 // coder switches dictionary at every call).
@@ -181,16 +196,7 @@ func BenchmarkWireDelta(b *testing.B) {
 	for _, nodes := range []int{1, 64} {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
 			var w Wire
-			bases := make([]*Base, nodes)
-			bodies := make([][]byte, nodes)
-			for i := range bases {
-				n := wireNode(100)
-				n.Node = fmt.Sprintf("node%d", i)
-				bases[i] = NewBase(encodeJSON(b, n))
-				n = wireNode(130)
-				n.Node = fmt.Sprintf("node%d", i)
-				bodies[i] = encodeJSON(b, n)
-			}
+			bases, bodies := wireNodes(b, nodes)
 			b.ReportAllocs()
 			b.ResetTimer()
 			var size int
@@ -211,15 +217,9 @@ func BenchmarkWireDelta(b *testing.B) {
 func BenchmarkWireDecode(b *testing.B) {
 	var w Wire
 	const nodes = 64
-	bases := make([]*Base, nodes)
-	values := make([][]byte, nodes)
-	for i := range bases {
-		n := wireNode(100)
-		n.Node = fmt.Sprintf("node%d", i)
-		bases[i] = NewBase(encodeJSON(b, n))
-		n = wireNode(130)
-		n.Node = fmt.Sprintf("node%d", i)
-		values[i], _ = w.Delta(encodeJSON(b, n), bases[i])
+	bases, values := wireNodes(b, nodes)
+	for i := range values {
+		values[i], _ = w.Delta(values[i], bases[i])
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
