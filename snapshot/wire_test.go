@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -228,4 +230,25 @@ func BenchmarkWireDecode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkDecodeJSON: a node's JSON to a snapshot, what the detector does for every value.
+func BenchmarkDecodeJSON(b *testing.B) {
+	j := encodeJSON(b, wireNode(130))
+	b.SetBytes(int64(len(j)))
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	for i := 0; i < b.N; i++ {
+		if _, err := Decode(j); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// cpuTime is the process's CPU time: on a shared machine wall time measures the neighbours.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
