@@ -251,6 +251,11 @@ func (d *Detector) load(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load %s: %w", snapshot.JobsPrefix, err)
 	}
+	chs := make([]change, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		chs[i] = change{key: string(kv.Key), value: kv.Value}
+	}
+	ready := d.prepare(chs)
 	now := d.opts.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -258,8 +263,8 @@ func (d *Detector) load(ctx context.Context) (int64, error) {
 	d.state = NewState()
 	d.inbox = newInbox()
 	d.incidents = map[string]incident.Incident{}
-	for _, kv := range resp.Kvs {
-		d.applyKV(string(kv.Key), kv.Value, now)
+	for i, c := range chs {
+		d.applyChange(c, ready[i], now)
 	}
 	// A node that was lost before the reload has no key any more: keep it lost.
 	for _, l := range lost {
@@ -285,23 +290,11 @@ func (d *Detector) lostNodes() []*snapshot.Node {
 
 func (d *Detector) apply(evs []*clientv3.Event) {
 	d.opts.hooks.run(func(h *hooks) func() { return h.apply })
-	now := d.opts.Now()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, ev := range evs {
-		key := string(ev.Kv.Key)
-		if ev.Type == clientv3.EventTypeDelete {
-			if job, node, ok := snapshot.ParseNodeKey(key); ok {
-				d.nodeRemoved(job, node, now)
-			} else if _, id, ok := snapshot.ParseIncidentKey(key); ok {
-				delete(d.incidents, id)
-			}
-			// A base goes with its node (same lease); the node's entry keeps it until then,
-			// in case the node is lost and its last value must be read.
-			continue
-		}
-		d.applyKV(key, ev.Kv.Value, now)
+	chs := make([]change, len(evs))
+	for i, ev := range evs {
+		chs[i] = change{key: string(ev.Kv.Key), value: ev.Kv.Value, del: ev.Type == clientv3.EventTypeDelete}
 	}
+	d.applyChanges(chs)
 	d.m.events.Add(float64(len(evs)))
 }
 
@@ -326,29 +319,43 @@ func (d *Detector) nodeKeyDeleted(job, node string, now time.Time) {
 	}
 }
 
-// applyKV applies a key's new value. Job and node always come from the key.
-func (d *Detector) applyKV(key string, value []byte, now time.Time) {
-	if job, node, ok := snapshot.ParseNodeKey(key); ok {
-		r := d.inbox.node(job, node)
-		r.value = value
-		if d.owned[job] != nil {
-			d.decodeInto(job, node, r, now)
+// applyChange applies one change of a key, its value decoded ahead (prepare). Job and
+// node always come from the key. Call with d.mu held.
+func (d *Detector) applyChange(c change, rd ready, now time.Time) {
+	if c.del {
+		if job, node, ok := snapshot.ParseNodeKey(c.key); ok {
+			d.nodeRemoved(job, node, now)
+		} else if _, id, ok := snapshot.ParseIncidentKey(c.key); ok {
+			delete(d.incidents, id)
 		}
+		// A base goes with its node (same lease); the node's entry keeps it until then,
+		// in case the node is lost and its last value must be read.
 		return
 	}
-	if job, node, ok := snapshot.ParseBaseKey(key); ok {
-		base, err := d.wire.DecodeBase(value)
-		if err != nil {
-			d.m.badSnapshots.Inc()
-			d.opts.Logger.Warn("bad node snapshot base", "key", key, "err", err)
+	if job, node, ok := snapshot.ParseNodeKey(c.key); ok {
+		r := d.inbox.node(job, node)
+		r.value = c.value
+		if d.owned[job] == nil {
 			return
 		}
-		d.inbox.node(job, node).base = base
+		if !rd.done { // the job was taken over since prepare
+			rd.node, rd.err = d.decode(job, node, r)
+		}
+		d.putDecoded(job, node, rd.node, rd.err, now)
 		return
 	}
-	if _, _, ok := snapshot.ParseIncidentKey(key); ok {
+	if job, node, ok := snapshot.ParseBaseKey(c.key); ok {
+		if rd.err != nil || rd.base == nil {
+			d.m.badSnapshots.Inc()
+			d.opts.Logger.Warn("bad node snapshot base", "key", c.key, "err", rd.err)
+			return
+		}
+		d.inbox.node(job, node).base = rd.base
+		return
+	}
+	if _, _, ok := snapshot.ParseIncidentKey(c.key); ok {
 		var inc incident.Incident
-		if err := json.Unmarshal(value, &inc); err == nil {
+		if err := json.Unmarshal(c.value, &inc); err == nil {
 			d.incidents[inc.ID] = inc
 		}
 	}

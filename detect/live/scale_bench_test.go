@@ -27,12 +27,9 @@ func benchDecode(b *testing.B, nodes int, wire bool) {
 	const secs = 2
 	start := time.Now().Add(-time.Hour)
 	job := simjob.New("big", nodes, 4, time.Second, start, -1)
-	type write struct {
-		key string
-		val []byte
-	}
 	var w snapshot.Wire
-	var warm, writes []write
+	var warm []change
+	seconds := make([][]change, secs) // a second's writes arrive as watch batches do
 	var total int64
 	bases := make([]*snapshot.Base, nodes)
 	sent := make([]simjob.Sent, nodes)
@@ -49,34 +46,33 @@ func benchDecode(b *testing.B, nodes int, wire bool) {
 				if bases[n] == nil {
 					bases[n] = snapshot.NewBase(j)
 					full, _ := w.Full(j)
-					warm = append(warm, write{snapshot.BaseKey(sn.Job, sn.Node), full})
+					warm = append(warm, change{key: snapshot.BaseKey(sn.Job, sn.Node), value: full})
 				}
 				if v, err = w.Delta(j, bases[n]); err != nil {
 					b.Fatal(err)
 				}
 			}
 			if s < 0 {
-				warm = append(warm, write{snapshot.NodeKey(sn.Job, sn.Node), v})
+				warm = append(warm, change{key: snapshot.NodeKey(sn.Job, sn.Node), value: v})
 				continue
 			}
-			writes = append(writes, write{snapshot.NodeKey(sn.Job, sn.Node), v})
+			seconds[s] = append(seconds[s], change{key: snapshot.NodeKey(sn.Job, sn.Node), value: v})
 			total += int64(len(v))
 		}
 	}
 	d := bigDetectorOf(NewState())
 	d.owned["big"] = &ownedJob{life: detect.NewLifecycle(time.Second)}
-	for _, w := range warm {
-		d.applyKV(w.key, w.val, time.Now())
-	}
+	d.applyChanges(warm)
 	runtime.GC()
 	b.SetBytes(total)
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuSeconds(b)
 	for i := 0; i < b.N; i++ {
-		now := time.Now()
-		for _, w := range writes {
-			d.applyKV(w.key, w.val, now)
+		for _, batch := range seconds {
+			for k := 0; k < len(batch); k += 64 {
+				d.applyChanges(batch[k:min(k+64, len(batch))])
+			}
 		}
 	}
 	cpu := cpuSeconds(b) - cpu0
