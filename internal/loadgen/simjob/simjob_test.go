@@ -50,8 +50,6 @@ func cpuNow() time.Duration {
 // a base one second and one minute old (what sidecars write now), with each one's CPU to
 // encode and to decode back to a snapshot.
 func BenchmarkEncodings(b *testing.B) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	start := time.Now().Add(-time.Hour)
 	const nodes = 64
 	job := New("j", 512, 4, time.Second, start, -1)
@@ -79,35 +77,44 @@ func BenchmarkEncodings(b *testing.B) {
 	}
 	for _, enc := range []string{"json", "zstd", "zstd+base1s", "zstd+base60s"} {
 		b.Run(enc, func(b *testing.B) {
-			var size int
-			var encCPU, decCPU time.Duration
-			for i := 0; i < b.N; i++ {
-				n := i % nodes
-				s := samples[n]
-				t0 := cpuNow()
+			runtime.LockOSThread() // cpuNow reads this thread's CPU time
+			defer runtime.UnlockOSThread()
+			encode := func(n int) []byte {
 				var v []byte
 				switch enc {
 				case "json":
-					v = s.json
+					v = samples[n].json
 				case "zstd":
-					v, _ = w.Full(s.json)
+					v, _ = w.Full(samples[n].json)
 				case "zstd+base1s":
-					v, _ = w.Delta(s.json, bases1[n])
+					v, _ = w.Delta(samples[n].json, bases1[n])
 				case "zstd+base60s":
-					v, _ = w.Delta(s.json, bases60[n])
+					v, _ = w.Delta(samples[n].json, bases60[n])
 				}
-				t1 := cpuNow()
+				return v
+			}
+			values := make([][]byte, nodes)
+			var size int
+			// Whole loops are timed: a thread's CPU time moves in scheduler ticks.
+			t0 := cpuNow()
+			for i := 0; i < b.N; i++ {
+				v := encode(i % nodes)
+				values[i%nodes] = v
+				size += len(v)
+			}
+			encCPU := cpuNow() - t0
+			t0 = cpuNow()
+			for i := 0; i < b.N; i++ {
+				n := i % nodes
 				base := bases1[n]
 				if enc == "zstd+base60s" {
 					base = bases60[n]
 				}
-				if _, err := w.Decode(v, base); err != nil {
+				if _, err := w.Decode(values[n], base); err != nil {
 					b.Fatal(err)
 				}
-				decCPU += cpuNow() - t1
-				encCPU += t1 - t0
-				size += len(v)
 			}
+			decCPU := cpuNow() - t0
 			b.ReportMetric(float64(size)/float64(b.N), "B/node")
 			b.ReportMetric(float64(encCPU.Microseconds())/float64(b.N), "enc-cpu-µs")
 			b.ReportMetric(float64(decCPU.Microseconds())/float64(b.N), "dec-cpu-µs")
