@@ -147,6 +147,7 @@ type Detector struct {
 	etcdBack  time.Time              // when it became reachable again after an outage
 	lostTimes map[string][]time.Time // per job, when its node leases expired (detect.Job.LeaseLosses)
 	termReg   *prometheus.Registry
+	prevLease clientv3.LeaseID // the lease of the last term (term loop only)
 }
 
 // New returns a detector; Run starts it.

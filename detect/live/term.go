@@ -76,8 +76,8 @@ func (d *Detector) termLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		t, err := d.startTerm(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
-				d.opts.Logger.Debug("start detector term", "err", err)
+			if ctx.Err() == nil && !bo.Failing() {
+				d.opts.Logger.Warn("cannot start a detector term; retrying", "err", err)
 			}
 			select {
 			case <-ctx.Done():
@@ -119,20 +119,22 @@ func (d *Detector) startTerm(ctx context.Context) (*term, error) {
 			t.rev = resp.Header.Revision
 			return t, nil
 		}
-		// The key of an earlier term whose lease could not be revoked (etcd was down as
-		// it ended): revoke it now, with the keys it holds, rather than wait out its TTL.
-		// (Replica ids are unique: hostname:pid unless --id says otherwise.)
+		// The key of this replica's earlier term, whose lease could not be revoked (etcd
+		// was down as it ended): revoke it now, with the keys it holds, rather than wait out
+		// its TTL. Another process's key is never touched.
 		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) > 0 && kvs[0].Lease != 0 {
-			d.opts.Logger.Info("revoking the lease of this replica's earlier term", "id", d.opts.ID)
-			if _, err := d.opts.Client.Revoke(octx, clientv3.LeaseID(kvs[0].Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				d.revoke(g.ID)
-				return nil, fmt.Errorf("revoke the earlier term's lease: %w", err)
-			}
+		if len(kvs) == 0 || kvs[0].Lease == 0 || clientv3.LeaseID(kvs[0].Lease) != d.prevLease {
+			d.revoke(g.ID)
+			return nil, fmt.Errorf("replica id %q is in use by another detector: give each replica its own --id", d.opts.ID)
+		}
+		d.opts.Logger.Info("revoking the lease of this replica's earlier term", "id", d.opts.ID)
+		if _, err := d.opts.Client.Revoke(octx, d.prevLease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			d.revoke(g.ID)
+			return nil, fmt.Errorf("revoke the earlier term's lease: %w", err)
 		}
 	}
 	d.revoke(g.ID)
-	return nil, fmt.Errorf("replica key %s is held by a key without a lease", t.replicaKey)
+	return nil, fmt.Errorf("replica key %s could not be registered", t.replicaKey)
 }
 
 // runTerm keeps the lease, and each interval syncs the jobs' ownership and evaluates, until
@@ -231,6 +233,7 @@ func (d *Detector) endTerm(t *term) {
 	d.m.owned.Set(0)
 	d.m.ranks.Set(float64(ranks))
 	d.opts.Logger.Info("detector term ended", "id", d.opts.ID, "why", t.reason, "jobs", len(jobs))
+	d.prevLease = t.lease
 	d.revoke(t.lease)
 }
 
