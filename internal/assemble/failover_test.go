@@ -21,9 +21,9 @@ import (
 
 // TestReplicasPageOnce: two detector replicas as production builds them, each with its
 // real alert dispatcher and the delivery state they share in etcd, page a webhook. The
-// replica that owns the hung job pages once; it stops (its lease revoked as a replica
-// that shuts down does), the other takes the job over and continues the incident, and the
-// webhook still has one page, then one resolve when the job recovers.
+// replica that owns the hung job pages once and records it; it stops (its lease revoked as
+// a replica that shuts down does), the other takes the job over and continues the
+// incident, and the webhook still has one page, then one resolve when the job recovers.
 func TestReplicasPageOnce(t *testing.T) {
 	srv, cli := etcdtest.Start(t, etcdembed.Options{})
 	var mu sync.Mutex
@@ -102,6 +102,15 @@ func TestReplicasPageOnce(t *testing.T) {
 	put(0, 100, stalled)
 	put(1, 90, stalled)
 	waitFor("the hang paged", func() bool { return count("open") == 1 })
+	// The page is acknowledged and its delivery recorded (a dispatcher stopped while a
+	// send is in flight sends again: at least once).
+	waitFor("the delivery recorded", func() bool {
+		mu.Lock()
+		id := events[0][len("open "):]
+		mu.Unlock()
+		r, err := cli.Get(t.Context(), snapshot.DeliveryKey("hook", id))
+		return err == nil && len(r.Kvs) == 1
+	})
 	owner := ownerOf(replicas["a"].d)
 	other := map[string]string{"a": "b", "b": "a"}[owner]
 	replicas[owner].stop()
