@@ -9,7 +9,7 @@ FUZZTIME  ?= 60s
 # watchdog calls none of the deprecated functions (heartbeat/gpu uses their successors).
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build test lint demo bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-scale bench-reconnect bench-logbound fuzz-short clean plugin
+.PHONY: build test lint demo bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-detector-scale bench-scale bench-reconnect bench-logbound fuzz-short clean plugin
 .PHONY: bench-plugin-overhead bench-plugin-instr bench-plugin-overhead-dry
 
 # VERSION and REVISION (below) come from git describe where there is a .git, else "dev".
@@ -67,10 +67,19 @@ bench-sidecar: build
 bench-detector:
 	$(GO) test -run '^$$' -bench Evaluate -benchtime 10x ./detect/live/
 
-# Scale: simulated sidecars of RANKS ranks, embedded etcd, a detector process, a silent rank.
+# Detector CPU per node snapshot decoded (wire form and plain JSON) and per evaluation, at
+# 4,096 and 16,384 ranks; and what a node writes per second in each encoding (docs/scale.md).
+bench-detector-scale:
+	$(GO) test -run '^$$' -bench 'ScaleDecode|Evaluate(4096|16384)$$' -benchtime 2x ./detect/live/
+	$(GO) test -run '^$$' -bench Encodings -benchtime 640x ./internal/loadgen/simjob/
+
+# Scale: simulated sidecars of RANKS ranks (in JOBS jobs) in a generator process, embedded
+# etcd, REPLICAS detector processes sharing the jobs, a silent rank.
 RANKS ?= 4096
+JOBS ?= 1
+REPLICAS ?= 1
 bench-scale: build
-	$(BIN)/watchdog loadgen --ranks $(RANKS) --json
+	$(BIN)/watchdog loadgen --ranks $(RANKS) --jobs $(JOBS) --replicas $(REPLICAS) --json
 
 # The log bound: a rank writes its NCCL log at 2 MB/s for 5 minutes (NCCL's way: one
 # descriptor, no O_APPEND) while a real sidecar keeps it to its header and last 128 MiB;

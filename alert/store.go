@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/internal/etcdfence"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -125,6 +126,7 @@ func (s *EtcdStore) List(ctx context.Context, notifier string) ([]Delivery, erro
 const maxTxnOps = 100
 
 // Put implements Store. Resolved deliveries get a lease, so the keyspace stays bounded.
+// When ctx carries a fence (etcdfence.With), every transaction is conditioned on it.
 func (s *EtcdStore) Put(ctx context.Context, records ...Delivery) error {
 	var lease clientv3.LeaseID
 	for start := 0; start < len(records); start += maxTxnOps {
@@ -149,7 +151,13 @@ func (s *EtcdStore) Put(ctx context.Context, records ...Delivery) error {
 			}
 			ops = append(ops, clientv3.OpPut(snapshot.DeliveryKey(d.Notifier, d.IncidentID), string(b), opts...))
 		}
-		if _, err := s.client.Txn(ctx).Then(ops...).Commit(); err != nil {
+		// A detector term's writes carry its fence (internal/etcdfence): a stale replica's
+		// delivery state must not overwrite its successor's.
+		resp, err := etcdfence.Txn(ctx, s.client).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("put %d deliveries: %w", len(ops), err)
+		}
+		if err := etcdfence.Check(ctx, resp); err != nil {
 			return fmt.Errorf("put %d deliveries: %w", len(ops), err)
 		}
 	}

@@ -2,6 +2,7 @@ package heartbeat_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"github.com/ncclwatch/watchdog/internal/assemble"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
+	"github.com/ncclwatch/watchdog/internal/etcdsnap"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -155,11 +157,10 @@ func runLocalSidecar(t *testing.T, logDir string, extra func(*heartbeat.Options)
 func published(t *testing.T, cli *clientv3.Client) *snapshot.Node {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	r, err := cli.Get(ctx, snapshot.NodeKey("job1", "node0"))
-	if err != nil || len(r.Kvs) == 0 {
+	n, err := etcdsnap.ReadNode(ctx, cli, "job1", "node0")
+	if errors.Is(err, etcdsnap.ErrNotFound) || errors.Is(err, context.DeadlineExceeded) {
 		return nil
 	}
-	n, err := snapshot.Decode(r.Kvs[0].Value)
 	if err != nil {
 		t.Fatalf("published snapshot does not decode: %v", err)
 	}

@@ -162,6 +162,29 @@ func TestStatus(t *testing.T) {
 		}
 	}
 
+	// A second replica, which does not judge the job, shows the same view.
+	d2, err := assemble.Detector(cli, assemble.DetectorConfig{Interval: 100 * time.Millisecond, ID: "second",
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done2 := make(chan struct{})
+	go func() { defer close(done2); d2.Run(dctx) }()
+	defer func() { stop(); <-done2 }()
+	api2 := httptest.NewServer(assemble.DetectorHandler(d2, nil))
+	defer api2.Close()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		out.Reset()
+		err = statusMain(ctx, []string{"--detector", api2.URL, "--job", "train", "--once", "--width", "80"}, &out)
+		if err == nil && strings.Contains(out.String(), "hang") && strings.Contains(out.String(), "! c1    r5") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second replica's view lacks the hang: %v\n%s", err, out.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
 	out.Reset()
 	err = statusMain(ctx, []string{"--detector", api.URL, "--job", "nope", "--once"}, &out)
 	if code := finish("status", err, &out); code != exitUnknownJob || !strings.Contains(out.String(), `unknown job "nope"`) || !strings.Contains(out.String(), "train") {

@@ -54,8 +54,9 @@ func runDetector(ctx context.Context, args []string) error {
 	fs := newFlags("detector", `usage: watchdog detector [flags]
 
 Watches every job's node snapshots in etcd, runs the rules, opens and resolves incidents and
-sends them to the configured notifiers. Replicas elect a leader through etcd; the others
-stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials).`)
+sends them to the configured notifiers. Replicas share the jobs through etcd (each job is
+judged by one of them; a dead one's jobs pass to the others) and elect a leader for the
+watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints it runs an embedded single-node etcd (trials).`)
 	var ef etcdFlags
 	ef.register(fs.FlagSet, "")
 	var lf logFlags
@@ -66,7 +67,8 @@ stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials)
 	httpAddr := fs.String("http", cfg.HTTP, "address for the API, /metrics, /healthz and /readyz")
 	interval := fs.Duration("interval", cfg.Interval, "time between evaluations")
 	resolveAfter := fs.Duration("resolve-after", cfg.ResolveAfter, "how long a condition must stay clear before its incident resolves")
-	leaseTTL := fs.Duration("lease-ttl", cfg.LeaseTTL, "leader election lease: a standby takes over within it")
+	leaseTTL := fs.Duration("lease-ttl", cfg.LeaseTTL, "replica lease: a dead replica's jobs and leadership pass to the others within it")
+	id := fs.String("id", "", "this replica's name among the detector replicas, unique; empty: hostname:pid")
 	hangFloor := fs.Duration("hang-floor", cfg.Rules.HangFloor, "shortest hang window")
 	hangK := fs.Float64("hang-k", cfg.Rules.HangK, "hang window = max(floor, k x the communicator's recent p99 gap between ops)")
 	slowShare := fs.Float64("slowdown-share", cfg.Rules.SlowdownShare, "share of the job's time a root must cost to be a slowdown (0-1)")
@@ -152,7 +154,7 @@ stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials)
 	}
 	defer cli.Close()
 	d, err := assemble.Detector(cli, assemble.DetectorConfig{Rules: cfg.Rules, Interval: cfg.Interval,
-		ResolveAfter: cfg.ResolveAfter, LeaseTTL: cfg.LeaseTTL, Logger: log, Registerer: reg, Version: stamped,
+		ResolveAfter: cfg.ResolveAfter, LeaseTTL: cfg.LeaseTTL, ID: *id, Logger: log, Registerer: reg, Version: stamped,
 		Alerts: assemble.Alerts(alerts, cli, assemble.AlertOptions{Logger: log})})
 	if err != nil {
 		return err

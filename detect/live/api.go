@@ -2,6 +2,7 @@ package live
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"sort"
 	"time"
@@ -64,7 +65,8 @@ type MemberView struct {
 }
 
 // Handler serves the API: /api/v1/incidents[?job=&state=], /api/v1/jobs, /api/v1/jobs/<job>,
-// /api/v1/leader; and the probes: /healthz (liveness: never depends on etcd) and /readyz
+// /api/v1/leader (the leader, and which replica owns which job); every replica answers
+// for every job. And the probes: /healthz (liveness: never depends on etcd) and /readyz
 // (readiness: 503 while etcd is unreachable).
 func (d *Detector) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -73,11 +75,13 @@ func (d *Detector) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		d.mu.Lock()
-		jobs := d.state.Jobs()
+		known := d.knownJobs()
 		d.mu.Unlock()
-		if jobs == nil {
-			jobs = []string{}
+		jobs := make([]string, 0, len(known))
+		for j := range known {
+			jobs = append(jobs, j)
 		}
+		sort.Strings(jobs)
 		writeJSON(w, jobs)
 	})
 	mux.HandleFunc("GET /api/v1/jobs/{job}", func(w http.ResponseWriter, r *http.Request) {
@@ -90,7 +94,12 @@ func (d *Detector) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /api/v1/leader", func(w http.ResponseWriter, r *http.Request) {
 		d.mu.Lock()
-		v := map[string]any{"leader": d.leaderID, "self": d.opts.ID, "leading": d.leader}
+		owned := make([]string, 0, len(d.owned))
+		for j := range d.owned {
+			owned = append(owned, j)
+		}
+		sort.Strings(owned)
+		v := map[string]any{"leader": d.leaderID, "self": d.opts.ID, "leading": d.leader, "owns": owned, "owners": maps.Clone(d.owners)}
 		d.mu.Unlock()
 		writeJSON(w, v)
 	})
@@ -124,12 +133,21 @@ func writeJSON(w http.ResponseWriter, v any) {
 func (d *Detector) JobView(job string) (JobView, bool) {
 	now := d.opts.Now()
 	d.mu.Lock()
-	j := d.state.jobs[job]
+	st := d.state
+	if d.owned[job] == nil {
+		// Judged by another replica: its nodes as they are now, decoded for this answer
+		// outside the lock.
+		raws := d.rawOf(job)
+		d.mu.Unlock()
+		st = d.viewOf(job, raws, now)
+		d.mu.Lock()
+	}
+	j := st.jobs[job]
 	if j == nil {
 		d.mu.Unlock()
 		return JobView{}, false
 	}
-	view := d.state.View(job, now)
+	view := st.View(job, now)
 	paused := append([]string{}, d.paused[job]...)
 	var nodes []NodeView
 	for _, n := range view.Nodes {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"sort"
 	"sync"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/incident"
@@ -21,7 +21,9 @@ import (
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
-// Alerts receives incident changes (alert.Dispatcher). One is made per leadership term.
+// Alerts receives incident changes (alert.Dispatcher). One is made per term of this
+// replica (term.go), and started with a context that carries the term's fence
+// (internal/etcdfence), which its delivery-state writes must pass.
 type Alerts interface {
 	Start(ctx context.Context, known []incident.Incident) error
 	Submit(inc incident.Incident)
@@ -38,8 +40,8 @@ type Options struct {
 	// ResolveAfter: a condition must stay clear this long before its incident resolves
 	// (default 5 s).
 	ResolveAfter time.Duration
-	// LeaseTTL of the leader election session: a dead leader is replaced within it
-	// (default 10 s).
+	// LeaseTTL of this replica's lease, under which it holds its election key and its
+	// jobs: a dead replica's jobs and leadership pass to the others within it (default 10 s).
 	LeaseTTL time.Duration
 	// NewAlerts makes the alert dispatcher of a leadership term (nil: no notifications).
 	NewAlerts func(reg prometheus.Registerer) (Alerts, error)
@@ -54,6 +56,26 @@ type Options struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	Now        func() time.Time
+
+	hooks *hooks // tests only: freeze the replica as SIGSTOP would
+}
+
+// hooks let tests freeze a replica in-process; each runs, when set, before the step it names.
+type hooks struct {
+	evaluate  func() // an evaluation (after the ownership check of the same cycle)
+	keepAlive func() // a lease renewal
+	apply     func() // applying watch events
+	// blindSync, when it returns true, makes an ownership check fail as if etcd did not
+	// answer (a resumed replica whose first reads are slow).
+	blindSync func() bool
+}
+
+func (h *hooks) run(f func(*hooks) func()) {
+	if h != nil {
+		if fn := f(h); fn != nil {
+			fn()
+		}
+	}
 }
 
 func (o *Options) defaults() {
@@ -99,22 +121,33 @@ func (o *Options) defaults() {
 // monitoringJob holds incidents about the watchdog itself.
 const monitoringJob = "_ncclwatch"
 
-// Detector is one replica of the central detector.
+// Detector is one replica of the central detector. Replicas share the jobs (ownership.go):
+// each judges the jobs it owns and decodes only their snapshots; the one elected leader
+// also judges the monitoring job. Every replica watches every key, so that any of them
+// answers the API.
 type Detector struct {
 	opts Options
 	m    *metrics
+	wire snapshot.Wire
 
 	mu        sync.Mutex // guards everything below
-	state     *State
-	life      *detect.Lifecycle
+	state     *State     // the decoded nodes of the jobs this replica owns
+	inbox     *inbox     // every node's latest value, as the watch delivered it
+	owned     map[string]*ownedJob
+	monitor   *detect.Lifecycle            // the monitoring job's incidents, while leading
 	incidents map[string]incident.Incident // every incident in etcd, by id (all replicas)
 	paused    map[string][]string          // job -> paused communicators
 	leader    bool
 	leaderID  string
+	leaderKey string                 // this replica's election key and its create revision, while leading:
+	leaderRev int64                  // the fence of the monitoring job's writes
+	owners    map[string]string      // job -> owning replica, as last read from etcd
+	lastSync  time.Time              // when ownership was last read from etcd
 	etcdDown  time.Time              // when etcd became unreachable (zero: reachable)
 	etcdBack  time.Time              // when it became reachable again after an outage
 	lostTimes map[string][]time.Time // per job, when its node leases expired (detect.Job.LeaseLosses)
 	termReg   *prometheus.Registry
+	prevLease clientv3.LeaseID // the lease of the last term (term loop only)
 }
 
 // New returns a detector; Run starts it.
@@ -123,18 +156,20 @@ func New(opts Options) (*Detector, error) {
 		return nil, errors.New("detector: no etcd client")
 	}
 	opts.defaults()
-	d := &Detector{opts: opts, state: NewState(), life: detect.NewLifecycle(opts.ResolveAfter),
-		incidents: map[string]incident.Incident{}, paused: map[string][]string{}, lostTimes: map[string][]time.Time{}}
+	d := &Detector{opts: opts, state: NewState(), inbox: newInbox(), owned: map[string]*ownedJob{},
+		incidents: map[string]incident.Incident{}, paused: map[string][]string{}, lostTimes: map[string][]time.Time{},
+		owners: map[string]string{}}
 	d.m = newMetrics(d, opts.Registerer)
 	return d, nil
 }
 
-// Run watches etcd and, while this replica leads, evaluates and alerts, until ctx ends.
+// Run watches etcd and judges the jobs this replica owns (and, while it leads, the
+// monitoring job), until ctx ends.
 func (d *Detector) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); d.watchLoop(ctx) }()
-	go func() { defer wg.Done(); d.electionLoop(ctx) }()
+	go func() { defer wg.Done(); d.termLoop(ctx) }()
 	wg.Wait()
 	return nil
 }
@@ -175,7 +210,7 @@ const watchRetryMax = 2 * time.Second
 func (d *Detector) watch(ctx context.Context, rev int64) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	ch := d.opts.Client.Watch(wctx, snapshot.JobsPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV())
+	ch := d.opts.Client.Watch(wctx, snapshot.JobsPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	probe := time.NewTicker(d.opts.ProbeEvery)
 	defer probe.Stop()
 	failed := 0
@@ -217,14 +252,20 @@ func (d *Detector) load(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load %s: %w", snapshot.JobsPrefix, err)
 	}
+	chs := make([]change, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		chs[i] = change{key: string(kv.Key), value: kv.Value}
+	}
+	ready := d.prepare(chs)
 	now := d.opts.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	lost := d.lostNodes()
 	d.state = NewState()
+	d.inbox = newInbox()
 	d.incidents = map[string]incident.Incident{}
-	for _, kv := range resp.Kvs {
-		d.applyKV(string(kv.Key), kv.Value, now)
+	for i, c := range chs {
+		d.applyChange(c, ready[i], now)
 	}
 	// A node that was lost before the reload has no key any more: keep it lost.
 	for _, l := range lost {
@@ -249,22 +290,25 @@ func (d *Detector) lostNodes() []*snapshot.Node {
 }
 
 func (d *Detector) apply(evs []*clientv3.Event) {
-	now := d.opts.Now()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, ev := range evs {
-		key := string(ev.Kv.Key)
-		if ev.Type == clientv3.EventTypeDelete {
-			if job, node, ok := snapshot.ParseNodeKey(key); ok {
-				d.nodeKeyDeleted(job, node, now)
-			} else if _, id, ok := snapshot.ParseIncidentKey(key); ok {
-				delete(d.incidents, id)
-			}
-			continue
-		}
-		d.applyKV(key, ev.Kv.Value, now)
+	d.opts.hooks.run(func(h *hooks) func() { return h.apply })
+	chs := make([]change, len(evs))
+	for i, ev := range evs {
+		chs[i] = change{key: string(ev.Kv.Key), value: ev.Kv.Value, del: ev.Type == clientv3.EventTypeDelete}
 	}
+	d.applyChanges(chs)
 	d.m.events.Add(float64(len(evs)))
+}
+
+// nodeRemoved applies the deletion of a node key. A job judged elsewhere has its node
+// decoded now, so that a loss is remembered when this replica takes the job over.
+func (d *Detector) nodeRemoved(job, node string, now time.Time) {
+	r := d.inbox.remove(job, node)
+	if d.owned[job] == nil && r != nil && r.value != nil && !d.state.has(job, node) {
+		if n, err := d.decode(job, node, r); err == nil {
+			d.state.Put(n, now)
+		}
+	}
+	d.nodeKeyDeleted(job, node, now)
 }
 
 // nodeKeyDeleted notes a node key that vanished; a lease that expired (no clean stop)
@@ -276,23 +320,43 @@ func (d *Detector) nodeKeyDeleted(job, node string, now time.Time) {
 	}
 }
 
-func (d *Detector) applyKV(key string, value []byte, now time.Time) {
-	if _, _, ok := snapshot.ParseNodeKey(key); ok {
-		n, err := snapshot.Decode(value)
-		if err != nil {
-			d.m.badSnapshots.Inc()
-			d.opts.Logger.Warn("bad node snapshot", "key", key, "err", err)
-			return
+// applyChange applies one change of a key, its value decoded ahead (prepare). Job and
+// node always come from the key. Call with d.mu held.
+func (d *Detector) applyChange(c change, rd ready, now time.Time) {
+	if c.del {
+		if job, node, ok := snapshot.ParseNodeKey(c.key); ok {
+			d.nodeRemoved(job, node, now)
+		} else if _, id, ok := snapshot.ParseIncidentKey(c.key); ok {
+			delete(d.incidents, id)
 		}
-		if n.Time != 0 {
-			d.m.watchLag.Observe(max(0, now.Sub(n.Time.Time()).Seconds()))
-		}
-		d.state.Put(n, now)
+		// A base goes with its node (same lease); the node's entry keeps it until then,
+		// in case the node is lost and its last value must be read.
 		return
 	}
-	if _, _, ok := snapshot.ParseIncidentKey(key); ok {
+	if job, node, ok := snapshot.ParseNodeKey(c.key); ok {
+		r := d.inbox.node(job, node)
+		r.value = c.value
+		if d.owned[job] == nil {
+			return
+		}
+		if !rd.done { // the job was taken over since prepare
+			rd.node, rd.err = d.decode(job, node, r)
+		}
+		d.putDecoded(job, node, rd.node, rd.err, now)
+		return
+	}
+	if job, node, ok := snapshot.ParseBaseKey(c.key); ok {
+		if rd.err != nil || rd.base == nil {
+			d.m.badSnapshots.Inc()
+			d.opts.Logger.Warn("bad node snapshot base", "key", c.key, "err", rd.err)
+			return
+		}
+		d.inbox.node(job, node).base = rd.base
+		return
+	}
+	if _, _, ok := snapshot.ParseIncidentKey(c.key); ok {
 		var inc incident.Incident
-		if err := json.Unmarshal(value, &inc); err == nil {
+		if err := json.Unmarshal(c.value, &inc); err == nil {
 			d.incidents[inc.ID] = inc
 		}
 	}
@@ -319,173 +383,118 @@ func (d *Detector) etcdReachable() {
 	d.m.etcdUp.Set(1)
 }
 
-// electionLoop campaigns for leadership and leads while elected.
-func (d *Detector) electionLoop(ctx context.Context) {
-	for ctx.Err() == nil {
-		sess, err := concurrency.NewSession(d.opts.Client, concurrency.WithTTL(int((d.opts.LeaseTTL+time.Second-1)/time.Second)), concurrency.WithContext(ctx))
-		if err != nil {
-			d.opts.Logger.Debug("election session", "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		el := concurrency.NewElection(sess, snapshot.LeaderKey)
-		go d.observeLeader(ctx, el)
-		if err := el.Campaign(ctx, d.opts.ID); err != nil {
-			sess.Close()
-			continue
-		}
-		d.opts.Logger.Info("leading the detector", "id", d.opts.ID)
-		d.lead(ctx, sess)
-		d.opts.Logger.Info("no longer leading", "id", d.opts.ID)
-		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = el.Resign(rctx)
-		cancel()
-		sess.Close()
-	}
-}
-
-func (d *Detector) observeLeader(ctx context.Context, el *concurrency.Election) {
-	for resp := range el.Observe(ctx) {
-		if len(resp.Kvs) > 0 {
-			d.mu.Lock()
-			d.leaderID = string(resp.Kvs[0].Value)
-			d.mu.Unlock()
-		}
-	}
-}
-
-// lead evaluates every Interval until the session ends or ctx does.
-func (d *Detector) lead(ctx context.Context, sess *concurrency.Session) {
-	lctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-sess.Done():
-			cancel()
-		case <-lctx.Done():
-		}
-	}()
-	// Continue the open incidents the previous leader stored: same ids, no second page.
-	known, err := d.storedIncidents(lctx)
-	if err != nil {
-		d.opts.Logger.Error("read incidents at takeover", "err", err)
-		return
-	}
-	d.mu.Lock()
-	d.life = detect.NewLifecycle(d.opts.ResolveAfter)
-	d.life.Restore(known)
-	d.leader = true
-	d.m.leader.Set(1)
-	d.termReg = prometheus.NewRegistry()
-	reg := d.termReg
-	d.mu.Unlock()
-	defer func() {
-		d.mu.Lock()
-		d.leader = false
-		d.m.leader.Set(0)
-		d.mu.Unlock()
-	}()
-	var alerts Alerts
-	if d.opts.NewAlerts != nil {
-		a, err := d.opts.NewAlerts(reg)
-		if err != nil {
-			d.opts.Logger.Error("alert dispatcher", "err", err)
-		} else if err := a.Start(lctx, known); err != nil {
-			d.opts.Logger.Error("start alert dispatcher", "err", err)
-		} else {
-			alerts = a
-			defer a.Close()
-		}
-	}
-	t := time.NewTicker(d.opts.Interval)
-	defer t.Stop()
-	for {
-		d.evaluate(lctx, alerts)
-		select {
-		case <-lctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (d *Detector) storedIncidents(ctx context.Context) ([]incident.Incident, error) {
-	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := d.opts.Client.Get(octx, snapshot.JobsPrefix, clientv3.WithPrefix())
-	if err != nil {
-		return nil, err
-	}
-	var out []incident.Incident
-	for _, kv := range resp.Kvs {
-		if _, _, ok := snapshot.ParseIncidentKey(string(kv.Key)); !ok {
-			continue
-		}
-		var inc incident.Incident
-		if err := json.Unmarshal(kv.Value, &inc); err != nil {
-			d.opts.Logger.Warn("bad stored incident", "key", string(kv.Key), "err", err)
-			continue
-		}
-		out = append(out, inc)
-	}
-	return out, nil
-}
-
-// evaluate runs the rules on every job once.
-func (d *Detector) evaluate(ctx context.Context, alerts Alerts) {
+// evaluate runs the rules once on every job this replica owns, and on the monitoring job
+// while it leads. What changed is stored first, each job's incidents in one transaction
+// fenced on this replica's ownership of the job (fence.go); only what was stored is
+// announced, so a replica that lost its jobs unawares (frozen past its lease) pages for
+// nothing.
+func (d *Detector) evaluate(ctx context.Context, t *term, alerts Alerts) {
 	start := time.Now()
 	now := d.opts.Now()
 	d.mu.Lock()
-	var notify, store []incident.Incident
-	mon := detect.NewJob(monitoringJob, now, nil, nil)
-	mon.EtcdDownSince = d.etcdDown
-	n, s := d.life.Update(monitoringJob, detect.Evaluate(mon, d.opts.Rules, detect.TimingOK).Findings, now)
-	notify, store = append(notify, n...), append(store, s...)
+	changed := map[string]*jobChanges{}
+	add := func(job string, notify, store []incident.Incident) {
+		if len(notify)+len(store) == 0 {
+			return
+		}
+		c := changed[job]
+		if c == nil {
+			c = &jobChanges{}
+			changed[job] = c
+		}
+		c.notify, c.store = append(c.notify, notify...), append(c.store, store...)
+	}
+	if d.leader && d.monitor != nil {
+		mon := detect.NewJob(monitoringJob, now, nil, nil)
+		mon.EtcdDownSince = d.etcdDown
+		n, s := d.monitor.Update(monitoringJob, detect.Evaluate(mon, d.opts.Rules, detect.TimingOK).Findings, now)
+		add(monitoringJob, n, s)
+	}
 	// With etcd unreachable, every communicator looks still: judging would page for every
 	// rank, where the monitoring incident above already says why. Just after an outage the
 	// snapshots are as old as it was long until the sidecars have written again: wait
 	// for them (Settle).
 	if d.etcdDown.IsZero() && now.Sub(d.etcdBack) >= d.opts.Settle {
 		for _, job := range d.state.Jobs() {
+			o := d.owned[job]
+			if o == nil {
+				continue // lost nodes of a job judged elsewhere, kept for a takeover
+			}
 			findings, paused := d.evaluateJob(job, now)
 			d.paused[job] = paused
-			n, s := d.life.Update(job, findings, now)
-			notify, store = append(notify, n...), append(store, s...)
+			n, s := o.life.Update(job, findings, now)
+			add(job, n, s)
 		}
 		for _, job := range d.state.Forget(now, time.Hour) {
-			n := d.life.ResolveJob(job, now)
-			notify, store = append(notify, n...), append(store, n...)
+			if o := d.owned[job]; o != nil {
+				n := o.life.ResolveJob(job, now)
+				add(job, n, n)
+			}
 			delete(d.paused, job)
 			delete(d.lostTimes, job)
 		}
 	}
-	open := d.life.Open()
-	_, nodes, ranks := d.state.Counts()
+	_, _, ranks := d.state.Counts()
+	nodes := d.inbox.count()
 	d.mu.Unlock()
 
-	for _, inc := range notify {
-		if inc.State == incident.StateOpen && inc.Revision == 1 {
-			lat := inc.OpenedAt.Sub(inc.FaultAt)
-			if !inc.FaultAt.IsZero() && lat >= 0 {
-				d.m.latency.WithLabelValues(string(inc.Kind)).Observe(lat.Seconds())
+	for job, c := range changed {
+		// The monitoring job's incidents are about etcd itself (unreachable): they are
+		// announced when they could not be stored, never when the fence refused them.
+		if r := d.persist(ctx, t, job, c.store); r == stored || (r == storeFailed && job == monitoringJob) {
+			for _, inc := range c.notify {
+				d.announce(inc, alerts)
 			}
-			d.opts.Logger.Warn("incident opened", "id", inc.ID, "job", inc.Job, "kind", inc.Kind, "summary", inc.Summary)
-		} else if inc.State == incident.StateResolved {
-			d.opts.Logger.Info("incident resolved", "id", inc.ID, "job", inc.Job, "kind", inc.Kind)
-		}
-		if alerts != nil {
-			alerts.Submit(inc)
 		}
 	}
-	d.persist(ctx, store)
+	d.mu.Lock()
+	open := d.openCounts()
+	d.mu.Unlock()
 	d.m.setOpen(open)
 	d.m.nodes.Set(float64(nodes))
 	d.m.ranks.Set(float64(ranks))
 	d.m.evalTime.Observe(time.Since(start).Seconds())
+}
+
+// jobChanges are one evaluation's changes to a job's incidents.
+type jobChanges struct{ notify, store []incident.Incident }
+
+// announce logs an incident change and hands it to the term's alerts.
+func (d *Detector) announce(inc incident.Incident, alerts Alerts) {
+	if inc.State == incident.StateOpen && inc.Revision == 1 {
+		lat := inc.OpenedAt.Sub(inc.FaultAt)
+		if !inc.FaultAt.IsZero() && lat >= 0 {
+			d.m.latency.WithLabelValues(string(inc.Kind)).Observe(lat.Seconds())
+		}
+		d.opts.Logger.Warn("incident opened", "id", inc.ID, "job", inc.Job, "kind", inc.Kind, "summary", inc.Summary)
+	} else if inc.State == incident.StateResolved {
+		d.opts.Logger.Info("incident resolved", "id", inc.ID, "job", inc.Job, "kind", inc.Kind)
+	}
+	if alerts != nil {
+		alerts.Submit(inc)
+	}
+}
+
+// openCounts counts the open incidents of every job by kind and severity, as etcd holds
+// them (this replica's view through its watch): every replica exports the same numbers,
+// whichever owns the jobs, so dashboards that take the leader's (ncclwatch_detector_leader)
+// see them all. Call with d.mu held.
+func (d *Detector) openCounts() map[[2]string]int {
+	all := maps.Clone(d.incidents)
+	if d.monitor != nil {
+		// The leader's own monitoring incidents, those it could not store included (etcd
+		// unreachable).
+		for _, inc := range d.monitor.Incidents(monitoringJob) {
+			all[inc.ID] = inc
+		}
+	}
+	open := map[[2]string]int{}
+	for _, inc := range all {
+		if inc.State == incident.StateOpen {
+			open[[2]string{string(inc.Kind), string(inc.Severity)}]++
+		}
+	}
+	return open
 }
 
 // evaluateJob runs the rules on one job's view, with the lease losses the watch saw.
@@ -495,31 +504,6 @@ func (d *Detector) evaluateJob(job string, now time.Time) ([]detect.Finding, []s
 	view.LeaseLosses = d.lostTimes[job]
 	res := detect.Evaluate(view, d.opts.Rules, detect.TimingOK)
 	return res.Findings, res.Paused
-}
-
-// persist stores changed incidents; resolved ones expire after a day.
-func (d *Detector) persist(ctx context.Context, incs []incident.Incident) {
-	for _, inc := range incs {
-		b, err := json.Marshal(inc)
-		if err != nil {
-			continue
-		}
-		octx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		var opts []clientv3.OpOption
-		if inc.State == incident.StateResolved {
-			if g, err := d.opts.Client.Grant(octx, int64((24 * time.Hour).Seconds())); err == nil {
-				opts = append(opts, clientv3.WithLease(g.ID))
-			}
-		}
-		if _, err := d.opts.Client.Put(octx, snapshot.IncidentKey(inc.Job, inc.ID), string(b), opts...); err != nil {
-			d.m.storeErrors.Inc()
-			d.opts.Logger.Warn("store incident", "id", inc.ID, "err", err)
-		}
-		cancel()
-		d.mu.Lock()
-		d.incidents[inc.ID] = inc
-		d.mu.Unlock()
-	}
 }
 
 // Incidents lists the incidents known to this replica (from etcd), newest first.

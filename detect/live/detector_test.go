@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -20,18 +21,39 @@ import (
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
-// recorder stands in for the alert dispatcher of every leadership term of every replica:
-// it records the incident changes of job "train" that a leader submits, as "<event> <id>".
-// A leader that loses etcd as it dies may submit that it lost etcd; that is not what the
-// tests count.
+// recorder stands in for the alert dispatchers of every term of every replica: it records
+// the incident changes of job "train" that replicas submit, as "<event> <id>". Like the
+// dispatcher, whose delivery state in etcd all replicas share, it delivers each revision
+// of an incident once: a replica taking a job over submits the incidents it continues, and
+// only what was not delivered yet counts. A replica that loses etcd as it dies may submit
+// that it lost etcd; that is not what the tests count.
 type recorder struct {
-	mu     sync.Mutex
-	events []string
+	mu        sync.Mutex
+	events    []string
+	delivered map[string]bool
+	byReplica map[string]int // events each replica's alerts delivered
 }
 
-func (r *recorder) Start(ctx context.Context, known []incident.Incident) error { return nil }
+// as is replica id's alerts.
+func (r *recorder) as(id string) Alerts { return replicaAlerts{r, id} }
 
-func (r *recorder) Submit(inc incident.Incident) {
+type replicaAlerts struct {
+	r  *recorder
+	id string
+}
+
+func (a replicaAlerts) Start(ctx context.Context, known []incident.Incident) error { return nil }
+func (a replicaAlerts) Submit(inc incident.Incident)                               { a.r.submit(a.id, inc) }
+func (a replicaAlerts) Close()                                                     {}
+
+// by counts the events that replica id delivered.
+func (r *recorder) by(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byReplica[id]
+}
+
+func (r *recorder) submit(id string, inc incident.Incident) {
 	if inc.Job != "train" {
 		return
 	}
@@ -44,10 +66,17 @@ func (r *recorder) Submit(inc incident.Incident) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	key := fmt.Sprintf("%s/%d/%s", inc.ID, inc.Revision, inc.State)
+	if r.delivered[key] {
+		return
+	}
+	if r.delivered == nil {
+		r.delivered, r.byReplica = map[string]bool{}, map[string]int{}
+	}
+	r.delivered[key] = true
+	r.byReplica[id]++
 	r.events = append(r.events, event+" "+inc.ID)
 }
-
-func (r *recorder) Close() {}
 
 func (r *recorder) count(prefix string) int {
 	r.mu.Lock()
@@ -98,7 +127,7 @@ func startReplica(t *testing.T, endpoints []string, id string, rec *recorder) *r
 	}
 	d, err := New(Options{Client: cli, Rules: detect.DefaultConfig(), Interval: 200 * time.Millisecond,
 		ResolveAfter: time.Second, LeaseTTL: 2 * time.Second, ID: id, Logger: slog.New(slog.DiscardHandler),
-		NewAlerts: func(prometheus.Registerer) (Alerts, error) { return rec, nil }})
+		NewAlerts: func(prometheus.Registerer) (Alerts, error) { return rec.as(id), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

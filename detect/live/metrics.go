@@ -17,29 +17,52 @@ type metrics struct {
 	storeErrors  prometheus.Counter
 	watchLag     prometheus.Histogram
 	openKeys     map[[2]string]bool
+	spoofed      prometheus.Counter
+	fencedWrites *prometheus.CounterVec
+	ownership    *prometheus.CounterVec
+	owned        prometheus.Gauge
+	jobOwner     *prometheus.GaugeVec
 }
 
 func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
 	m := &metrics{openKeys: map[[2]string]bool{}}
 	m.open = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ncclwatch_detector_open_incidents",
-		Help: "Open incidents by kind and severity."}, []string{"kind", "severity"})
+		Help: "Open incidents of every job by kind and severity, as stored in etcd (every replica reports them all)."}, []string{"kind", "severity"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ncclwatch_detector_detection_latency_seconds",
 		Help:    "Time from a fault's estimated start (the culprit's last progress, a straggler's onset) to its incident.",
 		Buckets: []float64{0.5, 1, 2, 3, 5, 8, 10, 12, 15, 20, 30, 45, 60, 120, 300}}, []string{"kind"})
 	m.evalTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ncclwatch_detector_evaluation_seconds",
 		Help: "Time to evaluate every job once.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)})
-	m.nodes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_nodes_tracked", Help: "Nodes whose snapshots the detector holds."})
-	m.ranks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_ranks_tracked", Help: "Rank processes the detector tracks."})
-	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_leader", Help: "1 on the replica that leads (evaluates and alerts)."})
+	m.nodes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_nodes_tracked", Help: "Nodes of every job whose snapshots the detector holds (every replica holds them all)."})
+	m.ranks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_ranks_tracked", Help: "Rank processes of the jobs this replica owns and judges (sum over replicas for all)."})
+	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_leader", Help: "1 on the replica that leads: it judges the watchdog's own monitoring job (each replica judges the jobs it owns)."})
 	m.etcdUp = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_etcd_up", Help: "1 while the detector's etcd watch works."})
 	m.events = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_watch_events_total", Help: "etcd watch events applied."})
 	m.badSnapshots = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_bad_snapshots_total", Help: "Node snapshots that could not be decoded."})
 	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_store_errors_total", Help: "Failed incident writes to etcd."})
 	m.watchLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ncclwatch_detector_watch_lag_seconds",
 		Help: "Time from a sidecar's publish to the detector applying it.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
+	m.spoofed = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_spoofed_snapshots_total",
+		Help: "Node snapshots refused because their value names another job or node than their etcd key."})
+	m.fencedWrites = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ncclwatch_detector_fenced_writes_total",
+		Help: "Incident writes by result: ok, refused (this replica no longer owns the job: it was stale), error (etcd did not answer)."},
+		[]string{"result"})
+	m.ownership = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ncclwatch_detector_ownership_changes_total",
+		Help: "Jobs this replica claimed, released (to the replica they prefer, or ended) and lost (its key was gone)."},
+		[]string{"change"})
+	m.owned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_jobs_owned", Help: "Jobs this replica owns and judges."})
+	m.jobOwner = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ncclwatch_detector_job_owner",
+		Help: "1 for each job and the replica that owns it, as this replica last read it from etcd (every replica reports every job)."},
+		[]string{"ncclwatch_job", "replica"})
+	for _, r := range []string{"ok", "refused", "error"} {
+		m.fencedWrites.WithLabelValues(r)
+	}
+	for _, c := range []string{"claimed", "released", "lost"} {
+		m.ownership.WithLabelValues(c)
+	}
 	if reg != nil {
 		reg.MustRegister(m.open, m.latency, m.evalTime, m.nodes, m.ranks, m.leader, m.etcdUp, m.events,
-			m.badSnapshots, m.storeErrors, m.watchLag)
+			m.badSnapshots, m.storeErrors, m.watchLag, m.spoofed, m.fencedWrites, m.ownership, m.owned, m.jobOwner)
 	}
 	return m
 }
@@ -57,8 +80,16 @@ func (m *metrics) setOpen(open map[[2]string]int) {
 	}
 }
 
+// setOwners publishes who owns which job.
+func (m *metrics) setOwners(owners map[string]owner) {
+	m.jobOwner.Reset()
+	for job, o := range owners {
+		m.jobOwner.WithLabelValues(job, o.replica).Set(1)
+	}
+}
+
 // TermGatherer gathers the metrics of the current leadership term's alert dispatcher, which
-// registers afresh each term; serve it beside the main registry (prometheus.Gatherers).
+// registers afresh each term (term.go); serve it beside the main registry (prometheus.Gatherers).
 func (d *Detector) TermGatherer() prometheus.Gatherer {
 	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 		d.mu.Lock()

@@ -119,6 +119,33 @@ func (s *State) Delete(job, node string, now time.Time) bool {
 	return true
 }
 
+// has reports whether the state holds a node.
+func (s *State) has(job, node string) bool { return s.node(job, node) != nil }
+
+func (s *State) node(job, node string) *nodeState {
+	if j := s.jobs[job]; j != nil {
+		return j.nodes[node]
+	}
+	return nil
+}
+
+// Release drops a job's live and stopped nodes (a replica that no longer judges the job);
+// its lost nodes stay, for whoever judges it next from this replica.
+func (s *State) Release(job string) {
+	j := s.jobs[job]
+	if j == nil {
+		return
+	}
+	for name, ns := range j.nodes {
+		if ns.lostAt.IsZero() {
+			delete(j.nodes, name)
+		}
+	}
+	if len(j.nodes) == 0 {
+		delete(s.jobs, job)
+	}
+}
+
 // Forget drops lost nodes older than maxAge, and ends jobs whose sidecars all stopped
 // cleanly (at once) or that have had no live node for maxAge.
 func (s *State) Forget(now time.Time, maxAge time.Duration) (ended []string) {

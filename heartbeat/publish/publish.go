@@ -3,6 +3,11 @@
 // interval. etcd outages never block the caller: the publisher retries with backoff, and
 // when its session ends (the lease expired during an outage) it opens a new one and
 // republishes the full state.
+//
+// With a snapshot.Wire, values travel compressed against a base (snapshot/wire.go): the
+// publisher writes a base beside the key (BaseKey, same lease) in the same transaction as
+// the key whenever a new session starts, the base is BaseEvery old, or the value grew past
+// half the base's size, and otherwise only the key, compressed against that base.
 package publish
 
 import (
@@ -20,11 +25,18 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/ncclwatch/watchdog/internal/backoff"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // Options configure a Publisher.
 type Options struct {
 	Key string
+	// Wire, when set, compresses each body against a base kept at BaseKey; nil writes
+	// bodies as they are (and BaseKey is unused).
+	Wire    *snapshot.Wire
+	BaseKey string
+	// BaseEvery is the longest a base serves before a new one is written (default 1 min).
+	BaseEvery time.Duration
 	// TTL of the lease: the key disappears this long after the sidecar dies (default 10 s).
 	TTL time.Duration
 	// Interval is the shortest time between two writes (default 1 s).
@@ -54,6 +66,13 @@ type Publisher struct {
 	lastPut time.Time
 	healthy bool
 	wake    chan struct{}
+	// base is what values are compressed against under sess (nil: none yet), written at
+	// baseAt, baseSize bytes on the wire.
+	base     *snapshot.Base
+	baseAt   time.Time
+	baseSize int
+	writes   int64 // etcd writes (a transaction of base and key counts once)
+	written  int64 // bytes of values written
 }
 
 type metrics struct {
@@ -63,6 +82,8 @@ type metrics struct {
 	leases   prometheus.Counter
 	up       prometheus.Gauge
 	lastSucc prometheus.Gauge
+	bases    prometheus.Counter
+	written  prometheus.Counter
 }
 
 // New returns a publisher; Run starts it.
@@ -79,6 +100,9 @@ func New(cli *clientv3.Client, opts Options) *Publisher {
 	if opts.MaxBackoff <= 0 {
 		opts.MaxBackoff = 2 * time.Second
 	}
+	if opts.BaseEvery <= 0 {
+		opts.BaseEvery = time.Minute
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -92,7 +116,11 @@ func New(cli *clientv3.Client, opts Options) *Publisher {
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ncclwatch_publish_latency_seconds",
 			Help: "Latency of one snapshot write to etcd.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		bytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_publish_bytes",
-			Help: "Size of the last published node snapshot."}),
+			Help: "Size of the last published node snapshot as written to etcd (compressed, with its base when one was written)."}),
+		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_publish_written_bytes_total",
+			Help: "Bytes of node snapshot values written to etcd."}),
+		bases: prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_publish_base_writes_total",
+			Help: "Writes that carried a new base (the full snapshot that later values are compressed against)."}),
 		leases: prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_publish_lease_grants_total",
 			Help: "Leases granted (more than one means etcd outages or lease expiry)."}),
 		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_publish_etcd_up",
@@ -101,7 +129,7 @@ func New(cli *clientv3.Client, opts Options) *Publisher {
 			Help: "Unix time of the last successful write."}),
 	}
 	if opts.Registerer != nil {
-		for _, c := range []prometheus.Collector{p.m.writes, p.m.latency, p.m.bytes, p.m.leases, p.m.up, p.m.lastSucc} {
+		for _, c := range []prometheus.Collector{p.m.writes, p.m.latency, p.m.bytes, p.m.leases, p.m.up, p.m.lastSucc, p.m.written, p.m.bases} {
 			opts.Registerer.MustRegister(c)
 		}
 	}
@@ -114,6 +142,14 @@ func (p *Publisher) Poke() {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+// Stats says how many writes the publisher made to etcd and how many bytes of values they
+// carried (the load generator sums them).
+func (p *Publisher) Stats() (writes, bytes int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.writes, p.written
 }
 
 // Healthy reports whether the last write succeeded.
@@ -207,8 +243,17 @@ func (p *Publisher) publish(ctx context.Context, body []byte) error {
 		return nil
 	}
 	start := p.opts.Now()
+	ops, base, size, err := p.values(body, start, sess.Lease())
+	if err != nil {
+		p.fail()
+		return err
+	}
 	octx, cancel := context.WithTimeout(ctx, p.opts.OpTimeout)
-	_, err = p.cli.Put(octx, p.opts.Key, string(body), clientv3.WithLease(sess.Lease()))
+	if len(ops) == 1 {
+		_, err = p.cli.Do(octx, ops[0])
+	} else {
+		_, err = p.cli.Txn(octx).Then(ops...).Commit()
+	}
 	cancel()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -221,15 +266,60 @@ func (p *Publisher) publish(ctx context.Context, body []byte) error {
 	now := p.opts.Now()
 	p.m.latency.Observe(now.Sub(start).Seconds())
 	p.m.writes.WithLabelValues("ok").Inc()
-	p.m.bytes.Set(float64(len(body)))
+	p.m.bytes.Set(float64(size))
+	p.m.written.Add(float64(size))
 	p.m.up.Set(1)
 	p.m.lastSucc.Set(float64(now.UnixNano()) / 1e9)
 	p.mu.Lock()
 	p.last = append(p.last[:0], body...)
 	p.lastPut = now
 	p.healthy = true
+	p.writes++
+	p.written += int64(size)
+	if base != nil {
+		p.base, p.baseAt, p.baseSize = base, now, len(ops[0].ValueBytes())
+	}
 	p.mu.Unlock()
+	if base != nil {
+		p.m.bases.Inc()
+	}
 	return nil
+}
+
+// values are the puts that publish body: the key's value alone, or, with a Wire, the
+// value compressed against the current base, or a new base and the value against it when
+// one is due. base is the new base (nil: none), size the bytes written.
+func (p *Publisher) values(body []byte, now time.Time, lease clientv3.LeaseID) (ops []clientv3.Op, base *snapshot.Base, size int, err error) {
+	w := p.opts.Wire
+	if w == nil {
+		return []clientv3.Op{clientv3.OpPut(p.opts.Key, string(body), clientv3.WithLease(lease))}, nil, len(body), nil
+	}
+	p.mu.Lock()
+	cur, age, curSize := p.base, now.Sub(p.baseAt), p.baseSize
+	p.mu.Unlock()
+	if cur != nil && age < p.opts.BaseEvery {
+		v, err := w.Delta(body, cur)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		// A value that grew past half its base says the node changed a lot since: a new
+		// base costs less from now on.
+		if len(v) <= curSize/2 {
+			return []clientv3.Op{clientv3.OpPut(p.opts.Key, string(v), clientv3.WithLease(lease))}, nil, len(v), nil
+		}
+	}
+	base = snapshot.NewBase(append([]byte(nil), body...))
+	full, err := w.Full(body)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	v, err := w.Delta(body, base)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	ops = []clientv3.Op{clientv3.OpPut(p.opts.BaseKey, string(full), clientv3.WithLease(lease)),
+		clientv3.OpPut(p.opts.Key, string(v), clientv3.WithLease(lease))}
+	return ops, base, len(full) + len(v), nil
 }
 
 func (p *Publisher) fail() {
@@ -279,6 +369,7 @@ func (p *Publisher) session(ctx context.Context) (*concurrency.Session, error) {
 	p.mu.Lock()
 	p.sess = sess
 	p.last = p.last[:0]
+	p.base = nil
 	p.mu.Unlock()
 	return sess, nil
 }
@@ -289,6 +380,7 @@ func (p *Publisher) drop(sess *concurrency.Session) {
 	if p.sess == sess {
 		p.sess = nil
 		p.last = p.last[:0]
+		p.base = nil
 	}
 	p.mu.Unlock()
 	sess.Orphan()

@@ -12,7 +12,9 @@ import (
 	"github.com/ncclwatch/watchdog/heartbeat/publish"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
+	"github.com/ncclwatch/watchdog/internal/etcdsnap"
 	"github.com/ncclwatch/watchdog/internal/procstat"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 const key = "/ncclwatch/v1/jobs/j/nodes/n0"
@@ -234,5 +236,69 @@ func TestCloseWritesFinalAndRevokes(t *testing.T) {
 	}
 	if len(seen) != 2 || seen[0] != "PUT final" || seen[1] != "DELETE " {
 		t.Errorf("after Close the key saw %q, want the final body then its deletion", seen)
+	}
+}
+
+// TestWireValuesAgainstBase: with a snapshot.Wire, the first write puts a base and the
+// value compressed against it in one transaction, later writes only the value, and a lost
+// lease (a reconnect) writes a new base; what etcd holds always decodes to the last body.
+func TestWireValuesAgainstBase(t *testing.T) {
+	srv := etcdAt(t, "", "")
+	cli := client(t, srv.Endpoints()[0])
+	var mu sync.Mutex
+	step := int64(1)
+	body := func() ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return snapshot.Encode(&snapshot.Node{Job: "j", Node: "n0", Started: 1, Seq: uint64(step),
+			Processes: []snapshot.Process{{Host: "n0", PID: 7, Rank: 0, Comms: []snapshot.Comm{{ID: "0xabc", Ptr: "0x1", NRanks: 8, Count: step}}}}})
+	}
+	pub := publish.New(cli, publish.Options{Key: snapshot.NodeKey("j", "n0"), BaseKey: snapshot.BaseKey("j", "n0"), Wire: &snapshot.Wire{},
+		TTL: 3 * time.Second, Interval: 100 * time.Millisecond, OpTimeout: 500 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); pub.Run(ctx, body) }()
+	defer func() { cancel(); <-done }()
+	holds := func(n int64) bool {
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+		defer rcancel()
+		got, err := etcdsnap.ReadNode(rctx, cli, "j", "n0")
+		return err == nil && got.Processes[0].Comms[0].Count == n
+	}
+	baseRev := func() (rev, lease int64) {
+		r, err := cli.Get(context.Background(), snapshot.BaseKey("j", "n0"))
+		if err != nil || len(r.Kvs) == 0 {
+			return 0, 0
+		}
+		return r.Kvs[0].ModRevision, r.Kvs[0].Lease
+	}
+	if _, ok := waitKey(t, cli, 5*time.Second, func(string, int64, int64) bool { return holds(1) }); !ok {
+		t.Fatal("first snapshot not readable")
+	}
+	rev0, lease0 := baseRev()
+	if rev0 == 0 || lease0 == 0 {
+		t.Fatal("no base under a lease")
+	}
+	for n := int64(2); n <= 4; n++ {
+		mu.Lock()
+		step = n
+		mu.Unlock()
+		if _, ok := waitKey(t, cli, 5*time.Second, func(string, int64, int64) bool { return holds(n) }); !ok {
+			t.Fatalf("snapshot %d not readable", n)
+		}
+	}
+	if rev, _ := baseRev(); rev != rev0 {
+		t.Error("the base was rewritten for small changes")
+	}
+	writes, bytes := pub.Stats()
+	t.Logf("%d writes, %d bytes", writes, bytes)
+	if _, err := cli.Revoke(context.Background(), clientv3.LeaseID(lease0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := waitKey(t, cli, 5*time.Second, func(string, int64, int64) bool {
+		rev, lease := baseRev()
+		return rev > rev0 && lease != lease0 && holds(4)
+	}); !ok {
+		t.Fatal("no new base after the lease was lost")
 	}
 }

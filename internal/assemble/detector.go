@@ -24,7 +24,9 @@ type DetectorConfig struct {
 	Interval     time.Duration
 	ResolveAfter time.Duration
 	LeaseTTL     time.Duration
-	// Alerts makes the alert dispatcher of each leadership term (see Alerts); nil: no
+	// ID names the replica among the detector replicas (default hostname:pid).
+	ID string
+	// Alerts makes the alert dispatcher of each term of the replica (see Alerts); nil: no
 	// notifications.
 	Alerts func(prometheus.Registerer) (live.Alerts, error)
 
@@ -44,11 +46,11 @@ func Detector(cli *clientv3.Client, cfg DetectorConfig) (*live.Detector, error) 
 		return nil, fmt.Errorf("detector: %w", err)
 	}
 	return live.New(live.Options{Client: cli, Rules: cfg.Rules, Interval: cfg.Interval, ResolveAfter: cfg.ResolveAfter,
-		LeaseTTL: cfg.LeaseTTL, NewAlerts: cfg.Alerts, Logger: cfg.Logger, Registerer: cfg.Registerer})
+		LeaseTTL: cfg.LeaseTTL, ID: cfg.ID, NewAlerts: cfg.Alerts, Logger: cfg.Logger, Registerer: cfg.Registerer})
 }
 
 // DetectorHandler serves a detector's API (/api/...), /healthz (liveness), /readyz
-// (readiness: etcd reachable), and /metrics: g's and the current leadership term's.
+// (readiness: etcd reachable), and /metrics: g's and the current term's.
 func DetectorHandler(d *live.Detector, g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	api := d.Handler()
@@ -71,9 +73,10 @@ type AlertOptions struct {
 	Logger  *slog.Logger // default slog.Default()
 }
 
-// Alerts returns what a detector calls at the start of each leadership term
+// Alerts returns what a detector calls at the start of each term of the replica
 // (live.Options.NewAlerts): a dispatcher over cfg's notifiers and routes, with delivery
-// state in etcd so that a new leader does not notify again what the previous one did. A
+// state in etcd so that a replica taking a job over does not notify again what the previous
+// owner did; its writes pass the fence the term puts in their context (etcdfence). A
 // nil cfg takes the notifiers that SLACK_* and PAGERDUTY_* environment variables ask for
 // (alert.FromEnv). Secrets are read at each term's start, from the variables, or the files
 // that *_FILE variables or the configuration name.

@@ -98,6 +98,9 @@ type PublishConfig struct {
 	LeaseTTL   time.Duration
 	Interval   time.Duration
 	MaxBackoff time.Duration
+	// Wire compresses the snapshots (snapshot.Wire); nil: one of the publisher's own. The
+	// load generator shares one among its thousands of simulated nodes.
+	Wire *snapshot.Wire
 }
 
 // Sidecar builds a node's sidecar: its sources, and its publisher on cli (nil: none).
@@ -181,6 +184,9 @@ func Publisher(cli *clientv3.Client, job, node string, cfg PublishConfig, log *s
 	if log == nil {
 		log = slog.Default()
 	}
-	return publish.New(cli, publish.Options{Key: snapshot.NodeKey(job, node), TTL: cfg.LeaseTTL, Interval: cfg.Interval,
-		MaxBackoff: cfg.MaxBackoff, Logger: log.With("part", "publish"), Registerer: reg})
+	if cfg.Wire == nil {
+		cfg.Wire = &snapshot.Wire{}
+	}
+	return publish.New(cli, publish.Options{Key: snapshot.NodeKey(job, node), Wire: cfg.Wire, BaseKey: snapshot.BaseKey(job, node),
+		TTL: cfg.LeaseTTL, Interval: cfg.Interval, MaxBackoff: cfg.MaxBackoff, Logger: log.With("part", "publish"), Registerer: reg})
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/ncclwatch/watchdog/internal/assemble"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
+	"github.com/ncclwatch/watchdog/internal/etcdsnap"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -197,11 +198,7 @@ func snapshotNow() ([]byte, error) {
 func keyWrittenAfter(ctx context.Context, cli *clientv3.Client, t time.Time) bool {
 	octx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	resp, err := cli.Get(octx, snapshot.NodeKey(job, node))
-	if err != nil || len(resp.Kvs) == 0 {
-		return false
-	}
-	n, err := snapshot.Decode(resp.Kvs[0].Value)
+	n, err := etcdsnap.ReadNode(octx, cli, job, node)
 	return err == nil && !n.Time.Time().Before(t)
 }
 

@@ -1,8 +1,13 @@
 // Package loadgen measures the watchdog at scale: simulated sidecars (one per node of 8 ranks,
 // with a realistic communicator mix: tensor-parallel inside a node, pipeline across nodes,
 // data-parallel across the rest, and the world) write real snapshots at the real rate, under
-// real leases, to a real etcd, while a real detector process judges them; one rank goes
+// real leases, to a real etcd, while real detector processes judge them; one rank goes
 // silent and the time to its hang incident is measured, with etcd and detector costs.
+//
+// Three kinds of process share the machine, so that each one's CPU is its own: this one
+// (the embedded etcd, unless an external one is given, and the measurement), the generator
+// (`watchdog loadgen --generate`, generate.go: every simulated sidecar) and one or more
+// detector replicas (`watchdog detector`).
 package loadgen
 
 import (
@@ -11,7 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -20,30 +25,28 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/ncclwatch/watchdog/incident"
-	"github.com/ncclwatch/watchdog/internal/assemble"
-	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
 	"github.com/ncclwatch/watchdog/internal/procstat"
-	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // Options configure a load run.
 type Options struct {
 	Ranks int // multiple of 8
-	// PP is the number of pipeline stages (nodes are split into consecutive stages).
+	// Jobs splits the ranks into this many jobs of equal size (default 1); the silent rank
+	// is in the first.
+	Jobs int
+	// PP is the number of pipeline stages (each job's nodes are split into consecutive stages).
 	PP int
 	// Endpoints of an external etcd; empty starts an embedded one in this process.
 	Endpoints []string
-	// Detector is the watchdog binary run as `detector` in its own process (for its CPU
-	// and RSS); empty means os.Executable().
-	Detector string
+	// Replicas is the number of detector processes (default 1): they share the jobs.
+	Replicas int
+	// Binary is the watchdog binary run as `detector` and `loadgen --generate` in their own
+	// processes; empty means os.Executable().
+	Binary   string
 	Warmup   time.Duration // healthy time before the fault (default 20 s)
 	After    time.Duration // longest wait for the incident (default 40 s)
 	StepTime time.Duration // training step (default 1 s)
@@ -51,42 +54,18 @@ type Options struct {
 	Logger   *slog.Logger
 }
 
-// Result is what a run measured.
-type Result struct {
-	Ranks              int      `json:"ranks"`
-	Nodes              int      `json:"nodes"`
-	Communicators      int      `json:"communicators_per_rank"`
-	Etcd               string   `json:"etcd"`
-	DurationS          float64  `json:"duration_s"`
-	EtcdWritesPerS     float64  `json:"etcd_writes_per_s"`
-	WritesPerNodePerS  float64  `json:"writes_per_node_per_s"`
-	BytesPerS          float64  `json:"etcd_bytes_per_s"`
-	SnapshotBytesAvg   float64  `json:"snapshot_bytes_avg"`
-	DetectorCPUPerS    float64  `json:"detector_cpu_s_per_s"`
-	DetectorPeakRSSMiB float64  `json:"detector_peak_rss_mib"`
-	EvalP50Ms          float64  `json:"eval_p50_ms"`
-	EvalP99Ms          float64  `json:"eval_p99_ms"`
-	WatchLagP50Ms      float64  `json:"watch_lag_p50_ms"`
-	WatchLagP99Ms      float64  `json:"watch_lag_p99_ms"`
-	DetectionLatencyS  float64  `json:"detection_latency_s"`
-	DetectedKind       string   `json:"detected_kind"`
-	DetectedCulprits   []int    `json:"detected_culprit_ranks"`
-	InjectedRank       int      `json:"injected_rank"`
-	PublishErrors      int64    `json:"publish_errors"`
-	Notes              []string `json:"notes,omitempty"`
-}
-
-// Run runs the load.
-func Run(ctx context.Context, o Options) (*Result, error) {
-	if o.Ranks <= 0 || o.Ranks%8 != 0 {
-		return nil, errors.New("loadgen: --ranks must be a positive multiple of 8")
+func (o *Options) defaults() error {
+	if o.Jobs <= 0 {
+		o.Jobs = 1
+	}
+	if o.Ranks <= 0 || o.Ranks%(8*o.Jobs) != 0 {
+		return errors.New("loadgen: --ranks must be a positive multiple of 8 x --jobs")
 	}
 	if o.PP <= 0 {
 		o.PP = 4
 	}
-	nodes := o.Ranks / 8
-	for nodes%o.PP != 0 {
-		o.PP--
+	if o.Replicas <= 0 {
+		o.Replicas = 1
 	}
 	if o.Warmup == 0 {
 		o.Warmup = 20 * time.Second
@@ -103,7 +82,67 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	res := &Result{Ranks: o.Ranks, Nodes: nodes, Communicators: 4, Etcd: "external"}
+	return nil
+}
+
+// Result is what a run measured.
+type Result struct {
+	Ranks         int    `json:"ranks"`
+	Nodes         int    `json:"nodes"`
+	Jobs          int    `json:"jobs"`
+	Replicas      int    `json:"detector_replicas"`
+	Communicators int    `json:"communicators_per_rank"`
+	Etcd          string `json:"etcd"`
+	// DurationS is the measured window: from the generator's first writes to the incident.
+	DurationS         float64 `json:"duration_s"`
+	EtcdWritesPerS    float64 `json:"etcd_writes_per_s"`
+	WritesPerNodePerS float64 `json:"writes_per_node_per_s"`
+	BytesPerS         float64 `json:"etcd_bytes_per_s"`
+	BytesPerRankPerS  float64 `json:"etcd_bytes_per_rank_per_s"`
+	SnapshotBytesAvg  float64 `json:"snapshot_bytes_avg"`
+	// DetectorCPUPerS sums the replicas; ByReplica lists each one's, and the jobs it owned.
+	DetectorCPUPerS    float64         `json:"detector_cpu_s_per_s"`
+	DetectorPeakRSSMiB float64         `json:"detector_peak_rss_mib"`
+	ByReplica          []ReplicaResult `json:"by_replica,omitempty"`
+	GeneratorCPUPerS   float64         `json:"generator_cpu_s_per_s"`
+	// EtcdCPUPerS is this process's: the embedded etcd (and the measurement's polling).
+	EtcdCPUPerS       float64  `json:"etcd_cpu_s_per_s,omitempty"`
+	EvalP50Ms         float64  `json:"eval_p50_ms"`
+	EvalP99Ms         float64  `json:"eval_p99_ms"`
+	WatchLagP50Ms     float64  `json:"watch_lag_p50_ms"`
+	WatchLagP99Ms     float64  `json:"watch_lag_p99_ms"`
+	DetectionLatencyS float64  `json:"detection_latency_s"`
+	DetectedKind      string   `json:"detected_kind"`
+	DetectedCulprits  []int    `json:"detected_culprit_ranks"`
+	InjectedRank      int      `json:"injected_rank"`
+	PublishErrors     int64    `json:"publish_errors"`
+	Notes             []string `json:"notes,omitempty"`
+}
+
+// ReplicaResult is one detector replica's share.
+type ReplicaResult struct {
+	ID         string  `json:"id"`
+	JobsOwned  int     `json:"jobs_owned"`
+	CPUPerS    float64 `json:"cpu_s_per_s"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	EvalP50Ms  float64 `json:"eval_p50_ms"`
+}
+
+// replicaProc is a running detector replica.
+type replicaProc struct {
+	id   string
+	cmd  *exec.Cmd
+	base string // http://addr
+	cpu0 float64
+}
+
+// Run runs the load.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	nodes := o.Ranks / 8
+	res := &Result{Ranks: o.Ranks, Nodes: nodes, Jobs: o.Jobs, Replicas: o.Replicas, Communicators: 4, Etcd: "external"}
 	endpoints := o.Endpoints
 	if len(endpoints) == 0 {
 		srv, err := etcdembed.Start(ctx, etcdembed.Options{Logger: o.Logger})
@@ -113,275 +152,186 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		defer srv.Close()
 		endpoints, res.Etcd = srv.Endpoints(), "embedded"
 	}
-	bin := o.Detector
+	bin := o.Binary
 	if bin == "" {
 		var err error
 		if bin, err = os.Executable(); err != nil {
 			return nil, err
 		}
 	}
-	httpAddr, err := procstat.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	det := exec.CommandContext(ctx, bin, "detector", "--etcd-endpoints", strings.Join(endpoints, ","), "--http", httpAddr,
-		"--log-level", "warn")
-	det.Stderr = os.Stderr
-	if err := det.Start(); err != nil {
-		return nil, fmt.Errorf("start detector: %w", err)
-	}
-	defer func() { det.Process.Kill(); det.Wait() }()
-	base := "http://" + httpAddr
-	if err := waitHTTP(base+"/readyz", 30*time.Second); err != nil {
-		return nil, err
-	}
-
-	clients := make([]*clientv3.Client, o.Clients)
-	for i := range clients {
-		c, err := etcdconn.New(etcdconn.Config{Endpoints: endpoints})
+	var reps []*replicaProc
+	defer func() {
+		for _, r := range reps {
+			r.cmd.Process.Kill()
+			r.cmd.Wait()
+		}
+	}()
+	for i := 0; i < o.Replicas; i++ {
+		httpAddr, err := procstat.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
-		defer c.Close()
-		clients[i] = c
+		id := fmt.Sprintf("replica%d", i)
+		det := exec.CommandContext(ctx, bin, "detector", "--etcd-endpoints", strings.Join(endpoints, ","), "--http", httpAddr,
+			"--id", id, "--log-level", "warn")
+		det.Stderr = os.Stderr
+		if err := det.Start(); err != nil {
+			return nil, fmt.Errorf("start detector: %w", err)
+		}
+		reps = append(reps, &replicaProc{id: id, cmd: det, base: "http://" + httpAddr})
 	}
-	job := &simJob{nodes: nodes, pp: o.PP, step: o.StepTime, start: time.Now(), culprit: o.Ranks/2 + 3}
-	res.InjectedRank = job.culprit
-	var writes, bytes, errs atomic.Int64
-	lctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for n := 0; n < nodes; n++ {
-		pub := assemble.Publisher(clients[n%len(clients)], "load", nodeName(n),
-			assemble.PublishConfig{LeaseTTL: 10 * time.Second, Interval: time.Second}, o.Logger, nil)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Stagger the nodes over the second, as independent sidecars are.
-			select {
-			case <-time.After(time.Duration(n) * time.Second / time.Duration(nodes)):
-			case <-lctx.Done():
-				return
-			}
-			var lastSent map[string]int64
-			pub.Run(lctx, func() ([]byte, error) {
-				b, sent, err := job.encode(n, time.Now(), lastSent)
-				if err != nil {
-					errs.Add(1)
-					return nil, err
-				}
-				lastSent = sent
-				writes.Add(1)
-				bytes.Add(int64(len(b)))
-				return b, nil
-			})
-		}()
+	for _, r := range reps {
+		if err := waitHTTP(r.base+"/readyz", 30*time.Second); err != nil {
+			return nil, err
+		}
 	}
-	cpu0, _ := procstat.CPUSeconds(det.Process.Pid)
-	t0 := time.Now()
+
+	gen := exec.CommandContext(ctx, bin, "loadgen", "--generate", "--etcd-endpoints", strings.Join(endpoints, ","),
+		"--ranks", strconv.Itoa(o.Ranks), "--jobs", strconv.Itoa(o.Jobs), "--pp", strconv.Itoa(o.PP),
+		"--warmup", o.Warmup.String(), "--step", o.StepTime.String(), "--clients", strconv.Itoa(o.Clients))
+	gen.Stderr = os.Stderr
+	out, err := gen.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := gen.Start(); err != nil {
+		return nil, fmt.Errorf("start generator: %w", err)
+	}
+	defer func() { gen.Process.Kill(); gen.Wait() }()
+	reports := make(chan Report, 16)
+	go readReports(out, reports)
+
+	// The window starts with the generator's first report (its publishers are writing).
+	var first Report
 	select {
-	case <-time.After(o.Warmup):
+	case first = <-reports:
+	case <-time.After(30 * time.Second):
+		return nil, errors.New("loadgen: the generator did not start")
 	case <-ctx.Done():
-		stop()
-		wg.Wait()
 		return nil, ctx.Err()
 	}
-	faultAt := job.inject(time.Now())
-	deadline := time.Now().Add(o.After)
-	for time.Now().Before(deadline) {
-		var incs []incident.Incident
-		if err := getJSON(base+"/api/v1/incidents?job=load", &incs); err == nil {
-			for _, inc := range incs {
-				if inc.Kind == incident.KindHang || inc.Kind == incident.KindCrash || inc.Kind == incident.KindMismatch {
-					res.DetectionLatencyS = round(time.Since(faultAt).Seconds(), 2)
-					res.DetectedKind = string(inc.Kind)
-					for _, c := range inc.Culprits {
-						res.DetectedCulprits = append(res.DetectedCulprits, c.Rank)
-					}
+	t0 := time.Now()
+	for _, r := range reps {
+		r.cpu0, _ = procstat.CPUSeconds(r.cmd.Process.Pid)
+	}
+	gen0, _ := procstat.CPUSeconds(gen.Process.Pid)
+	self0, _ := procstat.CPUSeconds(os.Getpid())
+	last := first
+	var fault *Fault
+	var deadline time.Time
+	poll := time.NewTicker(250 * time.Millisecond)
+	defer poll.Stop()
+	for res.DetectedKind == "" && (fault == nil || time.Now().Before(deadline)) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case r, ok := <-reports:
+			if !ok {
+				return nil, errors.New("loadgen: the generator stopped")
+			}
+			last = r
+			if r.Fault != nil && fault == nil {
+				fault, deadline = r.Fault, time.Now().Add(o.After)
+				res.InjectedRank = r.Fault.Rank
+			}
+		case <-poll.C:
+			if fault != nil {
+				detected(reps, fault, res)
+			}
+		}
+	}
+	elapsed := time.Since(t0).Seconds()
+	genCPU, _ := procstat.CPUSeconds(gen.Process.Pid)
+	selfCPU, _ := procstat.CPUSeconds(os.Getpid())
+	res.GeneratorCPUPerS = round((genCPU-gen0)/elapsed, 3)
+	if res.Etcd == "embedded" {
+		res.EtcdCPUPerS = round((selfCPU-self0)/elapsed, 3)
+	}
+	var evals, lags []string
+	owners := map[string]int{}
+	var leader map[string]any
+	if getJSON(reps[0].base+"/api/v1/leader", &leader) == nil {
+		if m, ok := leader["owners"].(map[string]any); ok {
+			for _, o := range m {
+				if s, ok := o.(string); ok {
+					owners[s]++
 				}
 			}
 		}
-		if res.DetectedKind != "" {
-			break
+	}
+	for _, r := range reps {
+		cpu, _ := procstat.CPUSeconds(r.cmd.Process.Pid)
+		rss, _ := procstat.PeakRSSKiB(r.cmd.Process.Pid)
+		metrics, _ := scrape(r.base + "/metrics")
+		rr := ReplicaResult{ID: r.id, JobsOwned: owners[r.id], CPUPerS: round((cpu-r.cpu0)/elapsed, 3),
+			PeakRSSMiB: round(float64(rss)/1024, 1), EvalP50Ms: round(1000*quantile(metrics, "ncclwatch_detector_evaluation_seconds", 0.5), 1)}
+		res.ByReplica = append(res.ByReplica, rr)
+		res.DetectorCPUPerS += rr.CPUPerS
+		res.DetectorPeakRSSMiB = max(res.DetectorPeakRSSMiB, rr.PeakRSSMiB)
+		if rr.JobsOwned > 0 || len(evals) == 0 {
+			// The percentiles of the replica that judges the silent rank's job (the first
+			// owner) stand for the detector's.
+			evals, lags = metrics, metrics
 		}
-		time.Sleep(250 * time.Millisecond)
 	}
-	elapsed := time.Since(t0).Seconds()
-	cpu1, _ := procstat.CPUSeconds(det.Process.Pid)
-	rss, _ := procstat.PeakRSSKiB(det.Process.Pid)
-	metrics, _ := scrape(base + "/metrics")
-	stop()
-	wg.Wait()
+	res.DetectorCPUPerS = round(res.DetectorCPUPerS, 3)
+	if o.Replicas == 1 {
+		res.ByReplica = nil
+	}
+	writes, bytes := last.Writes-first.Writes, last.Bytes-first.Bytes
+	span := last.At.Sub(first.At).Seconds()
+	if span <= 0 {
+		span = elapsed
+	}
 	res.DurationS = round(elapsed, 1)
-	res.EtcdWritesPerS = round(float64(writes.Load())/elapsed, 1)
-	res.WritesPerNodePerS = round(float64(writes.Load())/elapsed/float64(nodes), 3)
-	res.BytesPerS = round(float64(bytes.Load())/elapsed, 0)
-	if w := writes.Load(); w > 0 {
-		res.SnapshotBytesAvg = round(float64(bytes.Load())/float64(w), 0)
+	res.EtcdWritesPerS = round(float64(writes)/span, 1)
+	res.WritesPerNodePerS = round(float64(writes)/span/float64(nodes), 3)
+	res.BytesPerS = round(float64(bytes)/span, 0)
+	res.BytesPerRankPerS = round(float64(bytes)/span/float64(o.Ranks), 1)
+	if writes > 0 {
+		res.SnapshotBytesAvg = round(float64(bytes)/float64(writes), 0)
 	}
-	res.DetectorCPUPerS = round((cpu1-cpu0)/elapsed, 3)
-	res.DetectorPeakRSSMiB = round(float64(rss)/1024, 1)
-	res.EvalP50Ms = round(1000*quantile(metrics, "ncclwatch_detector_evaluation_seconds", 0.5), 1)
-	res.EvalP99Ms = round(1000*quantile(metrics, "ncclwatch_detector_evaluation_seconds", 0.99), 1)
-	res.WatchLagP50Ms = round(1000*quantile(metrics, "ncclwatch_detector_watch_lag_seconds", 0.5), 1)
-	res.WatchLagP99Ms = round(1000*quantile(metrics, "ncclwatch_detector_watch_lag_seconds", 0.99), 1)
-	res.PublishErrors = errs.Load()
+	res.EvalP50Ms = round(1000*quantile(evals, "ncclwatch_detector_evaluation_seconds", 0.5), 1)
+	res.EvalP99Ms = round(1000*quantile(evals, "ncclwatch_detector_evaluation_seconds", 0.99), 1)
+	res.WatchLagP50Ms = round(1000*quantile(lags, "ncclwatch_detector_watch_lag_seconds", 0.5), 1)
+	res.WatchLagP99Ms = round(1000*quantile(lags, "ncclwatch_detector_watch_lag_seconds", 0.99), 1)
+	res.PublishErrors = last.Errors
 	if res.DetectedKind == "" {
 		res.Notes = append(res.Notes, fmt.Sprintf("no hang incident within %s of the fault", o.After))
 	}
 	return res, nil
 }
 
-func nodeName(n int) string { return fmt.Sprintf("node%05d", n) }
-
-// simJob is the simulated job's progress, shared by the node goroutines.
-type simJob struct {
-	nodes, pp int
-	step      time.Duration
-	start     time.Time
-	culprit   int
-
-	mu        sync.Mutex
-	faultStep int64 // 0: healthy
-}
-
-func (j *simJob) inject(now time.Time) time.Time {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.faultStep = int64(now.Sub(j.start)/j.step) + 1
-	// The culprit never issues step faultStep; its last op is the end of step faultStep-1.
-	return j.start.Add(time.Duration(j.faultStep) * j.step)
-}
-
-// comm describes one communicator of a rank: its identity, size, rank in it and ops per step.
-type comm struct {
-	id     string
-	nranks int
-	rank   int
-	ops    []snapshot.Op // per-step signature
-	peer   int           // pipeline peer (p2p), -1 for none
-}
-
-var (
-	tpOps    = []snapshot.Op{{Op: "AllGather", Count: 4194304, Dtype: "bfloat16"}, {Op: "ReduceScatter", Count: 4194304, Dtype: "bfloat16", Red: "sum"}, {Op: "AllGather", Count: 4194304, Dtype: "bfloat16"}, {Op: "ReduceScatter", Count: 4194304, Dtype: "bfloat16", Red: "sum"}, {Op: "AllReduce", Count: 8192, Dtype: "float32", Red: "sum"}}
-	dpOps    = []snapshot.Op{{Op: "AllReduce", Count: 26214400, Dtype: "bfloat16", Red: "sum"}, {Op: "AllReduce", Count: 26214400, Dtype: "bfloat16", Red: "sum"}, {Op: "AllReduce", Count: 13107200, Dtype: "bfloat16", Red: "sum"}, {Op: "AllReduce", Count: 6553600, Dtype: "bfloat16", Red: "sum"}}
-	worldOps = []snapshot.Op{{Op: "AllReduce", Count: 1, Dtype: "float32", Red: "sum"}}
-)
-
-func (j *simJob) comms(rank int) []comm {
-	node, local := rank/8, rank%8
-	perStage := j.nodes / j.pp
-	stage := node / perStage
-	return []comm{
-		{id: "0xfeedface", nranks: j.nodes * 8, rank: rank, ops: worldOps, peer: -1},
-		{id: "0xfeedface/s1c" + strconv.Itoa(node), nranks: 8, rank: local, ops: tpOps, peer: -1},
-		{id: "0xfeedface/s2c" + strconv.Itoa(stage*8+local), nranks: perStage, rank: node % perStage, ops: dpOps, peer: -1},
-		{id: "0xfeedface/s3c" + strconv.Itoa((node%perStage)*8+local), nranks: j.pp, rank: stage, peer: pipelinePeer(stage, j.pp)},
-	}
-}
-
-func pipelinePeer(stage, pp int) int {
-	if pp < 2 {
-		return -1
-	}
-	if stage+1 < pp {
-		return stage + 1
-	}
-	return stage - 1
-}
-
-// steps says how many steps a rank has completed issuing at now.
-func (j *simJob) steps(rank int, now time.Time) int64 {
-	j.mu.Lock()
-	f := j.faultStep
-	j.mu.Unlock()
-	s := int64(now.Sub(j.start) / j.step)
-	if f > 0 {
-		limit := f // everyone issued step f, then waits
-		if rank == j.culprit {
-			limit = f - 1
+// detected asks every replica (any answers for every job) for the silent rank's incident.
+func detected(reps []*replicaProc, f *Fault, res *Result) {
+	for _, r := range reps {
+		var incs []incident.Incident
+		if err := getJSON(r.base+"/api/v1/incidents?job="+f.Job, &incs); err != nil {
+			continue
 		}
-		s = min(s, limit)
-	}
-	return s
-}
-
-// encode renders one node's snapshot at now; each communicator carries the ops issued since
-// the previous snapshot (as the real sidecar does), bounded like it.
-func (j *simJob) encode(node int, now time.Time, lastSent map[string]int64) ([]byte, map[string]int64, error) {
-	sent := map[string]int64{}
-	n := &snapshot.Node{Job: "load", Node: nodeName(node), Time: snapshot.MicrosOf(now), Started: snapshot.MicrosOf(j.start)}
-	for local := 0; local < 8; local++ {
-		rank := node*8 + local
-		steps := j.steps(rank, now)
-		p := snapshot.Process{Host: nodeName(node), PID: 10000 + local, Rank: rank, LocalRank: local, CudaDev: local,
-			BusID: fmt.Sprintf("%x000", 0x18+local), State: snapshot.ProcRunning, NCCL: "2.28.9", Timestamps: true, TSDigits: 6}
-		for _, c := range j.comms(rank) {
-			sc := snapshot.Comm{ID: c.id, Ptr: fmt.Sprintf("0x%x", len(p.Comms)+1), Rank: c.rank, NRanks: c.nranks, State: snapshot.CommReady}
-			if len(c.ops) > 0 {
-				per := int64(len(c.ops))
-				sc.Count = steps * per
-				from := max(lastSent[c.id], sc.Count-32)
-				from = min(from, sc.Count-4) // at least the newest 4, like the sidecar
-				for seq := max(from+1, 1); seq <= sc.Count; seq++ {
-					sc.Recent = append(sc.Recent, j.op(c, seq, per))
+		for _, inc := range incs {
+			if inc.Kind == incident.KindHang || inc.Kind == incident.KindCrash || inc.Kind == incident.KindMismatch {
+				res.DetectionLatencyS = round(time.Since(f.At).Seconds(), 2)
+				res.DetectedKind = string(inc.Kind)
+				for _, c := range inc.Culprits {
+					res.DetectedCulprits = append(res.DetectedCulprits, c.Rank)
 				}
-				if len(sc.Recent) > 0 {
-					last := sc.Recent[len(sc.Recent)-1]
-					sc.Last = &last
-				}
-				// Marks: those since the previous snapshot, and the newest (as the sidecar does).
-				for m := sc.Count / 16 * 16; m > 0 && m > sc.Count-64; m -= 16 {
-					if m <= lastSent[c.id] && len(sc.Marks) > 0 {
-						break
-					}
-					sc.Marks = append(snapshot.Marks{{Seq: m, Digest: digest(c.id, m), T: j.op(c, m, per).T}}, sc.Marks...)
-				}
-				sent[c.id] = sc.Count
-			} else if c.peer >= 0 {
-				t := snapshot.MicrosOf(j.start.Add(time.Duration(steps) * j.step))
-				sc.P2P = []snapshot.P2P{{Peer: c.peer, Sends: steps, Recvs: steps, LastSend: t, LastRecv: t}}
+				return
 			}
-			p.Comms = append(p.Comms, sc)
 		}
-		j.mu.Lock()
-		faulted := j.faultStep > 0
-		j.mu.Unlock()
-		switch {
-		case faulted && rank == j.culprit:
-			p.GPUState = snapshot.GPUIdle
-		case faulted:
-			p.GPUState = snapshot.GPUWaiting
-		default:
-			p.GPUState = snapshot.GPUComputing
-		}
-		n.Processes = append(n.Processes, p)
 	}
-	for g := 0; g < 8; g++ {
-		n.GPUs = append(n.GPUs, snapshot.GPU{Index: g, BusID: fmt.Sprintf("%x000", 0x18+g), T: n.Time, Util: 99, PowerW: 650, PowerLimitW: 700,
-			SMClockMHz: 1980, SMMaxMHz: 1980, TempC: 60, State: n.Processes[g].GPUState})
-	}
-	for h := 0; h < 8; h++ {
-		n.Ports = append(n.Ports, snapshot.Port{Kind: "ib", Device: fmt.Sprintf("mlx5_%d", h), Port: 1, State: "ACTIVE", PhysState: "LinkUp",
-			RateGbps: 400, Width: "4X", Speed: "NDR", T: n.Time})
-	}
-	b, err := snapshot.Encode(n)
-	return b, sent, err
 }
 
-// op is the seq-th op of a communicator, timed within its step.
-func (j *simJob) op(c comm, seq, per int64) snapshot.Op {
-	o := c.ops[(seq-1)%per]
-	o.Seq = seq
-	stepIdx := (seq - 1) / per
-	within := time.Duration((seq-1)%per) * j.step / time.Duration(per+1)
-	o.T = snapshot.MicrosOf(j.start.Add(time.Duration(stepIdx)*j.step + within))
-	return o
-}
-
-func digest(id string, seq int64) string {
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%s/%d", id, seq)
-	return strconv.FormatUint(h.Sum64(), 16)
+// readReports decodes the generator's report lines until its output ends.
+func readReports(r io.Reader, out chan<- Report) {
+	defer close(out)
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var rep Report
+		if json.Unmarshal(sc.Bytes(), &rep) == nil {
+			out <- rep
+		}
+	}
 }
 
 func waitHTTP(u string, limit time.Duration) error {

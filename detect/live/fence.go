@@ -1,0 +1,112 @@
+package live
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/internal/etcdfence"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// Fenced writes: every incident this replica stores is part of an etcd transaction
+// conditioned on the key that gives it the right to write it still existing at the
+// revision it created it at (etcdfence): the job's owner key, or for the monitoring job
+// its election key. Both live under the replica's lease; a replica frozen or cut off past
+// the lease's TTL has lost them, and a successor may have created them anew, so its
+// transactions fail whatever its memory says, and it ends its term (term.go). Delivery
+// state is fenced the same way on the replica's own key (term.fence).
+
+// storeResult is what became of one job's incident writes.
+type storeResult int
+
+const (
+	stored       storeResult = iota
+	storeRefused             // the fence did not hold: the job is no longer this replica's
+	storeFailed              // etcd did not answer
+)
+
+// maxTxnOps stays under etcd's default limit of 128 operations per transaction.
+const maxTxnOps = 100
+
+// fenceOf is the comparison a write about job must pass; false when this replica holds
+// no right to write it. Call with d.mu held.
+func (d *Detector) fenceOf(job string) (clientv3.Cmp, bool) {
+	if job == monitoringJob {
+		if !d.leader || d.leaderKey == "" {
+			return clientv3.Cmp{}, false
+		}
+		return etcdfence.KeyAt(d.leaderKey, d.leaderRev), true
+	}
+	o := d.owned[job]
+	if o == nil {
+		return clientv3.Cmp{}, false
+	}
+	return etcdfence.KeyAt(snapshot.OwnerKey(job), o.rev), true
+}
+
+// persist stores a job's changed incidents, fenced; resolved ones expire after a day. A
+// refusal ends the term: the replica is stale.
+func (d *Detector) persist(ctx context.Context, t *term, job string, incs []incident.Incident) storeResult {
+	if len(incs) == 0 {
+		return stored
+	}
+	d.mu.Lock()
+	cmp, ok := d.fenceOf(job)
+	d.mu.Unlock()
+	if !ok {
+		d.m.fencedWrites.WithLabelValues("refused").Inc()
+		return storeRefused
+	}
+	var lease clientv3.LeaseID
+	for start := 0; start < len(incs); start += maxTxnOps {
+		chunk := incs[start:min(start+maxTxnOps, len(incs))]
+		ops := make([]clientv3.Op, 0, len(chunk))
+		for _, inc := range chunk {
+			b, err := json.Marshal(inc)
+			if err != nil {
+				continue
+			}
+			var opts []clientv3.OpOption
+			if inc.State == incident.StateResolved {
+				if lease == 0 {
+					gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+					if g, err := d.opts.Client.Grant(gctx, int64((24 * time.Hour).Seconds())); err == nil {
+						lease = g.ID
+					}
+					cancel()
+				}
+				if lease != 0 {
+					opts = append(opts, clientv3.WithLease(lease))
+				}
+			}
+			ops = append(ops, clientv3.OpPut(snapshot.IncidentKey(inc.Job, inc.ID), string(b), opts...))
+		}
+		octx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		resp, err := d.opts.Client.Txn(octx).If(cmp).Then(ops...).Commit()
+		cancel()
+		switch {
+		case err != nil:
+			d.m.storeErrors.Inc()
+			d.m.fencedWrites.WithLabelValues("error").Inc()
+			d.opts.Logger.Warn("store incidents", "job", job, "incidents", len(ops), "err", err)
+			return storeFailed
+		case !resp.Succeeded:
+			d.m.fencedWrites.WithLabelValues("refused").Inc()
+			d.opts.Logger.Warn("incident write refused: this replica no longer owns the job (its lease expired); ending its term",
+				"job", job, "replica", d.opts.ID)
+			t.end("a fenced incident write was refused")
+			return storeRefused
+		}
+		d.m.fencedWrites.WithLabelValues("ok").Inc()
+		d.mu.Lock()
+		for _, inc := range chunk {
+			d.incidents[inc.ID] = inc
+		}
+		d.mu.Unlock()
+	}
+	return stored
+}
