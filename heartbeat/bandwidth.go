@@ -54,7 +54,7 @@ type bwTotals struct {
 
 type bwCell struct {
 	bwTotals
-	recent window[bwTotals] // for the 30 s gauges
+	recent window[bwTotals] // for the gauges over the timing window (10 s)
 	comm   profile.CommID   // the communicator (0 for other)
 }
 
@@ -175,7 +175,7 @@ func (b *bandwidth) observe(path string, reg *profile.Region, now time.Time) {
 	}
 }
 
-// sample ends a poll: every series set's sums enter its 30 s window, and communicators and
+// sample ends a poll: every series set's sums enter its timing window, and communicators and
 // regions not seen for keep are forgotten.
 func (b *bandwidth) sample(now time.Time) {
 	b.mu.Lock()
