@@ -22,8 +22,10 @@ lint:
 	@out=$$(find . -name '*.go' -not -path './bin/*' -not -path './.git/*' -print0 | xargs -0 -r gofmt -l); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: lint deploy-check
-	$(GO) test $(TESTFLAGS) ./...
+# The tests run the watchdog against the embedded etcd and against Debian's etcd 3.4
+# server (etcd34, below): with the Makefile a missing 3.4 server is a failure, not a skip.
+test: lint deploy-check etcd34
+	NCCLWATCH_REQUIRE_ETCD34=1 $(GO) test $(TESTFLAGS) ./...
 	CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/watchdog
 
 # The live demo: embedded etcd, simulated faulty jobs with one sidecar per node, the
@@ -124,6 +126,11 @@ CHART        := deploy/helm/ncclwatch
 K8S_VALUES   := deploy/kubernetes/values-production.yaml
 # helm warns on stderr about the chart's symlinks into deploy/grafana and deploy/prometheus.
 HELM_QUIET    = 2> >(grep -v "found symbolic link" >&2)
+
+.PHONY: etcd34
+# Debian's etcd-server package (etcd 3.4) for the tests of internal/etcdexec's users.
+etcd34:
+	@deploy/tools/install-etcd.sh
 
 .PHONY: tools promtool deploy-check helm-check rules-check rules-check-prom3 k8s-manifests prom-e2e image
 
