@@ -202,7 +202,8 @@ func (d *Dispatcher) Close() {
 	d.wg.Wait()
 }
 
-// Submit hands a new state of an incident to the notifiers it routes to. It never blocks
+// Submit hands a new state of an incident to the notifiers it routes to, bounded
+// (incident.Bound). It never blocks
 // on a notifier: a full queue drops the incident (counted in metrics). Revisions of one
 // incident waiting in a queue collapse into the newest.
 func (d *Dispatcher) Submit(inc incident.Incident) {
@@ -210,7 +211,9 @@ func (d *Dispatcher) Submit(inc incident.Incident) {
 		d.log.Warn("alert: incident without id ignored", "kind", inc.Kind, "job", inc.Job)
 		return
 	}
-	inc = cloneIncident(inc)
+	// Bound copies, so the detector may keep changing its own; every notifier renders
+	// the same size-independent incident (ops grouped by signature at any job size).
+	inc = incident.Bound(inc)
 	var targets map[string]bool
 	if d.routes != nil {
 		targets = routeTargets(d.routes, inc)

@@ -97,6 +97,10 @@ type Incident struct {
 	Summary  string        `json:"summary"`
 	Evidence []string      `json:"evidence"`
 	Ops      map[string]Op `json:"ops,omitempty"`
+	// OpGroups summarise the ops of a large job by signature (Bound): then Ops is nil.
+	OpGroups []OpGroup `json:"op_groups,omitempty"`
+	// Omitted counts what Bound left out to keep the incident's size independent of the job's.
+	Omitted *Omitted `json:"omitted,omitempty"`
 	// LagSeconds is the median arrival lag for stragglers.
 	LagSeconds float64    `json:"lag_seconds,omitempty"`
 	OpenedAt   time.Time  `json:"opened_at"`
