@@ -54,7 +54,7 @@ func NewPlan(jobs []string) (Plan, error) {
 		Perms: []Perm{{Type: "readwrite", Key: snapshot.Prefix, Prefix: true}}}}}
 	if len(jobs) == 0 {
 		p.Roles = append(p.Roles, Role{Name: Sidecar,
-			Why: "every sidecar: writes its node key under any job; reads nothing (incident keys it might write are refused unsealed, docs/security.md)",
+			Why:   "every sidecar: writes its node key under any job; reads nothing (incident keys it might write are refused unsealed, docs/security.md)",
 			Perms: []Perm{{Type: "write", Key: snapshot.JobsPrefix, Prefix: true}}})
 		return p, nil
 	}
