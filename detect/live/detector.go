@@ -2,7 +2,6 @@ package live
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +16,9 @@ import (
 
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/incident/seal"
 	"github.com/ncclwatch/watchdog/internal/backoff"
+	"github.com/ncclwatch/watchdog/internal/incidentkey"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -49,6 +50,11 @@ type Options struct {
 	// Settle is how long after an etcd outage jobs stay unjudged, while the sidecars write
 	// their snapshots again (default 5 s: they do within about 3 s, make bench-reconnect).
 	Settle time.Duration
+	// Incidents seals the incidents stored in etcd and refuses, on reading, those no
+	// detector sealed (default: incident/seal with the key internal/incidentkey keeps in etcd).
+	Incidents IncidentCodec
+	// Ready, when set, is part of readiness (Detector.Ready): the alert notifiers built.
+	Ready func() error
 	// ID names this replica in the election (default hostname:pid).
 	ID         string
 	Logger     *slog.Logger
@@ -84,6 +90,9 @@ func (o *Options) defaults() {
 	if o.Rules.MassLossWindow <= 0 {
 		o.Rules.MassLossWindow = def.MassLossWindow
 	}
+	if o.Incidents == nil {
+		o.Incidents = seal.New(incidentkey.Etcd(o.Client))
+	}
 	if o.ID == "" {
 		h, _ := os.Hostname()
 		o.ID = fmt.Sprintf("%s:%d", h, os.Getpid())
@@ -111,10 +120,12 @@ type Detector struct {
 	paused    map[string][]string          // job -> paused communicators
 	leader    bool
 	leaderID  string
+	reached   bool                   // etcd was read once since start (readiness)
 	etcdDown  time.Time              // when etcd became unreachable (zero: reachable)
 	etcdBack  time.Time              // when it became reachable again after an outage
 	lostTimes map[string][]time.Time // per job, when its node leases expired (detect.Job.LeaseLosses)
 	termReg   *prometheus.Registry
+	refused   *refusals
 }
 
 // New returns a detector; Run starts it.
@@ -126,6 +137,7 @@ func New(opts Options) (*Detector, error) {
 	d := &Detector{opts: opts, state: NewState(), life: detect.NewLifecycle(opts.ResolveAfter),
 		incidents: map[string]incident.Incident{}, paused: map[string][]string{}, lostTimes: map[string][]time.Time{}}
 	d.m = newMetrics(d, opts.Registerer)
+	d.refused = newRefusals(opts.Logger, opts.Registerer)
 	return d, nil
 }
 
@@ -291,8 +303,7 @@ func (d *Detector) applyKV(key string, value []byte, now time.Time) {
 		return
 	}
 	if _, _, ok := snapshot.ParseIncidentKey(key); ok {
-		var inc incident.Incident
-		if err := json.Unmarshal(value, &inc); err == nil {
+		if inc, ok, _ := d.openIncident(context.Background(), key, value); ok {
 			d.incidents[inc.ID] = inc
 		}
 	}
@@ -316,6 +327,7 @@ func (d *Detector) etcdReachable() {
 		d.etcdBack = d.opts.Now()
 	}
 	d.etcdDown = time.Time{}
+	d.reached = true
 	d.m.etcdUp.Set(1)
 }
 
@@ -425,12 +437,13 @@ func (d *Detector) storedIncidents(ctx context.Context) ([]incident.Incident, er
 		if _, _, ok := snapshot.ParseIncidentKey(string(kv.Key)); !ok {
 			continue
 		}
-		var inc incident.Incident
-		if err := json.Unmarshal(kv.Value, &inc); err != nil {
-			d.opts.Logger.Warn("bad stored incident", "key", string(kv.Key), "err", err)
-			continue
+		inc, ok, err := d.openIncident(ctx, string(kv.Key), kv.Value)
+		if err != nil {
+			return nil, err // not judged yet: take over later rather than page it again
 		}
-		out = append(out, inc)
+		if ok {
+			out = append(out, inc)
+		}
 	}
 	return out, nil
 }
@@ -500,11 +513,14 @@ func (d *Detector) evaluateJob(job string, now time.Time) ([]detect.Finding, []s
 // persist stores changed incidents; resolved ones expire after a day.
 func (d *Detector) persist(ctx context.Context, incs []incident.Incident) {
 	for _, inc := range incs {
-		b, err := json.Marshal(inc)
+		octx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		b, err := d.opts.Incidents.Seal(octx, snapshot.IncidentKey(inc.Job, inc.ID), inc)
 		if err != nil {
+			cancel()
+			d.m.storeErrors.Inc()
+			d.opts.Logger.Warn("store incident", "id", inc.ID, "err", err)
 			continue
 		}
-		octx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		var opts []clientv3.OpOption
 		if inc.State == incident.StateResolved {
 			if g, err := d.opts.Client.Grant(octx, int64((24 * time.Hour).Seconds())); err == nil {
