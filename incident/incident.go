@@ -32,6 +32,11 @@ const (
 var Kinds = []Kind{KindMismatch, KindHang, KindP2PMismatch, KindCrash, KindStraggler, KindLink, KindGPU,
 	KindLostNode, KindStuckInFlight, KindMonitoring, KindConfig, KindOrderInversion}
 
+// KeyEtcdUnreachable is the key of the incident that says the detector lost etcd. While
+// etcd is gone nothing that needs it can deliver, so alert.Outage delivers this one
+// directly to the notifiers (once, resolved when etcd returns).
+const KeyEtcdUnreachable = "monitoring:etcd"
+
 // Severity orders incidents for routing and display.
 type Severity string
 

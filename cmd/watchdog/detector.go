@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"reflect"
@@ -134,7 +133,13 @@ stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials)
 	if alerts == nil {
 		alerts = alert.FromEnv()
 	}
-	logNotifiers(log, alerts, alert.BuildOptions{})
+	logNotifiers(log, alerts)
+	// Built once now: each notifier's health is a metric from the start, and one that
+	// cannot be built keeps the detector not ready, saying why.
+	health, err := alert.NewHealth(alerts, alert.BuildOptions{}, log, reg)
+	if err != nil {
+		return err
+	}
 
 	endpoints := cfg.EtcdEndpoints
 	if len(endpoints) == 0 {
@@ -146,15 +151,19 @@ stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials)
 		endpoints = srv.Endpoints()
 	}
 	cli, err := etcdconn.New(etcdconn.Config{Endpoints: endpoints, CAFile: cfg.EtcdCAFile, CertFile: cfg.EtcdCertFile,
-		KeyFile: cfg.EtcdKeyFile, Username: cfg.EtcdUser, PasswordFile: cfg.EtcdPasswordFile})
+		KeyFile: cfg.EtcdKeyFile, Username: cfg.EtcdUser, PasswordFile: cfg.EtcdPasswordFile, Logger: log})
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
+	alertOpts := assemble.AlertOptions{Logger: log, Health: health, OutageInBand: true}
 	d, err := assemble.Detector(cli, assemble.DetectorConfig{Rules: cfg.Rules, Interval: cfg.Interval,
 		ResolveAfter: cfg.ResolveAfter, LeaseTTL: cfg.LeaseTTL, Logger: log, Registerer: reg, Version: stamped,
-		Alerts: assemble.Alerts(alerts, cli, assemble.AlertOptions{Logger: log})})
+		Ready: health.Ready, Alerts: assemble.Alerts(alerts, cli, alertOpts)})
 	if err != nil {
+		return err
+	}
+	if err := assemble.Outage(ctx, d, alerts, alertOpts); err != nil {
 		return err
 	}
 	srv, err := serveHTTP(ctx, cfg.HTTP, assemble.DetectorHandler(d, reg), log)
@@ -168,10 +177,9 @@ stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials)
 }
 
 // logNotifiers says at start where incidents will go, and warns loudly when nowhere: a
-// detector without notifiers opens incidents that nobody hears of. It also builds the
-// notifiers once, so that a missing secret shows at start rather than at the first
-// leadership term.
-func logNotifiers(log *slog.Logger, cfg *alert.Config, b alert.BuildOptions) {
+// detector without notifiers opens incidents that nobody hears of. (alert.NewHealth says
+// which cannot be built.)
+func logNotifiers(log *slog.Logger, cfg *alert.Config) {
 	if len(cfg.Notifiers) == 0 {
 		log.Warn("NO ALERT NOTIFIER CONFIGURED: incidents open and resolve in etcd, the API and `watchdog status`, but nobody is paged or messaged",
 			"fix", "set SLACK_WEBHOOK_URL, or SLACK_TOKEN and SLACK_CHANNEL, or PAGERDUTY_ROUTING_KEY (or their *_FILE twins), or give --alerts or alerts: in --config")
@@ -195,11 +203,6 @@ func logNotifiers(log *slog.Logger, cfg *alert.Config, b alert.BuildOptions) {
 	}
 	if err := cfg.Validate(); err != nil {
 		log.Error("alert configuration invalid: no notification will be sent until it is fixed", "err", err)
-		return
-	}
-	b.Console = io.Discard
-	if _, err := cfg.Targets(b); err != nil {
-		log.Error("alert notifier cannot be built (read at each leadership term: no notification until fixed)", "err", err)
 	}
 }
 

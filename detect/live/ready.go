@@ -41,3 +41,6 @@ func (d *Detector) Leading() bool {
 	defer d.mu.Unlock()
 	return d.leader
 }
+
+// ID is this replica's name in the election.
+func (d *Detector) ID() string { return d.opts.ID }

@@ -1,6 +1,7 @@
 package assemble
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -27,6 +28,8 @@ type DetectorConfig struct {
 	// Alerts makes the alert dispatcher of each leadership term (see Alerts); nil: no
 	// notifications.
 	Alerts func(prometheus.Registerer) (live.Alerts, error)
+	// Ready, when set, is part of the detector's readiness (alert.Health.Ready).
+	Ready func() error
 
 	Logger     *slog.Logger // default slog.Default()
 	Registerer prometheus.Registerer
@@ -44,7 +47,7 @@ func Detector(cli *clientv3.Client, cfg DetectorConfig) (*live.Detector, error) 
 		return nil, fmt.Errorf("detector: %w", err)
 	}
 	return live.New(live.Options{Client: cli, Rules: cfg.Rules, Interval: cfg.Interval, ResolveAfter: cfg.ResolveAfter,
-		LeaseTTL: cfg.LeaseTTL, NewAlerts: cfg.Alerts, Logger: cfg.Logger, Registerer: cfg.Registerer})
+		LeaseTTL: cfg.LeaseTTL, NewAlerts: cfg.Alerts, Ready: cfg.Ready, Logger: cfg.Logger, Registerer: cfg.Registerer})
 }
 
 // DetectorHandler serves a detector's API (/api/...), /healthz (liveness), /readyz
@@ -69,6 +72,13 @@ type AlertOptions struct {
 	// configuration has no routes.
 	Targets []alert.Target
 	Logger  *slog.Logger // default slog.Default()
+	// Health is told of every delivery (alert.NewHealth); OutageInBand leaves the etcd
+	// outage to an alert.Outage (Outage, below).
+	Health       *alert.Health
+	OutageInBand bool
+	// OutageGrace is how long etcd must be gone before Outage delivers it (alert's
+	// default when zero).
+	OutageGrace time.Duration
 }
 
 // Alerts returns what a detector calls at the start of each leadership term
@@ -87,10 +97,30 @@ func Alerts(cfg *alert.Config, cli *clientv3.Client, o AlertOptions) func(promet
 	}
 	return func(reg prometheus.Registerer) (live.Alerts, error) {
 		d, err := alert.New(cfg, o.Build, alert.Options{Store: alert.NewEtcdStore(cli, alert.EtcdStoreOptions{}),
-			Registerer: reg, Logger: log.With("part", "alert")}, o.Targets...)
+			Registerer: reg, Logger: log.With("part", "alert"), Health: o.Health, OutageInBand: o.OutageInBand}, o.Targets...)
 		if err != nil {
 			return nil, err
 		}
 		return d, nil
 	}
+}
+
+// Outage runs, until ctx ends, the in-band delivery of an etcd outage (alert.Outage) for
+// detector d with the notifiers of cfg (nil: alert.FromEnv); the dispatchers of d's terms
+// must be made with AlertOptions.OutageInBand.
+func Outage(ctx context.Context, d *live.Detector, cfg *alert.Config, o AlertOptions) error {
+	if cfg == nil {
+		cfg = alert.FromEnv()
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	out, err := alert.NewOutage(cfg, o.Build, alert.OutageOptions{Down: d.EtcdDownSince, Leading: d.Leading, Replica: d.ID(), Grace: o.OutageGrace,
+		Health: o.Health, Logger: log.With("part", "alert")})
+	if err != nil {
+		return err
+	}
+	go out.Run(ctx)
+	return nil
 }
