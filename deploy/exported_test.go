@@ -136,8 +136,13 @@ func startComponents(dir string) (exported, error) {
 	defer release()
 	var termRegs []*recorder
 	var mu sync.Mutex
-	newAlerts := assemble.Alerts(&alert.Config{Notifiers: []alert.NotifierConfig{{Name: "console", Type: "console"}}}, cli,
-		assemble.AlertOptions{Build: alert.BuildOptions{Console: discard{}}, Logger: log})
+	alertCfg := &alert.Config{Notifiers: []alert.NotifierConfig{{Name: "console", Type: "console"}}}
+	health, err := alert.NewHealth(alertCfg, alert.BuildOptions{Console: discard{}}, log, detectorReg)
+	if err != nil {
+		return exported{}, err
+	}
+	newAlerts := assemble.Alerts(alertCfg, cli,
+		assemble.AlertOptions{Build: alert.BuildOptions{Console: discard{}}, Logger: log, Health: health})
 	det, err := assemble.Detector(cli, assemble.DetectorConfig{Interval: 100 * time.Millisecond, LeaseTTL: 2 * time.Second,
 		Logger: log, Registerer: detectorReg,
 		Alerts: func(r prometheus.Registerer) (live.Alerts, error) {
