@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,20 +20,17 @@ const pluginFile = "libnccl-profiler-ncclwatch.so"
 // runInstallPlugin copies the NCCL profiler plugin that ships beside this binary into DEST,
 // for an init container: the runtime image has no shell and no cp.
 func runInstallPlugin(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("install-plugin", flag.ContinueOnError)
+	fs := newFlags("install-plugin", `usage: watchdog install-plugin [--from FILE] DEST
+
+Copies the NCCL profiler plugin to DEST (a directory, created if missing, or a path ending in
+.so), atomically: a process that loads DEST sees the old file or the new one, never part of
+one.`)
 	from := fs.String("from", "", "the plugin to install (default: "+pluginFile+" beside this binary, else in ../lib/ncclwatch/ from it)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: watchdog install-plugin [--from FILE] DEST\n\n"+
-			"Copies the NCCL profiler plugin to DEST (a directory, created if missing, or a path ending in .so),\n"+
-			"atomically: a process that loads DEST sees the old file or the new one, never part of one.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		fs.Usage()
-		return fmt.Errorf("want one DEST, got %d arguments", fs.NArg())
+		return usagef("want one DEST, got %d arguments", fs.NArg())
 	}
 	src := *from
 	if src == "" {

@@ -1,10 +1,11 @@
 #!/bin/sh
-# Installs Debian's etcd-server package (etcd 3.4) when /usr/bin/etcd is missing: the tests
-# that run the watchdog against a real etcd 3.4 server (internal/etcdexec) need it, beside
-# the embedded 3.7 one. Used by `make test`; idempotent and quick when it is there. Needs
+# Installs Debian's etcd-server and etcd-client packages (etcd 3.4) when /usr/bin/etcd or
+# etcdctl is missing: the tests that run the watchdog against a real etcd 3.4 server
+# (internal/etcdexec) need it, beside the embedded 3.7 one, and the role script
+# (watchdog etcd-roles --print) is tested with etcdctl. Used by `make test`; idempotent and quick when it is there. Needs
 # root or sudo; the package's own daemon is kept from starting.
 set -eu
-if [ -x /usr/bin/etcd ] && /usr/bin/etcd --version 2>/dev/null | grep -q 'etcd Version: 3\.4\.'; then
+if [ -x /usr/bin/etcd ] && /usr/bin/etcd --version 2>/dev/null | grep -q 'etcd Version: 3\.4\.' && command -v etcdctl >/dev/null 2>&1; then
 	exit 0
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
@@ -24,9 +25,9 @@ if [ ! -e "$policy" ]; then
 fi
 cleanup() { if [ -n "$added_policy" ]; then $SUDO rm -f "$policy"; fi; }
 trap cleanup EXIT
-echo "install-etcd: apt-get install etcd-server (Debian's etcd 3.4)" >&2
+echo "install-etcd: apt-get install etcd-server etcd-client (Debian's etcd 3.4)" >&2
 $SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends etcd-server >/dev/null
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends etcd-server etcd-client >/dev/null
 if [ -d /run/systemd/system ]; then
 	$SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
 fi
