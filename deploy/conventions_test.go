@@ -1,6 +1,8 @@
 package deploy_test
 
 import (
+	"bytes"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -50,5 +52,26 @@ func TestMetricConventions(t *testing.T) {
 	if !ok || !slices.Equal(build.Labels, []string{"version", "revision", "goversion"}) ||
 		!slices.Contains(build.Components, "sidecar") || !slices.Contains(build.Components, "detector") {
 		t.Errorf("ncclwatch_build_info{version,revision,goversion} on the sidecar and the detector: got %+v (exported: %t)", build, ok)
+	}
+}
+
+// TestPromtoolCheckMetrics: `promtool check metrics` (Prometheus's linter, as a site runs
+// it) finds nothing in what the live sidecar and detector serve at /metrics over HTTP.
+func TestPromtoolCheckMetrics(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("no promtool (make promtool installs Debian's prometheus package)")
+	}
+	e := exportedMetrics(t)
+	for _, comp := range []string{"sidecar", "detector"} {
+		body := e.scraped[comp]
+		if !bytes.Contains(body, []byte("ncclwatch_build_info")) {
+			t.Fatalf("%s /metrics: no ncclwatch_build_info in %d bytes", comp, len(body))
+		}
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = bytes.NewReader(body)
+		if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+			t.Errorf("promtool check metrics on the %s's /metrics: %v\n%s", comp, err, out)
+		}
 	}
 }

@@ -3,7 +3,10 @@ package deploy_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -62,6 +65,8 @@ type exported struct {
 	info map[string]metricInfo
 	// families are the ncclwatch_* series gathered, for promlint.
 	families []*dto.MetricFamily
+	// scraped is each component's /metrics as it serves it over HTTP.
+	scraped map[string][]byte
 }
 
 // metricInfo is one metric's row in docs/metrics.md.
@@ -172,7 +177,23 @@ func startComponents(dir string) (exported, error) {
 	}
 	time.Sleep(time.Second)
 
-	out := exported{names: map[string]bool{}, histograms: map[string]bool{}, summaries: map[string]bool{}, info: map[string]metricInfo{}}
+	out := exported{names: map[string]bool{}, histograms: map[string]bool{}, summaries: map[string]bool{}, info: map[string]metricInfo{},
+		scraped: map[string][]byte{}}
+	for name, h := range map[string]http.Handler{"sidecar": sc.HTTPHandler(sidecarReg.Registerer.(prometheus.Gatherer)),
+		"detector": assemble.DetectorHandler(det, detectorReg.Registerer.(prometheus.Gatherer))} {
+		srv := httptest.NewServer(h)
+		resp, err := http.Get(srv.URL + "/metrics")
+		if err != nil {
+			srv.Close()
+			return exported{}, err
+		}
+		out.scraped[name], err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if err != nil {
+			return exported{}, err
+		}
+	}
 	types := map[string]string{}
 	type group struct {
 		component string

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -39,5 +40,41 @@ func TestDurationsLoggedAsDurations(t *testing.T) {
 	log.Info("retry", "retry_in", 1500*time.Millisecond, slog.Group("g", "wait", 2*time.Minute))
 	if !strings.Contains(b.String(), `"retry_in":"1.5s"`) || !strings.Contains(b.String(), `"wait":"2m0s"`) {
 		t.Errorf("log line %s", b.String())
+	}
+}
+
+// TestDoctorAndEtcdRolesExits: doctor exits 1 when a check fails, 0 when none does, 2 on a
+// bad command line; etcd-roles prints its script, and wants one of --print and --apply.
+func TestDoctorAndEtcdRolesExits(t *testing.T) {
+	dir := t.TempDir()
+	bad, good := dir+"/bad.env", dir+"/good.env"
+	os.WriteFile(bad, []byte("NCCL_DEBUG=WARN\n"), 0o600)
+	os.WriteFile(good, []byte("NCCL_DEBUG=INFO\nNCCL_DEBUG_SUBSYS=INIT,COLL,NET\nNCCL_DEBUG_FILE=/var/log/nccl/nccl.%h.%p.log\n"+
+		"NCCL_DEBUG_TIMESTAMP_LEVELS=ALL\nNCCL_DEBUG_TIMESTAMP_FORMAT=[%F %T.%6f] \n"), 0o600)
+	for _, c := range []struct {
+		args   []string
+		exit   int
+		stdout string
+	}{
+		{[]string{"doctor", "--nvml=false", "--training-env", bad}, exitError, "FAIL  nccl   NCCL_DEBUG=\"WARN\""},
+		{[]string{"doctor", "--nvml=false", "--training-env", good, "--logs", "/var/log/nccl/*.log"}, exitOK, "ok    nccl   NCCL_DEBUG=INFO"},
+		{[]string{"doctor", "--nvml=false", "--training-env", good, "--strict"}, exitError, "warn  alerts"},
+		{[]string{"doctor", "--role", "admin"}, exitUsage, ""},
+		{[]string{"doctor", "--training-env", dir + "/missing"}, exitUsage, ""},
+		{[]string{"etcd-roles"}, exitUsage, ""},
+		{[]string{"etcd-roles", "--print", "--jobs", "a/b"}, exitUsage, ""},
+		{[]string{"etcd-roles", "--apply", "--etcd-endpoints", "http://127.0.0.1:1"}, exitUsage, ""},
+		{[]string{"etcd-roles", "--print"}, exitOK, "etcdctl role grant-permission --prefix ncclwatch-sidecar write '/ncclwatch/v1/jobs/'"},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			t.Setenv("SLACK_WEBHOOK_URL", "")
+			t.Setenv("PAGERDUTY_ROUTING_KEY", "")
+			var out, errb bytes.Buffer
+			var code int
+			out.WriteString(captureStdout(t, func() { code = run(t.Context(), c.args, &out, &errb) }))
+			if code != c.exit || !strings.Contains(out.String(), c.stdout) {
+				t.Fatalf("exit %d (want %d)\nstdout:\n%s\nstderr:\n%s", code, c.exit, out.String(), errb.String())
+			}
+		})
 	}
 }
