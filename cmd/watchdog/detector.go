@@ -41,6 +41,9 @@ type DetectorConfig struct {
 	// Alerts is the alert routing configuration (alert.Config); secrets come from the
 	// environment or files it names.
 	Alerts *alert.Config `yaml:"alerts"`
+	// IncidentKeyFile holds the keys that seal the incidents in etcd (incident/seal);
+	// empty: a key kept in etcd, readable by the detector's role only.
+	IncidentKeyFile string `yaml:"incident_key_file"`
 }
 
 func defaultDetectorConfig() DetectorConfig {
@@ -72,6 +75,7 @@ stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials)
 	stragglerFrac := fs.Float64("straggler-fraction", cfg.Rules.StragglerFraction, "straggler threshold as a fraction of the step period")
 	expectedIB := fs.Float64("expected-ib-gbps", 0, "rate every IB port must run at (0: the job's usual rate)")
 	alertsPath := fs.String("alerts", "", "alert routing YAML (alert.Config); default: notifiers from SLACK_*/PAGERDUTY_* environment")
+	incidentKey := fs.String("incident-key-file", "", "keys that seal stored incidents, one a line, the first signs (default: one kept in etcd for the detector role; docs/security.md)")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -112,6 +116,7 @@ stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials)
 	override("straggler-min-lag", func() { cfg.Rules.StragglerMinLag = *stragglerLag })
 	override("straggler-fraction", func() { cfg.Rules.StragglerFraction = *stragglerFrac })
 	override("expected-ib-gbps", func() { cfg.Rules.ExpectedIBGbps = *expectedIB })
+	override("incident-key-file", func() { cfg.IncidentKeyFile = *incidentKey })
 	if *alertsPath != "" {
 		a, err := alert.LoadConfig(*alertsPath)
 		if err != nil {
@@ -159,7 +164,7 @@ stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials)
 	alertOpts := assemble.AlertOptions{Logger: log, Health: health, OutageInBand: true}
 	d, err := assemble.Detector(cli, assemble.DetectorConfig{Rules: cfg.Rules, Interval: cfg.Interval,
 		ResolveAfter: cfg.ResolveAfter, LeaseTTL: cfg.LeaseTTL, Logger: log, Registerer: reg, Version: stamped,
-		Ready: health.Ready, Alerts: assemble.Alerts(alerts, cli, alertOpts)})
+		Ready: health.Ready, Alerts: assemble.Alerts(alerts, cli, alertOpts), IncidentKeyFile: cfg.IncidentKeyFile})
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/detect/live"
+	"github.com/ncclwatch/watchdog/incident/seal"
 	"github.com/ncclwatch/watchdog/internal/buildinfo"
 )
 
@@ -30,6 +31,9 @@ type DetectorConfig struct {
 	Alerts func(prometheus.Registerer) (live.Alerts, error)
 	// Ready, when set, is part of the detector's readiness (alert.Health.Ready).
 	Ready func() error
+	// IncidentKeyFile seals the stored incidents with its keys (incident/seal.FileKeys);
+	// empty: the key internal/incidentkey keeps in etcd.
+	IncidentKeyFile string
 
 	Logger     *slog.Logger // default slog.Default()
 	Registerer prometheus.Registerer
@@ -46,8 +50,16 @@ func Detector(cli *clientv3.Client, cfg DetectorConfig) (*live.Detector, error) 
 	if err := buildinfo.Register(cfg.Registerer, buildinfo.Read(cfg.Version)); err != nil {
 		return nil, fmt.Errorf("detector: %w", err)
 	}
+	var incidents live.IncidentCodec
+	if cfg.IncidentKeyFile != "" {
+		keys := seal.FileKeys(cfg.IncidentKeyFile)
+		if _, err := keys(context.Background()); err != nil {
+			return nil, fmt.Errorf("detector: %w", err)
+		}
+		incidents = seal.New(keys)
+	}
 	return live.New(live.Options{Client: cli, Rules: cfg.Rules, Interval: cfg.Interval, ResolveAfter: cfg.ResolveAfter,
-		LeaseTTL: cfg.LeaseTTL, NewAlerts: cfg.Alerts, Ready: cfg.Ready, Logger: cfg.Logger, Registerer: cfg.Registerer})
+		LeaseTTL: cfg.LeaseTTL, NewAlerts: cfg.Alerts, Ready: cfg.Ready, Incidents: incidents, Logger: cfg.Logger, Registerer: cfg.Registerer})
 }
 
 // DetectorHandler serves a detector's API (/api/...), /healthz (liveness), /readyz
