@@ -161,8 +161,10 @@ helm-check: $(HELM)
 	  for f in ncclwatch.yaml training-pod.yaml; do \
 	    diff -u deploy/kubernetes/$$f $$tmp/$$f || { echo "deploy/kubernetes/$$f is stale: run make k8s-manifests"; exit 1; }; done; \
 	  echo "helm lint, helm template: ok; deploy/kubernetes is up to date"'
-	@# Every render decoded strictly into the Kubernetes types, Pod Security levels checked.
-	NCCLWATCH_HELM=$(abspath $(HELM)) $(GO) test -count=1 -run '^(TestKubernetesManifests|TestStrictDecoding)$$' ./deploy/
+	@# Every render decoded strictly into the Kubernetes types, Pod Security levels checked;
+	@# values.schema.json refuses typos and wrong types; the PDB only with 2+ replicas.
+	NCCLWATCH_HELM=$(abspath $(HELM)) $(GO) test -count=1 \
+	  -run '^(TestKubernetesManifests|TestStrictDecoding|TestValuesSchema|TestPodDisruptionBudgetOnlyWithReplicas|TestSidecarCredentials)$$' ./deploy/
 
 # deploy/kubernetes/*.yaml are the chart rendered with values-production.yaml.
 K8S_OUT ?= deploy/kubernetes
