@@ -2,11 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ncclwatch/watchdog/internal/procstat"
 )
 
 // TestEveryCommandHelpExitsZero: --help of every command prints its usage and flags on
@@ -74,6 +79,66 @@ func TestDoctorAndEtcdRolesExits(t *testing.T) {
 			out.WriteString(captureStdout(t, func() { code = run(t.Context(), c.args, &out, &errb) }))
 			if code != c.exit || !strings.Contains(out.String(), c.stdout) {
 				t.Fatalf("exit %d (want %d)\nstdout:\n%s\nstderr:\n%s", code, c.exit, out.String(), errb.String())
+			}
+		})
+	}
+}
+
+// TestStartWithoutEtcd: sidecar and detector with a user (--etcd-user) whose etcd is
+// unreachable start anyway, serve /healthz, answer /readyz 503 saying why, and stop
+// cleanly: under Slurm nothing would restart a process that exited.
+func TestStartWithoutEtcd(t *testing.T) {
+	dead, err := procstat.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw := t.TempDir() + "/password"
+	os.WriteFile(pw, []byte("secret\n"), 0o600)
+	common := []string{"--etcd-endpoints", "http://" + dead, "--etcd-user", "ncclwatch", "--etcd-password-file", pw, "--log-level", "error"}
+	for _, c := range []struct {
+		cmd  string
+		args []string
+		says string
+	}{
+		{"detector", nil, "etcd not read yet"},
+		{"sidecar", []string{"--job", "j", "--nvml=false", "--ras-addr", "", "--logs", t.TempDir() + "/*.log", "--state-dir", ""}, "etcd unreachable"},
+	} {
+		t.Run(c.cmd, func(t *testing.T) {
+			addr, err := procstat.FreeAddr()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan int, 1)
+			args := append(append([]string{c.cmd, "--http", addr}, common...), c.args...)
+			go func() { done <- run(ctx, args, io.Discard, io.Discard) }()
+			var code int
+			var body string
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					code, body = resp.StatusCode, string(b)
+					break
+				}
+				select {
+				case exit := <-done:
+					t.Fatalf("exited %d while etcd was unreachable", exit)
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			if code != http.StatusServiceUnavailable || !strings.Contains(body, c.says) {
+				t.Errorf("/readyz: %d %q, want 503 saying %q", code, body, c.says)
+			}
+			cancel()
+			select {
+			case exit := <-done:
+				if exit != exitOK {
+					t.Errorf("exit %d after a stop", exit)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("did not stop")
 			}
 		})
 	}
