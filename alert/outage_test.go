@@ -216,4 +216,3 @@ func TestDispatcherSkipsOutageInBand(t *testing.T) {
 		t.Errorf("delivered %v, want the mismatch alone", got)
 	}
 }
-
