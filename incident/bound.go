@@ -92,6 +92,9 @@ func Bound(inc Incident) Incident {
 	// The caps above bound each part; the whole is checked, and evidence, then culprits,
 	// halved until it fits (only texts near their caps in every field get here).
 	out.Omitted = omittedOrNil(om)
+	if roughSize(out) <= MaxJSONBytes {
+		return out // the usual case: no need to encode it to know
+	}
 	for size(out) > MaxJSONBytes {
 		switch {
 		case len(out.Evidence) > 0:
@@ -123,6 +126,28 @@ func omittedOrNil(om Omitted) *Omitted {
 		return nil
 	}
 	return &om
+}
+
+// roughSize bounds the JSON size of inc from above without encoding it: every string at
+// its worst escaping (6 bytes a byte), every element with room for its names and numbers.
+func roughSize(inc Incident) int {
+	n := 1024 + 6*(len(inc.ID)+len(inc.Key)+len(inc.Kind)+len(inc.Job)+len(inc.Comm)+len(inc.Summary))
+	for _, c := range inc.Culprits {
+		n += 128 + 6*(len(c.Host)+len(c.GPU)+len(c.Port))
+	}
+	for _, e := range inc.Evidence {
+		n += 8 + 6*len(e)
+	}
+	for k, o := range inc.Ops {
+		n += 128 + 6*(len(k)+len(o.Op)+len(o.Datatype)+len(o.RedOp))
+	}
+	for _, g := range inc.OpGroups {
+		n += 160 + 6*(len(g.Op.Op)+len(g.Op.Datatype)+len(g.Op.RedOp))
+		for _, e := range g.Examples {
+			n += 8 + 6*len(e)
+		}
+	}
+	return n
 }
 
 func size(inc Incident) int {

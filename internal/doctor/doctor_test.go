@@ -160,7 +160,7 @@ func TestEtcd(t *testing.T) {
 	}
 	expect(t, Etcd(ctx, EtcdCheck{Config: etcdconn.Config{Endpoints: []string{"http://" + addr}}}), Fail, "nothing listens there")
 
-	srv, err := etcdembed.Start(t.Context(), etcdembed.Options{ClientAddr: addr, Logger: slog.New(slog.DiscardHandler)})
+	srv, err := etcdembed.Start(t.Context(), etcdembed.Options{ClientAddr: addr, Logger: slog.New(slog.DiscardHandler), BcryptCost: 4 /* bcrypt.MinCost: fast under -race */})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,8 @@ type tokenAuth struct {
 	log                *slog.Logger
 	authenticate       func(ctx context.Context, user, password string) (string, error)
 
-	mu       sync.Mutex // serialises fetches; guards the fields below
+	mu       sync.Mutex    // guards the fields below
+	inflight chan struct{} // closed when the fetch under way ends (nil: none)
 	tok      string
 	disabled bool      // etcd said auth is not enabled: send no token
 	failAt   time.Time // last failed fetch, so a wrong password is not retried in a busy loop
@@ -77,43 +78,76 @@ func (a *tokenAuth) GetRequestMetadata(ctx context.Context, _ ...string) (map[st
 // plain TCP is etcd's choice to allow (it warns), not the client's.
 func (a *tokenAuth) RequireTransportSecurity() bool { return false }
 
-// refresh fetches a new token unless someone did since stale was read. It returns the
-// fetch's error: the caller's RPC then fails with it, which says more than "invalid token".
+// authTimeout bounds one token fetch. etcd checks the password with bcrypt, which takes
+// long on a loaded server; the fetch runs apart from the RPC that asked for it, so an RPC
+// with a short deadline gives up waiting without cancelling it, and the next RPC finds the
+// token.
+const authTimeout = 15 * time.Second
+
+// refresh fetches a new token unless someone did since stale was read, and waits for it
+// (or for ctx). It returns the fetch's error: the caller's RPC then fails with it, which
+// says more than "invalid token".
 func (a *tokenAuth) refresh(ctx context.Context, stale string) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.tok != stale {
+		a.mu.Unlock()
 		return nil
 	}
 	if a.failErr != nil && time.Since(a.failAt) < authRetryAfter {
-		return a.failErr
-	}
-	pw, err := readPassword(a.passwordFile)
-	if err != nil {
-		a.failed(err)
+		err := a.failErr
+		a.mu.Unlock()
 		return err
 	}
-	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	tok, err := a.authenticate(actx, a.user, pw)
-	cancel()
+	done := a.inflight
+	if done == nil {
+		done = make(chan struct{})
+		a.inflight = done
+		go a.fetch(done)
+	}
+	a.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.tok != stale || a.disabled {
+		return nil
+	}
+	return a.failErr
+}
+
+// fetch authenticates once and records the outcome, then closes done. It ends within
+// authTimeout, or as soon as the client is closed.
+func (a *tokenAuth) fetch(done chan struct{}) {
+	defer close(done)
+	pw, err := readPassword(a.passwordFile)
+	var tok string
+	if err == nil {
+		actx, cancel := context.WithTimeout(context.Background(), authTimeout)
+		tok, err = a.authenticate(actx, a.user, pw)
+		cancel()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inflight = nil
 	switch {
 	case errors.Is(rpctypes.Error(err), rpctypes.ErrAuthNotEnabled):
 		a.tok, a.disabled, a.failErr = "", true, nil
-		return nil
 	case err != nil:
 		if errors.Is(rpctypes.Error(err), rpctypes.ErrAuthFailed) {
 			err = fmt.Errorf("etcd refused user %q with the password in %s: %w", a.user, a.passwordFile, err)
-		} else {
+		} else if !strings.HasPrefix(err.Error(), "etcd password file") {
 			err = fmt.Errorf("etcd authentication of user %q: %w", a.user, err)
 		}
 		a.failed(err)
-		return err
+	default:
+		if a.logged != "" {
+			a.log.Info("etcd authentication works again", "user", a.user)
+		}
+		a.tok, a.disabled, a.failErr, a.logged = tok, false, nil, ""
 	}
-	if a.logged != "" {
-		a.log.Info("etcd authentication works again", "user", a.user)
-	}
-	a.tok, a.disabled, a.failErr, a.logged = tok, false, nil, ""
-	return nil
 }
 
 // failed records a fetch that did not work; a refusal is logged once per distinct error

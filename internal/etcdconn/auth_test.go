@@ -21,6 +21,10 @@ import (
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
+// fastBcrypt is bcrypt.MinCost: password checks at etcd's default cost take seconds on a
+// race-instrumented embedded server.
+const fastBcrypt = 4
+
 // restartable is an etcd the test can stop and start again on the same port and data.
 type restartable struct {
 	name      string
@@ -31,7 +35,7 @@ type restartable struct {
 
 func embedded(t *testing.T, addr string) restartable {
 	t.Helper()
-	srv, err := etcdembed.Start(t.Context(), etcdembed.Options{ClientAddr: addr, Logger: slog.New(slog.DiscardHandler)})
+	srv, err := etcdembed.Start(t.Context(), etcdembed.Options{ClientAddr: addr, Logger: slog.New(slog.DiscardHandler), BcryptCost: fastBcrypt})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func passwordDir(t *testing.T, users ...string) (string, map[string]string) {
 func TestApplyEnforced(t *testing.T) {
 	servers := map[string]func(t *testing.T) []string{
 		"embedded": func(t *testing.T) []string {
-			srv, err := etcdembed.Start(t.Context(), etcdembed.Options{Logger: slog.New(slog.DiscardHandler)})
+			srv, err := etcdembed.Start(t.Context(), etcdembed.Options{Logger: slog.New(slog.DiscardHandler), BcryptCost: 4 /* bcrypt.MinCost: fast under -race */})
 			if err != nil {
 				t.Fatal(err)
 			}
