@@ -50,16 +50,7 @@ func TestHealthFromStart(t *testing.T) {
 		}
 		return nil
 	}}
-	d, err := NewDispatcher(Options{Store: NewEtcdStore(testEtcd(t), EtcdStoreOptions{}), Logger: quietLogger(), Clock: clock, Health: h},
-		Target{Notifier: flaky, Settings: immediate})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); d.Close() }()
-	if err := d.Start(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	d := runDispatcher(t, Options{Clock: clock, Health: h}, Target{Notifier: flaky, Settings: immediate})
 	d.Submit(sampleMismatch())
 	pump(t, clock, 100*time.Millisecond, func() bool { return testutil.ToFloat64(h.failures.WithLabelValues("hook")) >= 1 })
 	fail.Store(false)
@@ -70,6 +61,22 @@ func TestHealthFromStart(t *testing.T) {
 	if v := testutil.ToFloat64(h.lastOK.WithLabelValues("hook")); v < float64(t0.Unix()) {
 		t.Errorf("last success %v, want the fake clock's time", v)
 	}
+}
+
+// runDispatcher starts a dispatcher with opts on the test etcd until the test ends.
+func runDispatcher(t *testing.T, opts Options, targets ...Target) *Dispatcher {
+	t.Helper()
+	opts.Store, opts.Logger = NewEtcdStore(testEtcd(t), EtcdStoreOptions{}), quietLogger()
+	d, err := NewDispatcher(opts, targets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); d.Close() })
+	if err := d.Start(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // funcNotifier delivers each notification through a function.
@@ -198,16 +205,7 @@ func TestOutageRetriesUntilDelivered(t *testing.T) {
 func TestDispatcherSkipsOutageInBand(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
 	n := &funcNotifier{name: "chat", notify: func(*Notification) error { return nil }}
-	d, err := NewDispatcher(Options{Store: NewEtcdStore(testEtcd(t), EtcdStoreOptions{}), Logger: quietLogger(), Clock: clock, OutageInBand: true},
-		Target{Notifier: n, Settings: immediate})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); d.Close() }()
-	if err := d.Start(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	d := runDispatcher(t, Options{Clock: clock, OutageInBand: true}, Target{Notifier: n, Settings: immediate})
 	etcd := incident.Incident{ID: "m-1", Key: incident.KeyEtcdUnreachable, Kind: incident.KindMonitoring, State: incident.StateOpen, Revision: 1}
 	d.Submit(etcd)
 	d.Submit(sampleMismatch())

@@ -9,27 +9,10 @@ set -eu
 if [ -x /usr/bin/etcd ] && /usr/bin/etcd --version 2>/dev/null | grep -q 'etcd Version: 3\.4\.' && command -v etcdctl >/dev/null 2>&1; then
 	exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-	echo "install-etcd: no apt-get; install an etcd 3.4 server and set NCCLWATCH_ETCD34_BIN" >&2
-	exit 1
-fi
-SUDO=
-if [ "$(id -u)" != 0 ]; then
-	SUDO=sudo
-fi
-policy=/usr/sbin/policy-rc.d
-added_policy=
-if [ ! -e "$policy" ]; then
-	printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
-	$SUDO chmod 0755 "$policy"
-	added_policy=1
-fi
-cleanup() { if [ -n "$added_policy" ]; then $SUDO rm -f "$policy"; fi; }
-trap cleanup EXIT
-echo "install-etcd: apt-get install etcd-server etcd-client (Debian's etcd 3.4)" >&2
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends etcd-server etcd-client >/dev/null
+"$(dirname "$0")/apt-install.sh" install-etcd etcd-server etcd-client
 if [ -d /run/systemd/system ]; then
+	SUDO=
+	[ "$(id -u)" = 0 ] || SUDO=sudo
 	$SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
 fi
 /usr/bin/etcd --version 2>&1 | head -1 >&2

@@ -3,6 +3,7 @@ package doctor
 import (
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -156,7 +157,7 @@ func plugin(c NCCLCheck, p string) []Result {
 		return []Result{problem("nccl", Fail, fmt.Sprintf("NCCL_PROFILER_PLUGIN=%s: not found (looked at %s); NCCL would run without it", p, strings.Join(tried, " ")),
 			"install it (watchdog install-plugin DIR) and give NCCL_PROFILER_PLUGIN its full path")}
 	}
-	tables, err := profilerTables(path)
+	tables, err := ProfilerTables(path)
 	if err != nil {
 		return []Result{problem("nccl", Fail, fmt.Sprintf("NCCL_PROFILER_PLUGIN=%s: %v", p, err),
 			"install the plugin built for this machine (watchdog install-plugin DIR, from the image of this architecture)")}
@@ -199,8 +200,9 @@ func resolvePlugin(env map[string]string, p string) (string, []string) {
 // machines maps GOARCH to the ELF machine a plugin for it is built for.
 var machines = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
 
-// profilerTables lists the ncclProfiler_vN tables a shared object for this machine exports.
-func profilerTables(path string) ([]string, error) {
+// ProfilerTables lists the ncclProfiler_vN tables a shared object for this machine exports
+// (`watchdog install-plugin` checks what it installs with it).
+func ProfilerTables(path string) ([]string, error) {
 	f, err := elf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s is not an ELF shared object: %w", path, err)
@@ -213,12 +215,13 @@ func profilerTables(path string) ([]string, error) {
 		return nil, fmt.Errorf("%s is built for %s, this machine is %s", path, f.Machine, runtime.GOARCH)
 	}
 	syms, err := f.DynamicSymbols()
-	if err != nil {
+	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
 		return nil, fmt.Errorf("%s: dynamic symbols: %w", path, err)
 	}
 	var tables []string
 	for _, s := range syms {
-		if strings.HasPrefix(s.Name, "ncclProfiler_v") && s.Section != elf.SHN_UNDEF && elf.ST_BIND(s.Info) != elf.STB_LOCAL {
+		if strings.HasPrefix(s.Name, "ncclProfiler_v") && s.Section != elf.SHN_UNDEF &&
+			elf.ST_TYPE(s.Info) == elf.STT_OBJECT && elf.ST_BIND(s.Info) != elf.STB_LOCAL {
 			tables = append(tables, s.Name)
 		}
 	}
