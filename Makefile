@@ -10,6 +10,7 @@ FUZZTIME  ?= 60s
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 .PHONY: build test lint demo bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-scale bench-reconnect bench-logbound fuzz-short clean plugin
+.PHONY: bench-plugin-overhead bench-plugin-instr bench-plugin-overhead-dry
 
 # VERSION and REVISION (below): the version from git tags (deploy/tools/version.sh) and the commit.
 build:
@@ -66,7 +67,7 @@ bench-sidecar: build
 
 # Detector evaluation time per cycle for one job of 4,096 ranks x 4 communicators.
 bench-detector:
-	$(GO) test -run '^$$' -bench Evaluate4096 -benchtime 10x ./detect/live/
+	$(GO) test -run '^$$' -bench Evaluate -benchtime 10x ./detect/live/
 
 # Scale: simulated sidecars of RANKS ranks, embedded etcd, a detector process, a silent rank.
 RANKS ?= 4096
@@ -104,9 +105,40 @@ PLUGIN_SO     := $(BIN)/libnccl-profiler-ncclwatch.so
 PLUGIN_CFLAGS ?= -std=gnu11 -O2 -g -fPIC -fvisibility=hidden -pthread -Wall -Wextra
 plugin: $(PLUGIN_SO) $(BIN)/profdump-linux-amd64
 
-$(PLUGIN_SO): profiler/plugin.c profiler/abi.h profiler/region.h
+PLUGIN_SRC    := profiler/plugin.c profiler/chain.c
+$(PLUGIN_SO): $(PLUGIN_SRC) profiler/abi.h profiler/region.h profiler/internal.h
 	@mkdir -p $(BIN)
-	gcc $(PLUGIN_CFLAGS) -shared -Wl,-z,nodelete -Wl,--no-undefined -o $@ profiler/plugin.c -ldl
+	gcc $(PLUGIN_CFLAGS) -shared -Wl,-z,nodelete -Wl,--no-undefined -o $@ $(PLUGIN_SRC) -ldl
+
+# The test stand-in for a chained second profiler plugin (profiler/test/standin.c), for the
+# device's chain check (e2e/gpu/chain4.sh) and the micro-benchmark's chained figures.
+STANDIN_SO := $(BIN)/libnccl-profiler-standin.so
+$(STANDIN_SO): profiler/test/standin.c profiler/abi.h
+	@mkdir -p $(BIN)
+	gcc $(PLUGIN_CFLAGS) -shared -o $@ profiler/test/standin.c
+
+$(BIN)/plugin-microbench: profiler/test/microbench.c profiler/abi.h
+	@mkdir -p $(BIN)
+	gcc -std=gnu11 -O2 -g -Wall -Wextra -o $@ profiler/test/microbench.c -ldl
+
+# The plugin's cost per call, by event kind, on this CPU (profiler/test/microbench.c; best and
+# median of 9 rounds), alone and with the stand-in chained beside it. The GPU side is
+# e2e/gpu/overhead4.sh on a 4-GPU machine (e2e/gpu/README.md).
+bench-plugin-overhead: $(PLUGIN_SO) $(STANDIN_SO) $(BIN)/plugin-microbench
+	@d=$$(mktemp -d); trap 'rm -rf $$d' EXIT; \
+	  NCCLWATCH_PROFILER_DIR=$$d $(BIN)/plugin-microbench none 300 9; echo; \
+	  NCCLWATCH_PROFILER_DIR=$$d $(BIN)/plugin-microbench $(PLUGIN_SO) 300 9; echo; \
+	  NCCLWATCH_PROFILER_DIR=$$d NCCLWATCH_PROFILER_STEPS=0 $(BIN)/plugin-microbench $(PLUGIN_SO) 300 9; echo; \
+	  NCCLWATCH_PROFILER_DIR=$$d NCCLWATCH_PROFILER_CHAIN=$(abspath $(STANDIN_SO)) STANDIN_QUIET=1 STANDIN_DIR=$$d \
+	    $(BIN)/plugin-microbench $(PLUGIN_SO) 100 5
+
+# The same calls in instructions (callgrind: exact where timings on a shared machine are not).
+bench-plugin-instr: $(PLUGIN_SO) $(BIN)/plugin-microbench
+	profiler/test/instr.sh $(BIN)/plugin-microbench $(PLUGIN_SO)
+
+# e2e/gpu/overhead4.sh's plumbing here, against the stub torch (no GPU; timings meaningless).
+bench-plugin-overhead-dry: $(PLUGIN_SO) $(STANDIN_SO) $(BIN)/profdump-linux-amd64
+	DRYRUN=1 OUT=$(BIN)/overhead4-dry bash e2e/gpu/overhead4.sh
 
 $(BIN)/profdump-linux-amd64: FORCE
 	@mkdir -p $(BIN)

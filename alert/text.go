@@ -156,6 +156,8 @@ func kindTitle(k incident.Kind) string {
 		return "Monitoring gap"
 	case incident.KindConfig:
 		return "Job set-up error"
+	case incident.KindNCCLWarning:
+		return "NCCL warning"
 	default:
 		return string(k)
 	}

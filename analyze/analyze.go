@@ -34,6 +34,10 @@ type Options struct {
 	Workers int
 	// Stdin is read for the path "-" (default os.Stdin).
 	Stdin io.Reader
+	// FRBesideLogs judges the process groups of PyTorch Flight Recorder dumps even when
+	// every dump's rank has an NCCL log with per-op lines (by default they are then only
+	// read and noted: the rules would see each collective twice).
+	FRBesideLogs bool
 }
 
 // job is one training run's processes and what came with them.
@@ -80,9 +84,14 @@ func Analyze(ctx context.Context, paths []string, opts Options) (*Report, error)
 		return nil, fmt.Errorf("%w: %s", ErrInput, results[0].err)
 	}
 	procs, lost := mergeProcs(results)
+	procs, frNotes := frProcs(results, procs, opts.FRBesideLogs)
+	if missing := unseenRanks(procs); len(missing) > 0 {
+		cov.Unseen = missing
+		cov.Limits = append(cov.Limits, fmt.Sprintf("rank(s) %s belong to the process groups of the Flight Recorder dumps, but no file here shows them (no dump, no log): nothing can be called clean without them", rankText(missing)))
+	}
 	joins := inferComms(procs)
 	jobs := splitJobs(procs, lost, results, joins)
-	rep := &Report{Coverage: cov, Files: []FileStat{}}
+	rep := &Report{Coverage: cov, Files: []FileStat{}, Notes: frNotes}
 	for _, r := range results {
 		if r.skip == "" {
 			rep.Files = append(rep.Files, r.stat)
@@ -360,13 +369,31 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result) {
 		byPID[p.PID] = p
 		newest = max(newest, int64(p.LastLine))
 	}
+	// torchrun's failure records say which rank a failed pid was.
+	pidRank := map[int]int{}
+	for _, te := range jb.torch {
+		if te.ev.Kind == snapshot.EventRankExit && te.ev.PID > 0 && te.rank >= 0 {
+			pidRank[te.ev.PID] = te.rank
+		}
+	}
 	var anon *detect.Proc
 	for _, te := range jb.torch {
 		var p *detect.Proc
+		byRecord := false
+		if r, ok := pidRank[te.ev.PID]; ok && te.ev.Kind == snapshot.EventLauncherExit && byPID[te.ev.PID] == nil {
+			te.rank, byRecord = r, true
+		}
 		switch {
-		case te.ev.Kind == snapshot.EventLauncherExit:
+		case te.ev.Kind == snapshot.EventLauncherExit && !byRecord:
 			if p = byPID[te.ev.PID]; p != nil && p.LocalRank < 0 {
 				p.LocalRank = te.ev.LocalRank
+			}
+		case te.ev.Kind == snapshot.EventRankExit && te.ev.PID > 0 && byPID[te.ev.PID] != nil:
+			// torchrun's record names the pid of a process a log shows, and its rank.
+			p = byPID[te.ev.PID]
+			if p.Rank < 0 && te.rank >= 0 && byRank[te.rank] == nil {
+				p.Rank = te.rank
+				byRank[te.rank] = p
 			}
 		case te.host != "" && te.rank < 0:
 			p = hostProc(jb, te.host, te.pid)

@@ -36,6 +36,11 @@ type Coverage struct {
 	// Timestamps: "µs", "ms", "s" (the finest seen) or "none".
 	Timestamps string `json:"timestamps"`
 	RASReports int    `json:"ras_reports,omitempty"`
+	// FRDumps are PyTorch Flight Recorder dumps read, FREntries their entries. Unseen are
+	// the ranks their process groups hold that no file shows (the first MaxFRRanks).
+	FRDumps   int   `json:"fr_dumps,omitempty"`
+	FREntries int64 `json:"fr_entries,omitempty"`
+	Unseen    []int `json:"unseen_ranks,omitempty"`
 	// Communicators across ranks, and how many were inferred or could not be joined.
 	Communicators int `json:"communicators"`
 	Inferred      int `json:"inferred,omitempty"`
@@ -63,8 +68,15 @@ func coverageOf(results []*fileResult, skipped []Skipped) Coverage {
 			c.ReadErrors++
 			c.Limits = append(c.Limits, fmt.Sprintf("%s could not be read to its end (%v): what follows the error is not judged", st.Path, r.err))
 		}
-		if st.Lines > 0 || len(r.ras) > 0 {
+		if st.Lines > 0 || len(r.ras) > 0 || r.fr != nil {
 			c.FilesRead++
+		}
+		if r.fr != nil {
+			c.FRDumps++
+			c.FREntries += st.FREntries
+			if v := r.fr.dump.CommLib; v != "" {
+				versions[v] = true
+			}
 		}
 		c.RASReports += len(r.ras)
 		c.Lines += st.Lines

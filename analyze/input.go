@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/ncclwatch/watchdog/logparse/frdump"
 )
 
 // Stdin is the path that names standard input.
@@ -32,8 +33,10 @@ type Skipped struct {
 var ErrInput = errors.New("input error")
 
 // logExts are the names a folder walk reads: NCCL_DEBUG_FILE logs, captured consoles, Slurm
-// output, RAS reports saved by ncclras (text or JSON); files without extension too.
-var logExts = map[string]bool{".log": true, ".txt": true, ".out": true, ".err": true, ".json": true, "": true}
+// output, RAS reports saved by ncclras (text or JSON), Flight Recorder dumps (named
+// <prefix><rank>, saved as .pkl); files without extension too.
+var logExts = map[string]bool{".log": true, ".txt": true, ".out": true, ".err": true, ".json": true, "": true,
+	".pkl": true, ".pickle": true}
 
 // Collect expands paths into the files to read. Files named explicitly are always read (their
 // content decides what they are); folders are walked for *.log, *.txt, *.out, *.err, *.json
@@ -101,8 +104,9 @@ func skipByName(name string) string {
 	if logExts[ext] {
 		return ""
 	}
-	// Rotated logs: nccl.log.1, out.log.2
-	if inner := filepath.Ext(strings.TrimSuffix(base, ext)); logExts[strings.ToLower(inner)] && inner != "" && isNumber(ext[1:]) {
+	// Rotated logs: nccl.log.1, out.log.2; and Flight Recorder dumps whose prefix ends in a
+	// dot (TORCH_FR_DUMP_TEMP_FILE=/tmp/fr. writes fr.0, fr.1, ...).
+	if isNumber(ext[1:]) {
 		return ""
 	}
 	switch ext {
@@ -111,7 +115,7 @@ func skipByName(name string) string {
 	case ".xz", ".bz2", ".zip", ".tar", ".tgz", ".7z":
 		return "a " + ext + " archive: extract it first (gzip and zstd are read directly)"
 	}
-	return "its extension " + ext + " is not one of .log .txt .out .err .json or none (name the file to read it anyway)"
+	return "its extension " + ext + " is not one of .log .txt .out .err .json .pkl, a number or none (name the file to read it anyway)"
 }
 
 func isNumber(s string) bool {
@@ -131,6 +135,8 @@ const (
 	contentBinary
 	contentRASText
 	contentRASJSON
+	contentFRPickle // a PyTorch Flight Recorder dump, pickled
+	contentFRJSON   // its JSON form
 )
 
 // sniffLen is how much of a file decides what it is: enough for a RAS report's header and
@@ -196,6 +202,13 @@ func openInput(path string, stdin io.Reader) (*input, error) {
 		magic, raw, file = magic[:n], f, f
 	}
 	var content io.Reader = raw
+	if isPickle(magic) {
+		// A Flight Recorder dump: binary, read whole and byte for byte (NULs included).
+		in.kind = contentFRPickle
+		in.r = pooledReader(raw)
+		in.pooled = append(in.pooled, in.r)
+		return in, nil
+	}
 	switch {
 	case len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
 		zr, err := gzip.NewReader(in.buffered(raw, file))
@@ -214,6 +227,16 @@ func openInput(path string, stdin io.Reader) (*input, error) {
 		in.closers = append(in.closers, zr.IOReadCloser())
 		content, in.codec, file = zr, "zstd", nil
 	}
+	if in.codec != "" {
+		// What was compressed may be a dump.
+		br := pooledReader(content)
+		in.pooled = append(in.pooled, br)
+		if head, _ := br.Peek(2); isPickle(head) {
+			in.kind, in.r = contentFRPickle, br
+			return in, nil
+		}
+		content = br
+	}
 	in.gaps = newGapReader(content, file)
 	in.r = pooledReader(in.gaps)
 	in.pooled = append(in.pooled, in.r)
@@ -224,6 +247,12 @@ func openInput(path string, stdin io.Reader) (*input, error) {
 	}
 	in.kind, in.why = sniff(head[:min(len(head), sniffLen)])
 	return in, nil
+}
+
+// isPickle reports a pickle's start (protocol 2 to 5), as torch writes Flight Recorder dumps.
+func isPickle(head []byte) bool {
+	form, ok := frdump.Sniff(head)
+	return ok && form == frdump.FormPickle
 }
 
 // buffered gives a decompressor a buffered source: a plain file gets a pooled buffer,
@@ -239,6 +268,9 @@ func (in *input) buffered(raw io.Reader, file *os.File) io.Reader {
 
 // sniff decides from a file's start whether it is text, a RAS report or binary data.
 func sniff(head []byte) (content, string) {
+	if form, ok := frdump.Sniff(head); ok && form == frdump.FormJSON && !bytes.Contains(head, []byte(`"communicators"`)) {
+		return contentFRJSON, ""
+	}
 	// The first 4 KiB tell text from binary; the RAS markers may come later in the head.
 	if why := binaryKind(head[:min(len(head), 4<<10)]); why != "" {
 		return contentBinary, why

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ncclwatch/watchdog/heartbeat/ras"
@@ -61,8 +62,10 @@ type FileStat struct {
 	GapBytes int64  `json:"gap_bytes,omitempty"`
 	Procs    int    `json:"processes"`
 	Codec    string `json:"codec,omitempty"`
-	Kind     string `json:"kind,omitempty"` // "ras-text", "ras-json" for RAS reports
-	ReadErr  string `json:"error,omitempty"`
+	Kind     string `json:"kind,omitempty"` // "ras-text", "ras-json" for RAS reports; "fr-pickle", "fr-json" for Flight Recorder dumps
+	// FREntries counts a Flight Recorder dump's entries read.
+	FREntries int64  `json:"fr_entries,omitempty"`
+	ReadErr   string `json:"error,omitempty"`
 }
 
 // proc is one process as one file saw it.
@@ -96,8 +99,9 @@ type fileResult struct {
 	order   []procKey
 	torch   []torchEvent
 	ras     []*snapshot.RAS
-	version string // bare "NCCL version" lines seen
-	skip    string // why the file was not read as a log
+	fr      *frFile // a Flight Recorder dump
+	version string  // bare "NCCL version" lines seen
+	skip    string  // why the file was not read as a log
 	err     error
 }
 
@@ -122,7 +126,21 @@ type fileReader struct {
 	unlinked  []byte
 	unlinking bool
 	rasBlk    *rasBlock // a text RAS report being read, nil when none
+	// record is the torchrun failure record being read: whose failure its next fields
+	// (exit code, traceback) are.
+	record exitRecord
 }
+
+// exitRecord is the rank of torchrun's failure record being read ("rank : 2 (local_rank:
+// 2)"), valid for recordLines lines after its last field.
+type exitRecord struct {
+	rank, localRank int
+	line            int64 // the line of its last field; 0: none
+}
+
+// recordLines bounds how far a failure record's rank reaches: its fields, and the
+// traceback it may quote.
+const recordLines = 400
 
 type fragment struct {
 	p    *proc
@@ -149,6 +167,9 @@ func readFile(ctx context.Context, path string, opts *Options) *fileResult {
 		return res
 	case contentRASJSON:
 		readRAS(in, res)
+		return res
+	case contentFRPickle, contentFRJSON:
+		readDump(in, path, res)
 		return res
 	case contentRASText:
 		res.stat.Kind = "ras-text"
@@ -602,9 +623,45 @@ func (fr *fileReader) flush() {
 
 // torchLine keeps PyTorch and launcher events for the rank or pid they name.
 func (fr *fileReader) torchLine(l *logparse.Line) {
+	st := &fr.res.stat
+	rec := &fr.record
+	if rec.line > 0 && st.Lines-rec.line > recordLines {
+		*rec = exitRecord{}
+	}
+	if l.Kind == logparse.KindExitRecord {
+		switch {
+		case l.Torch.Rank >= 0:
+			*rec = exitRecord{rank: l.Torch.Rank, localRank: l.LocalRk, line: st.Lines}
+		case l.Torch.Host != nil:
+			// A record's host comes before its rank: what follows is a new failure's.
+			*rec = exitRecord{rank: -1, localRank: -1, line: st.Lines}
+		}
+		return
+	}
 	ev, ok := logparse.EventOf(l, 0)
 	if !ok {
 		return
+	}
+	if ev.Kind == snapshot.EventRankExit {
+		if strings.HasSuffix(ev.Detail, "ChildFailedError") {
+			// torchrun's own exception, which only announces its failure record.
+			return
+		}
+		if rec.line > 0 && rec.rank >= 0 && l.LauncherRank < 0 {
+			// A field of torchrun's record, or the traceback it quotes.
+			rec.line = st.Lines
+			if ev.LocalRank == 0 {
+				ev.LocalRank = rec.localRank
+			}
+			if fr.amendExit(ev, rec.rank) {
+				return
+			}
+			fr.keepTorch(torchEvent{rank: rec.rank, ev: ev})
+			return
+		}
+		if ev.Src == snapshot.ExitLauncher && fr.amendExit(ev, -1) {
+			return
+		}
 	}
 	// The launcher's "[rankN]:" is the global rank; PyTorch's own "[Rank N]" is the rank
 	// in the line's process group, the global one only for the default group.
@@ -616,9 +673,40 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 	if rank < 0 {
 		rank = l.Torch.Rank
 	}
+	fr.keepTorch(torchEvent{rank: rank, ev: ev, host: string(l.Torch.Host), pid: l.Torch.PID})
+}
+
+func (fr *fileReader) keepTorch(te torchEvent) {
 	if len(fr.res.torch) < 10000 {
-		fr.res.torch = append(fr.res.torch, torchEvent{rank: rank, ev: ev, host: string(l.Torch.Host), pid: l.Torch.PID})
+		fr.res.torch = append(fr.res.torch, te)
 	}
+}
+
+// amendExit folds a launcher's second word on one exit into the first: torchrun prints a
+// failed process's exit code ("exitcode : -9 (pid: 1212)") and then what ended it
+// ("traceback : Signal 9 (SIGKILL) received by PID 1212"). It reports whether ev was
+// folded in.
+func (fr *fileReader) amendExit(ev snapshot.Event, rank int) bool {
+	if ev.Src != snapshot.ExitLauncher || ev.PID == 0 {
+		return false
+	}
+	for i := len(fr.res.torch) - 1; i >= 0 && i >= len(fr.res.torch)-4; i-- {
+		te := &fr.res.torch[i]
+		if te.ev.Kind != snapshot.EventRankExit || te.ev.Src != snapshot.ExitLauncher || te.ev.PID != ev.PID {
+			continue
+		}
+		if te.ev.Detail == "" {
+			te.ev.Detail = ev.Detail
+		}
+		if te.ev.Code == 0 {
+			te.ev.Code = ev.Code
+		}
+		if te.rank < 0 {
+			te.rank = rank
+		}
+		return true
+	}
+	return false
 }
 
 // signalFrame gives the newest signal a runtime reported the NCCL function its backtrace

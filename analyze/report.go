@@ -97,6 +97,10 @@ type FindingReport struct {
 	LagSeconds float64                `json:"lag_seconds,omitempty"`
 	Summary    string                 `json:"summary"`
 	Evidence   []string               `json:"evidence,omitempty"`
+	// Cause is the root's cause class; Episode the span of a slowdown or a stall that
+	// resolved, with the share of the job's time it cost.
+	Cause   incident.Cause    `json:"cause,omitempty"`
+	Episode *incident.Episode `json:"episode,omitempty"`
 }
 
 // add renders one run's detect view and result into the report.
@@ -154,7 +158,7 @@ func (r *Report) add(jobIdx int, jb *job, j *detect.Job, res detect.Result) {
 	for _, f := range res.Findings {
 		fr := FindingReport{Job: jobIdx, Kind: f.Kind, Severity: f.Severity, Comm: f.Comm, Seq: f.Seq,
 			Culprits: f.Culprits, Victims: f.Victims, Ops: f.Ops, LagSeconds: f.LagSeconds, Summary: f.Summary,
-			Evidence: f.Evidence}
+			Evidence: f.Evidence, Cause: f.Cause, Episode: f.Episode}
 		if jn, ok := jb.joins[f.Comm]; ok && f.Comm != "" {
 			fr.Evidence = append(fr.Evidence, fmt.Sprintf("communicator %s was joined across ranks without a commId (%s confidence): %s", f.Comm, jn.Confidence, jn.Why))
 		}
@@ -165,6 +169,9 @@ func (r *Report) add(jobIdx int, jb *job, j *detect.Job, res detect.Result) {
 func joinOf(id string, joins map[string]Join) Join {
 	if j, ok := joins[id]; ok {
 		return j
+	}
+	if strings.HasPrefix(id, snapshot.FRCommPrefix) {
+		return Join{How: "process group", Confidence: "exact", Why: "a PyTorch process group's name and ranks, from Flight Recorder dumps"}
 	}
 	if strings.HasSuffix(id, "/gap") {
 		return Join{How: "unjoined", Why: "lines are missing before its later collectives (a gap in the log), so its positions are not the other ranks'"}
@@ -217,9 +224,11 @@ func (r *Report) finish(jobs int) {
 		compared = compared || (len(cm.Ranks) >= 2 && with > 0)
 	}
 	switch {
+	case c.NCCLLines == 0 && c.RASReports == 0 && c.FRDumps > 0:
+		c.Limits = append(c.Limits, "no NCCL line was found: PyTorch's Flight Recorder dumps show its works, not what NCCL did with them; "+SubsysHint)
 	case c.NCCLLines == 0 && c.RASReports == 0:
 		c.Limits = append(c.Limits, "no NCCL line was found: nothing shows what NCCL did; "+SubsysHint)
-	case c.Collectives == 0:
+	case c.Collectives == 0 && c.FREntries == 0:
 		c.Limits = append(c.Limits, "no collective (COLL) line was found, so ranks cannot be compared for hangs or mismatches; "+SubsysHint)
 	case !compared:
 		c.Limits = append(c.Limits, "no communicator has two or more ranks' logs with collectives: there is nothing to compare a rank with (are all ranks' logs here?)")
@@ -227,7 +236,7 @@ func (r *Report) finish(jobs int) {
 	if c.Lines > 0 && c.NCCLLines+c.TorchLines < c.Lines/10 && c.NCCLLines > 0 {
 		c.Limits = append(c.Limits, fmt.Sprintf("only %d of %d lines are NCCL or PyTorch lines", c.NCCLLines+c.TorchLines, c.Lines))
 	}
-	judgeable := c.Collectives > 0 && compared && c.ReadErrors == 0
+	judgeable := (c.Collectives > 0 || c.FREntries > 0) && compared && c.ReadErrors == 0 && len(c.Unseen) == 0
 	switch {
 	case len(r.Findings) > 0:
 		r.Verdict, r.ExitCode = VerdictFindings, ExitFindings
@@ -274,6 +283,19 @@ func (r *Report) Write(w io.Writer, verbose bool) error {
 			job = fmt.Sprintf("job %d ", f.Job)
 		}
 		fmt.Fprintf(&b, "  %d. [%s] %s%s: %s\n", i+1, strings.ToUpper(string(f.Severity)), job, f.Kind, f.Summary)
+		if e := f.Episode; e != nil && !e.Onset.IsZero() {
+			end := "still going when the logs end"
+			if !e.End.IsZero() {
+				end = "ended " + e.End.UTC().Format("15:04:05.000Z")
+			}
+			fmt.Fprintf(&b, "       episode: began %s, %s; cost %.0f%% of the job's time", e.Onset.UTC().Format("15:04:05.000Z"), end, 100*e.LostShare)
+			if f.Cause != "" {
+				fmt.Fprintf(&b, "; cause: %s", f.Cause)
+			}
+			b.WriteString("\n")
+		} else if f.Cause != "" {
+			fmt.Fprintf(&b, "       cause: %s\n", f.Cause)
+		}
 		ev := f.Evidence
 		if !verbose && len(ev) > fold {
 			ev = ev[:fold]

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/detect/live"
 	"github.com/ncclwatch/watchdog/heartbeat/gpu"
+	"github.com/ncclwatch/watchdog/heartbeat/profile/profiletest"
 	"github.com/ncclwatch/watchdog/internal/assemble"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
@@ -89,14 +91,14 @@ var (
 // describe or gather.
 func exportedMetrics(t *testing.T) exported {
 	t.Helper()
-	exportedOnce.Do(func() { exportedSet, exportedErr = startComponents(t.TempDir()) })
+	exportedOnce.Do(func() { exportedSet, exportedErr = startComponents(t, t.TempDir()) })
 	if exportedErr != nil {
 		t.Fatal(exportedErr)
 	}
 	return exportedSet
 }
 
-func startComponents(dir string) (exported, error) {
+func startComponents(t *testing.T, dir string) (exported, error) {
 	// Two ranks of a real capture, so that the per-rank series exist.
 	logs, err := filepath.Glob("../testdata/captures/nccl-2.28.9-2xH200/silent/nccl.*.log")
 	if err != nil || len(logs) == 0 {
@@ -111,6 +113,7 @@ func startComponents(dir string) (exported, error) {
 			return exported{}, err
 		}
 	}
+	profDirs := pluginRegions(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log := slog.New(slog.DiscardHandler)
@@ -134,7 +137,7 @@ func startComponents(dir string) (exported, error) {
 		LogPatterns: []string{filepath.Join(dir, "*.log")}, PollLogs: true, SampleEvery: 100 * time.Millisecond,
 		Publish:    assemble.PublishConfig{Interval: 100 * time.Millisecond},
 		GPULibrary: gpu.NewFake(8), Ports: true, IBRoot: "../heartbeat/ibport/testdata/ib-healthy", NetRoot: "../heartbeat/ibport/testdata/net",
-		Logger: log, Registerer: sidecarReg})
+		ProfilerDirs: profDirs, Logger: log, Registerer: sidecarReg})
 	if err != nil {
 		return exported{}, err
 	}
@@ -267,6 +270,19 @@ func startComponents(dir string) (exported, error) {
 	cancel()
 	wg.Wait()
 	return out, nil
+}
+
+// pluginRegions starts a simulated rank of the profiler plugin (profiletest: the real plugin,
+// where gcc can build it) that completed an all-reduce, so that the sidecar's bandwidth series
+// exist and are gathered with their types; none without gcc.
+func pluginRegions(t *testing.T) []string {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		return nil
+	}
+	dir := t.TempDir()
+	r := profiletest.Build(t).Start(t, dir, "RANK=0", "WORLD_SIZE=2")
+	r.Do("init 0 c0ffee 2 0", "coll 0 AllReduce 1048576 2", "run 0 1 2")
+	return []string{dir}
 }
 
 type discard struct{}

@@ -126,6 +126,14 @@ var emptyAllowed = map[string]string{
 	"ncclwatch_alert_store_errors_total":         "no delivery-state error",
 	"ncclwatch_gpu_xid_errors_total":             "no GPU reported an XID",
 	"ncclwatch_rank_process_up":                  "simulated ranks are not processes here (--check-pids=false)",
+	// The quick start's simulated job writes logs, not profiler regions: no op timings.
+	"ncclwatch_comm_op_bus_bytes_total":                    "no profiler plugin in the quick start",
+	"ncclwatch_comm_op_bytes_total":                        "no profiler plugin in the quick start",
+	"ncclwatch_comm_op_duration_seconds_sum":               "no profiler plugin in the quick start",
+	"ncclwatch_comm_op_duration_seconds_count":             "no profiler plugin in the quick start",
+	"ncclwatch_comm_bus_bandwidth_bytes_per_second":        "no profiler plugin in the quick start",
+	"ncclwatch_comm_algorithm_bandwidth_bytes_per_second":  "no profiler plugin in the quick start",
+	"ncclwatch:comm_bus_bandwidth_bytes_per_second:rate5m": "no profiler plugin in the quick start",
 }
 
 // TestPrometheusEndToEnd runs the one-machine Slurm quick start of docs/quickstart-slurm.md

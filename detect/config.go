@@ -8,18 +8,13 @@ import "time"
 type Config struct {
 	HangConfig       `yaml:",inline"`
 	CompletionConfig `yaml:",inline"`
-	DurationConfig   `yaml:",inline"`
-	StragglerConfig  `yaml:",inline"`
+	SlowdownConfig   `yaml:",inline"`
 	LinkConfig       `yaml:",inline"`
 	EventConfig      `yaml:",inline"`
 	LostConfig       `yaml:",inline"`
-	IBConfig         `yaml:",inline"`
-	ConnConfig       `yaml:",inline"`
-	CUDAConfig       `yaml:",inline"`
-	SetupConfig      `yaml:",inline"`
+	KnowledgeConfig  `yaml:",inline"`
 	RASConfig        `yaml:",inline"`
 	TorchConfig      `yaml:",inline"`
-	ErrorConfig      `yaml:",inline"`
 	TeardownConfig   `yaml:",inline"`
 }
 
@@ -28,20 +23,14 @@ func DefaultConfig() Config {
 	return Config{
 		HangConfig:       HangConfig{HangFloor: 10 * time.Second, HangK: 4},
 		CompletionConfig: CompletionConfig{CompletionFloor: 3 * time.Second, CompletionK: 10},
-		DurationConfig: DurationConfig{MeasuredLagMin: 20 * time.Millisecond, MeasuredLagFraction: 0.25, MeasuredMinOps: 8,
-			SlowLinkFactor: 3, SlowLinkMinStep: 500 * time.Microsecond, SlowLinkMinSteps: 32},
-		StragglerConfig: StragglerConfig{StragglerMinLag: 20 * time.Millisecond, StragglerFraction: 0.05,
-			StragglerWindow: 64, StragglerMinSamples: 8, StragglerWarmupSteps: 3},
-		LinkConfig:  LinkConfig{XmitWaitPerSecond: 1e6},
-		EventConfig: EventConfig{EventMaxAge: 10 * time.Minute},
-		LostConfig:  LostConfig{MassLossNodes: 3, MassLossFraction: 0.25, MassLossWindow: 15 * time.Second},
-		IBConfig:    IBConfig{IBPeerReporters: 2},
-		ConnConfig:  ConnConfig{ConnMaxPeers: 8},
-		CUDAConfig:  CUDAConfig{CUDAEvidence: 6},
-		SetupConfig: SetupConfig{SetupEvidence: 8},
-		RASConfig:   RASConfig{RASMinGap: 2},
-		TorchConfig: TorchConfig{TorchQuoted: 8},
-		ErrorConfig: ErrorConfig{ErrorQuoted: 4},
+		SlowdownConfig: SlowdownConfig{SlowdownShare: 0.10, SlowdownSteps: 20, SlowdownWarmupSteps: 3, MeasuredMinOps: 8,
+			SlowLinkFactor: 3, SlowLinkMinSteps: 32},
+		LinkConfig:      LinkConfig{XmitWaitPerSecond: 1e6},
+		EventConfig:     EventConfig{EventMaxAge: 10 * time.Minute},
+		LostConfig:      LostConfig{MassLossNodes: 3, MassLossFraction: 0.25, MassLossWindow: 15 * time.Second},
+		KnowledgeConfig: KnowledgeConfig{PeerReporters: 2, MaxCulprits: 8, Quoted: 8},
+		RASConfig:       RASConfig{RASMinGap: 2},
+		TorchConfig:     TorchConfig{TorchQuoted: 8},
 		// Half the ranks within 5 s: a killed job's ranks die within a second or two; 5 s
 		// leaves room for the sidecars' liveness checks (250 ms) and a launcher's staggered kill.
 		TeardownConfig: TeardownConfig{TeardownWindow: 5 * time.Second, TeardownFraction: 0.5},

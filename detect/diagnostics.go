@@ -9,66 +9,14 @@ import (
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
-// Diagnostics turns what NCCL says itself into findings, with the cause NCCL's maintainers
-// give: NCCL's own collective-mismatch check, NET/IB message-size mismatches (a transport or
-// configuration fault), communicators whose initialization never completed (offline).
+// Diagnostics finds, offline, communicators whose initialization never completed. What
+// NCCL says itself (its collective-mismatch check, NET/IB message-size mismatches) is the
+// knowledge table's (messages.go).
 func Diagnostics(j *Job) []Finding {
-	var out []Finding
-	byRank := map[int]*Proc{}
-	for _, p := range j.Procs {
-		if p.Rank >= 0 {
-			byRank[p.Rank] = p
-		}
+	if !j.Offline {
+		return nil
 	}
-	seen := map[string]bool{}
-	for _, p := range j.Procs {
-		for _, e := range p.Events {
-			switch e.Kind {
-			case snapshot.EventCollMismatch:
-				culprit := p
-				if q := byRank[e.Code]; q != nil {
-					culprit = q
-				}
-				key := "nccl-mismatch:" + culprit.Key()
-				if seen[key] {
-					continue
-				}
-				seen[key] = true
-				f := Finding{Kind: incident.KindMismatch, Severity: incident.SeverityCritical,
-					Culprits: []incident.Culprit{culprit.Culprit()}, culpritKeys: []string{culprit.Key()}, Key: key}
-				what := "detected a mismatched collective"
-				if !e.Fatal {
-					what = "suspects a hang caused by a mismatched collective"
-				}
-				f.Summary = fmt.Sprintf("NCCL's own check on %s %s at and around rank %d: the ranks' collective calls differ there (check the calls of rank %d)",
-					p.Name(), what, e.Code, e.Code)
-				f.addEvidence("%s: %s", p.Name(), e.Msg)
-				out = append(out, f)
-			case snapshot.EventNetSizeMismatch:
-				key := "net-size:" + p.Host
-				if seen[key] {
-					continue
-				}
-				seen[key] = true
-				f := Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical,
-					Culprits: []incident.Culprit{{Rank: -1, Host: p.Host}}, culpritKeys: []string{p.Key()}, Key: key}
-				f.Summary = fmt.Sprintf("NET/IB on %s reports that the two ends of a connection disagree on a message size (peer %s): NCCL's maintainers trace this to the transport or the configuration (different NCCL versions or NCCL_PROTO/NCCL_ALGO/plugin settings between ranks), not to the application's calls",
-					p.Name(), orUnknown(e.Peer))
-				if strings.Contains(e.Msg, "NET/Socket") {
-					// The socket transport's own message names both causes, and a pipeline
-					// stage that sends another shape than its peer receives is a common one.
-					f.Summary = fmt.Sprintf("NET/Socket on %s received a message of another size than it expected (peer %s): the ranks' calls differ there (a send and a receive of different sizes, as between pipeline stages) or their settings do (NCCL versions, NCCL_PROTO/NCCL_ALGO); compare what the two ranks called at that moment",
-						p.Name(), orUnknown(e.Peer))
-				}
-				f.addEvidence("%s: %s", p.Name(), e.Msg)
-				out = append(out, f)
-			}
-		}
-	}
-	if j.Offline {
-		out = append(out, initHangs(j)...)
-	}
-	return out
+	return initHangs(j)
 }
 
 // initHangs finds communicators whose Init START has no COMPLETE: initialization hung, on

@@ -3,11 +3,15 @@
 // fault or a lost node, and say when the watchdog itself is blind; and the lifecycle that
 // turns their findings into incidents, one per root cause.
 //
-// Beside comparing the ranks, rules read what NCCL prints when it fails and give the cause
-// NCCL's maintainers give: IB completion errors by status (ib.go), socket connects and
-// breaks (socket.go), CUDA failures (cuda.go), a setup NCCL cannot work with (setup.go),
-// NCCL RAS reports (ras.go), PyTorch's watchdog lines alone (torch.go) and NCCL errors no
-// other rule explains (ncclerror.go).
+// Beside comparing the ranks, the detector reads what NCCL, its network plugins, CUDA, the
+// HCA and PyTorch print when they fail, and gives the cause their maintainers give. That
+// knowledge is data: knowledge.csv holds one row per meaning (the event kind and the
+// conditions it matches on: status or code, message, source file, stage, the address it
+// names; then the cause class, incident kind, severity, culprit, scope and the summary and
+// advice), read once and checked by a test. messages.go is the one engine that applies it:
+// the first row that matches an event wins, events whose keys come out equal are one
+// finding, follow-up lines are quoted as its evidence. A new message is one row; a WARN no
+// row knows still becomes a warning that quotes it, which any known cause outranks.
 //
 // Rules are pure functions of a Job on the Job's clock (Job.Now), so tests fake time by
 // setting it. A Job is the ranks of one job as snapshots, live from etcd (detect/live) or

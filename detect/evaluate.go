@@ -14,10 +14,10 @@ type Result struct {
 // functions of the job, so they run at once; the merge steps run in their order.
 func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	var (
-		stuck, crashes, mism, hangs, p2p, links, setup, cuda, ras, nccl, conns, silent, store []Finding
-		gpu, stragglers, lost, monitoring, diagnostics, stray, flight, collnet                []Finding
-		inversions, doneHangs, waits, slowLinks, measured, busyGPUs                           []Finding
-		paused                                                                                []string
+		stuck, crashes, mism, hangs, p2p, links, setup, ras, msgs, flight []Finding
+		gpu, stragglers, lost, monitoring, diagnostics                    []Finding
+		inversions, doneHangs, waits, busyGPUs                            []Finding
+		paused                                                            []string
 	)
 	rules := []func(){
 		func() { stuck, paused = StuckInFlight(j, cfg) },
@@ -26,27 +26,19 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		func() { hangs = Hang(j, cfg) },
 		func() { p2p = P2PMismatch(j, cfg) },
 		func() { links = Link(j, cfg) },
-		func() { setup = Setup(j, cfg) },
-		func() { cuda = CUDA(j, cfg) },
+		func() { setup = append(versionLines(j), duplicateHostnames(j)...) },
+		func() { msgs = Messages(j, cfg) },
 		func() { ras = RAS(j, cfg) },
-		func() { nccl = NCCLErrors(j, cfg) },
-		func() { silent = SilentInitFailure(j, cfg) },
-		func() { store = StoreFailures(j, cfg) },
 		func() { flight = FlightRecorder(j) },
-		func() { conns = Connections(j, cfg) },
 		func() { gpu = GPU(j, cfg) },
-		func() { stragglers = Straggler(j, cfg, timing) },
+		func() { stragglers = Slowdowns(j, cfg, timing) },
 		func() { lost = LostNodes(j, cfg) },
 		func() { monitoring = Monitoring(j) },
 		func() { diagnostics = Diagnostics(j) },
 		func() { inversions = OrderInversion(j, cfg) },
 		func() { doneHangs = CompletionHang(j, cfg) },
 		func() { waits = StuckWaits(j, cfg) },
-		func() { slowLinks = SlowLinks(j, cfg) },
-		func() { measured = MeasuredStragglers(j, cfg) },
 		func() { busyGPUs = BusyGPU(j, cfg) },
-		func() { stray = StrayAllocator(j, cfg) },
-		func() { collnet = CollNet(j, cfg) },
 	}
 	parallel(len(rules), 1, func(i int) { rules[i]() })
 	fs := findings{
@@ -55,14 +47,29 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		inversions: inversions,
 		stalls:     append(append(append(doneHangs, hangs...), busyGPUs...), p2p...),
 		stuck:      append(waits, stuck...),
-		links:      append(links, slowLinks...),
-		errors:     append(append(setup, cuda...), silent...),
+		links:      links,
+		errors:     setup,
 		ras:        ras,
-		nccl:       nccl,
 	}
-	// A connection that could not be opened is the setup's fault; one that broke is a
-	// dead peer's; a unique id never published is a rank that stopped.
-	for _, f := range append(append(conns, store...), flight...) {
+	// What the table's rows say a message's finding explains (knowledge.csv, role).
+	for _, f := range msgs {
+		switch f.role {
+		case roleLink:
+			fs.links = append(fs.links, f)
+		case roleCrash:
+			fs.crashes = append(fs.crashes, f)
+		case roleStall:
+			fs.stalls = append(fs.stalls, f)
+		case roleNote:
+			fs.rest = append(fs.rest, f)
+		case roleFallback:
+			fs.nccl = append(fs.nccl, f)
+		default:
+			fs.errors = append(fs.errors, f)
+		}
+	}
+	// Flight Recorder's analyzer names mismatches and ranks that never joined.
+	for _, f := range flight {
 		switch f.Kind {
 		case incident.KindMismatch:
 			fs.mism = append(fs.mism, f)
@@ -74,21 +81,24 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 			fs.errors = append(fs.errors, f)
 		}
 	}
-	for _, f := range collnet {
-		// A CollNet set-up NCCL fell back from is no cause that others follow from.
-		if f.Severity == incident.SeverityWarning {
-			fs.rest = append(fs.rest, f)
+	for _, f := range stragglers {
+		// A slow link is a link fault, which the merge steps weigh with the other links.
+		if f.Kind == incident.KindLink {
+			fs.links = append(fs.links, f)
 		} else {
-			fs.errors = append(fs.errors, f)
+			fs.rest = append(fs.rest, f)
 		}
 	}
-	for _, rule := range [][]Finding{gpu, measured, stragglers, lost, monitoring, diagnostics, stray} {
+	for _, rule := range [][]Finding{gpu, lost, monitoring, diagnostics} {
 		fs.rest = append(fs.rest, rule...)
 	}
 	for _, step := range mergeSteps {
 		step(j, cfg, &fs)
 	}
 	r := Result{Findings: fs.all(), Notes: timingNotes(timing), Paused: paused}
+	if knowledgeErr != nil {
+		r.Notes = append(r.Notes, "part of the knowledge table was left out, so some messages are not judged: "+knowledgeErr.Error())
+	}
 	sortFindings(r.Findings)
 	return r
 }

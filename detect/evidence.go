@@ -67,16 +67,29 @@ func gpuOf(j *Job, p *Proc) *snapshot.GPU {
 	if n == nil {
 		return nil
 	}
+	var found *snapshot.GPU
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
 		if p.BusID != "" && strings.EqualFold(strings.TrimLeft(g.BusID, "0"), strings.TrimLeft(p.BusID, "0")) {
-			if g.T != 0 && !j.Now.IsZero() && j.Now.Sub(g.T.Time()) > staleGPUSample {
-				return nil // what a stuck sampler last saw is not what the GPU does now
-			}
-			return g
+			found = g
+			break
 		}
 	}
-	return nil
+	if found == nil && p.BusID == "" {
+		// Without its Init line (a job logging at WARN) the rank's bus id is unknown: its
+		// pid among a GPU's processes names the GPU where the pid namespaces agree.
+		for i := range n.GPUs {
+			for _, q := range n.GPUs[i].Procs {
+				if p.PID > 0 && q.PID == p.PID {
+					found = &n.GPUs[i]
+				}
+			}
+		}
+	}
+	if found != nil && found.T != 0 && !j.Now.IsZero() && j.Now.Sub(found.T.Time()) > staleGPUSample {
+		return nil // what a stuck sampler last saw is not what the GPU does now
+	}
+	return found
 }
 
 // staleGPUSample: GPUs are sampled every second; a sample this old means the sampler (or

@@ -467,7 +467,7 @@ func TestNetSizeMismatchByTransport(t *testing.T) {
 		{"NET/Socket : peer 10.0.0.2<41138> message truncated : receiving 8 bytes instead of 4. If you believe your socket network is in a healthy state, there may be a mismatch in collective sizes", "NET/Socket on", "NET/IB"},
 	} {
 		j := offlineJob(map[int][]snapshot.Event{1: {{Kind: snapshot.EventNetSizeMismatch, Fatal: true, Peer: "10.0.0.2<41138>", Msg: c.msg}}})
-		f := wantOne(t, Diagnostics(j), incident.KindLink, c.say)
+		f := wantOne(t, Messages(j, DefaultConfig()), incident.KindLink, c.say)
 		if strings.Contains(f.Summary, c.not) {
 			t.Errorf("summary %q should not say %q", f.Summary, c.not)
 		}
@@ -508,7 +508,7 @@ func TestBrokenConnectionToAPeerWithoutLog(t *testing.T) {
 		{snapshot.Event{Kind: snapshot.EventSocketError, Fatal: true, Peer: "10.0.0.2<33759>", Detail: "Connection reset by peer", Stage: snapshot.StageReady}, false}, // gpu-b's log is here
 	} {
 		j := offlineJob(map[int][]snapshot.Event{0: {c.e}})
-		fs := Connections(j, DefaultConfig())
+		fs := Messages(j, DefaultConfig())
 		if len(fs) == 0 {
 			t.Fatalf("%s: no finding", c.e.Detail)
 		}

@@ -22,6 +22,10 @@ type Finding struct {
 	Evidence   []string
 	// FaultAt estimates when the condition began (zero when unknown).
 	FaultAt time.Time
+	// Cause is the root's cause class, from its own evidence; Episode the span of a
+	// slowdown (or a stall that resolved) and the share of the job's time it cost.
+	Cause   incident.Cause
+	Episode *incident.Episode
 	// Key identifies the root cause across evaluations: equal keys are one incident.
 	Key string
 	// Teardown is set on the finding that stands for a job's teardown when nothing earlier
@@ -41,6 +45,8 @@ type Finding struct {
 	// queued: a completion hang whose rank issued the op but whose GPU never started it:
 	// the GPU is busy elsewhere, often behind an op that waits for another culprit.
 	queued bool
+	// role is the part a finding of the knowledge table plays in merging (knowledge.go).
+	role role
 	// vague: the rule could not tell the culprit from its peers (a tie nothing broke), so
 	// it names them all; a later view like it does not replace a precise one.
 	vague bool
@@ -73,7 +79,7 @@ func (f *Finding) Incident(job string, now time.Time) incident.Incident {
 	return incident.Incident{
 		Key: f.Key, Kind: f.Kind, State: incident.StateOpen, Severity: f.Severity, Job: job, Comm: f.Comm, Seq: f.Seq,
 		Culprits: f.Culprits, Victims: f.Victims, Summary: f.Summary, Evidence: f.Evidence, Ops: f.Ops,
-		LagSeconds: f.LagSeconds, OpenedAt: now, LastSeen: now, FaultAt: f.FaultAt,
+		LagSeconds: f.LagSeconds, OpenedAt: now, LastSeen: now, FaultAt: f.FaultAt, Cause: f.Cause, Episode: f.Episode,
 	}
 }
 
@@ -83,7 +89,7 @@ func sortFindings(fs []Finding) {
 	order := map[incident.Kind]int{incident.KindConfig: 0, incident.KindCrash: 1, incident.KindMismatch: 2,
 		incident.KindOrderInversion: 3, incident.KindHang: 4, incident.KindP2PMismatch: 5, incident.KindStuckInFlight: 6,
 		incident.KindLink: 7, incident.KindGPU: 8, incident.KindLostNode: 9, incident.KindStraggler: 10,
-		incident.KindMonitoring: 11}
+		incident.KindMonitoring: 11, incident.KindNCCLWarning: 12}
 	sort.SliceStable(fs, func(a, b int) bool {
 		if ra, rb := fs[a].Severity.Rank(), fs[b].Severity.Rank(); ra != rb {
 			return ra < rb

@@ -105,6 +105,9 @@ type Job struct {
 	LeaseLosses []time.Time
 	// EtcdDownSince is when the detector lost etcd (zero: reachable).
 	EtcdDownSince time.Time
+	// Ledger is the job's time accounting across evaluations (the live detector keeps one
+	// per job); nil: a fresh one from this job's history alone, as offline.
+	Ledger *Ledger
 }
 
 // NewJob groups the processes' communicators by cross-rank identity.

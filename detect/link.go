@@ -24,18 +24,12 @@ var errorCounters = []string{"symbol_error", "link_error_recovery", "link_downed
 	"local_link_integrity_errors", "excessive_buffer_overrun_errors", "port_xmit_discards"}
 
 // Link finds network trouble: a rank that fell back to NET/Socket where its peers use IB,
-// fewer IB devices than its peers, IB completion errors and port events from NCCL's log,
-// and (live) ports below the job's usual rate, not ACTIVE, with error counters or
-// xmit_wait rising. Findings name node, HCA and port and the ranks whose traffic uses it.
+// fewer IB devices than its peers, and (live) ports below the job's usual rate, not ACTIVE,
+// with error counters or xmit_wait rising. Findings name node, HCA and port and the ranks
+// whose traffic uses it. What NCCL logs about the network (IB completion errors and async
+// events, a network plugin's failures) is the knowledge table's (messages.go).
 func Link(j *Job, cfg Config) []Finding {
-	var out []Finding
-	out = append(out, networkFallback(j)...)
-	events, qp := ibEvents(j, cfg)
-	comps, byPeer := ibCompletions(j, cfg, qp)
-	out = append(out, qpErrorsExplainCompletions(events, qp, comps, byPeer)...)
-	out = append(out, netPluginErrors(j, cfg)...)
-	out = append(out, portFindings(j, cfg)...)
-	return out
+	return append(networkFallback(j), portFindings(j, cfg)...)
 }
 
 func networkFallback(j *Job) []Finding {
@@ -93,134 +87,6 @@ func networkFallback(j *Job) []Finding {
 		}
 	}
 	return out
-}
-
-// ibEvents turns NCCL's IB async events into findings, one per (host, HCA port), each
-// named for what it is about: a port, a queue pair, a completion queue, the device.
-// Completion errors are the IBCompletion rule's (ib.go). qp maps the hosts whose HCA put a
-// queue pair in error to the index of that finding.
-func ibEvents(j *Job, cfg Config) (out []Finding, qp map[string]int) {
-	type key struct{ host, dev string }
-	found := map[key]*Finding{}
-	var order []key
-	qpHost := map[key]bool{}
-	for _, p := range j.Procs {
-		for _, e := range p.Events {
-			if e.Kind != snapshot.EventIBAsync || !recentEvent(j, cfg.EventConfig, int64(e.T)) {
-				continue
-			}
-			if !e.Fatal && !strings.Contains(e.Detail, "err") {
-				// "port active", "GID table change", "LID change", "SM change": the
-				// fabric's housekeeping, not a fault.
-				continue
-			}
-			dev := e.Dev
-			if e.Port > 0 {
-				dev = e.Dev + ":" + strconv.Itoa(e.Port)
-			}
-			k := key{p.Host, dev}
-			f := found[k]
-			if f == nil {
-				f = &Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical,
-					Culprits: []incident.Culprit{{Rank: -1, Host: p.Host, Port: dev}}, Key: "link:" + p.Host + ":" + dev}
-				found[k] = f
-				order = append(order, k)
-			}
-			// NCCL before 2.20 names no HCA: said so rather than an empty port.
-			where, on := "an HCA NCCL does not name", p.Host+" (NCCL does not name the HCA)"
-			if e.Dev != "" {
-				where = fmt.Sprintf("%s port %d", e.Dev, e.Port)
-				on = p.Host + " " + where
-			}
-			f.addEvidence("%s: NCCL got IB async event %q on %s", p.Name(), e.Detail, where)
-			if f.Summary == "" {
-				target := ibAsyncTarget(e)
-				f.Summary = fmt.Sprintf("IB %s event %q on %s%s", target.name, e.Detail, on, target.why(e.Detail))
-				if !strings.Contains(e.Detail, "error") && !strings.Contains(e.Msg, "fatal") {
-					f.Severity = incident.SeverityWarning
-				}
-				qpHost[k] = target.queue && f.Severity == incident.SeverityCritical
-			}
-			f.culpritKeys = appendUnique(f.culpritKeys, p.Key())
-		}
-	}
-	qp = map[string]int{}
-	for i, k := range order {
-		out = append(out, *found[k])
-		if _, seen := qp[k.host]; qpHost[k] && !seen {
-			qp[k.host] = i
-		}
-	}
-	return out, qp
-}
-
-// asyncTarget is what an IB async event is about.
-type asyncTarget struct {
-	name  string
-	queue bool // a queue pair or queue of one connection, not the port or the device
-}
-
-// ibAsyncTarget tells an event of a queue pair, completion queue or shared receive queue
-// (ibv_event_type_str's words, or NCCL 2.23+'s "async fatal event on QP (0x..)") from a
-// port's (active, error, LID, P_Key, SM, GID, client reregistration) and the device's.
-func ibAsyncTarget(e snapshot.Event) asyncTarget {
-	d, m := strings.ToLower(e.Detail), e.Msg
-	switch {
-	case strings.Contains(m, " on QP") || strings.Contains(d, "work queue") || strings.Contains(d, "last wqe") ||
-		strings.Contains(d, "communication established") || strings.Contains(d, "send queue drained") ||
-		strings.Contains(d, "path migration"):
-		return asyncTarget{name: "queue pair (QP)", queue: true}
-	case strings.Contains(m, " on CQ") || strings.Contains(d, "cq error"):
-		return asyncTarget{name: "completion queue (CQ)", queue: true}
-	case strings.Contains(m, " on SRQ") || strings.Contains(d, "srq"):
-		return asyncTarget{name: "shared receive queue (SRQ)", queue: true}
-	case strings.Contains(d, "catastrophic") || strings.Contains(d, "device fatal"):
-		return asyncTarget{name: "device"}
-	}
-	return asyncTarget{name: "port"}
-}
-
-// why says what a queue's error means for the job; a port's event speaks for itself.
-func (t asyncTarget) why(detail string) string {
-	switch {
-	case !t.queue:
-		return ""
-	case strings.Contains(detail, "access violation"):
-		return ": the HCA was refused access to memory a request named (a registration that is no longer valid: GPUDirect RDMA or the peer-memory module, or a buffer freed while NCCL used it); its queue pair is in error and its peers' requests fail next"
-	}
-	return ": a queue pair of this HCA went into error; its peers' requests on it fail next"
-}
-
-// qpErrorsExplainCompletions: a host whose queue pair failed breaks its connections, so
-// its peers' completion errors with it are its consequences (byPeer: evidence by that
-// host), and its own completion error on the failed queue is one fault with the event.
-func qpErrorsExplainCompletions(events []Finding, qp map[string]int, comps []Finding, byPeer map[string][]string) []Finding {
-	absorbed := map[int]bool{}
-	for host, lines := range byPeer {
-		f := &events[qp[host]]
-		for _, l := range lines {
-			f.Victims++
-			f.addEvidence("%s", l)
-		}
-	}
-	for i := range comps {
-		for host, k := range qp {
-			if absorbed[k] || len(byPeer[host]) > 0 || !hasHost(comps[i].Culprits, host) {
-				continue
-			}
-			for _, l := range events[k].Evidence {
-				comps[i].addEvidence("%s", l)
-			}
-			absorbed[k] = true
-		}
-	}
-	var out []Finding
-	for k, f := range events {
-		if !absorbed[k] {
-			out = append(out, f)
-		}
-	}
-	return append(out, comps...)
 }
 
 func appendUnique(s []string, v string) []string {

@@ -243,8 +243,10 @@ func rasRank(j *Job, hash string, size, rank int) (incident.Culprit, string, str
 	return incident.Culprit{Rank: -1}, fmt.Sprintf("ras:%s/%d", hash, rank), fmt.Sprintf("rank %d of communicator %s", rank, shortComm(hash)), nil
 }
 
-// stillIssuing: live, the process issued a collective within max(1 s, 2 × the p99 gap
-// between its recent ones). RAS's launch counts lag behind the others' for a rank that is
+// stillIssuing: live, the process issued a collective within max(3 s, 2 × the p99 gap
+// between its recent ones): 3 s covers a sidecar's publishing and the detector's cycle on
+// top of a slowed rank's step (a rank sleeping before its collectives was paged as hung
+// while it moved, live on two H100s). RAS's launch counts lag behind the others' for a rank that is
 // slow but moving (a straggler is a few launches behind on every communicator); a rank that
 // stopped stops issuing, and is judged once that gap has passed.
 func stillIssuing(j *Job, p *Proc) bool {
@@ -260,7 +262,12 @@ func stillIssuing(j *Job, p *Proc) bool {
 		}
 		gaps = append(gaps, opGaps(c)...)
 	}
-	return newest != 0 && j.Now.Sub(newest.Time()) < max(time.Second, 2*p99Gap(gaps))
+	for i := range p.Comms {
+		if d := p.Comms[i].Done; d != nil {
+			newest = max(newest, d.LastDone)
+		}
+	}
+	return newest != 0 && j.Now.Sub(newest.Time()) < max(3*time.Second, 2*p99Gap(gaps))
 }
 
 // candidatesIssuing: RAS names a rank the logs cannot map to one process (a split child

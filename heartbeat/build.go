@@ -1,6 +1,7 @@
 package heartbeat
 
 import (
+	"math"
 	"sort"
 	"strings"
 
@@ -61,8 +62,33 @@ func (s *Sidecar) snapshot(delta bool) *snapshot.Node {
 	}
 	n.Processes = s.regions.join(n.Processes, starts, now, s.opts.KeepExited,
 		recentOps{n: s.opts.RecentOps, min: s.opts.MinRecentOps, delta: delta})
+	s.addProcStats(n.Processes)
+	n.Processes = s.dumps.join(n.Processes, s.opts.Node, now)
 	return n
 }
+
+// addProcStats copies /proc's latest reading of each running process (its scheduler state
+// and CPU use) from the liveness watcher: only of processes it watches and still sees
+// running, and only once it has measured their CPU use.
+func (s *Sidecar) addProcStats(procs []snapshot.Process) {
+	if s.opts.Liveness == nil {
+		return
+	}
+	for i := range procs {
+		p := &procs[i]
+		if p.State != snapshot.ProcRunning || p.PID <= 0 {
+			continue
+		}
+		info, ok := s.opts.Liveness.Info(p.PID)
+		if !ok || info.State != proc.Running || !isLetter(info.Sched) {
+			continue
+		}
+		p.Stat = snapshot.SchedState([]byte{info.Sched})
+		p.CPU, p.CPUPct = math.Round(info.CPUSeconds()*100)/100, info.CPUPct
+	}
+}
+
+func isLetter(b byte) bool { return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' }
 
 func (s *Sidecar) renderRank(r *rankLog, since int64, gpus []snapshot.GPU, delta bool) snapshot.Process {
 	r.mu.Lock()

@@ -34,12 +34,14 @@ type metrics struct {
 	portErrors               *prometheus.CounterVec
 	rasUp                    prometheus.Gauge
 	rasMissing               prometheus.Gauge
+
+	bw *bandwidth // the profiler plugin's op timings (bandwidth.go)
 }
 
 var gpuStates = []snapshot.GPUState{snapshot.GPUComputing, snapshot.GPUWaiting, snapshot.GPUIdle}
 
 func newMetrics(s *Sidecar, reg prometheus.Registerer) *metrics {
-	m := &metrics{xidSeen: map[int]snapshot.Micros{}, xidCodes: map[int]map[int]bool{}}
+	m := &metrics{xidSeen: map[int]snapshot.Micros{}, xidCodes: map[int]map[int]bool{}, bw: newBandwidth(s.opts.KeepExited)}
 	linesVec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ncclwatch_lines_total",
 		Help: "NCCL and PyTorch log lines parsed, by kind (kind=\"unknown\": not a line we use)."}, []string{"kind"})
 	for k := logparse.Kind(0); k < logparse.NumKinds; k++ {
@@ -69,6 +71,7 @@ func newMetrics(s *Sidecar, reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(linesVec, m.cappedLines, m.xids, m.portRate, m.portUp, m.portTx, m.portRx, m.portWait, m.portErrors,
 		m.rasUp, m.rasMissing, &gpuCollector{s: s}, &followCollector{s: s}, &rankCollector{s: s})
+	reg.MustRegister(m.bw)
 	return m
 }
 
@@ -196,6 +199,8 @@ var gpuSeries = []struct {
 	{gpuDesc("nvlink_errors_total", "NVLink CRC, replay and recovery errors summed over links."), "nvlerr", true,
 		func(g *snapshot.GPU) float64 { return float64(g.NVLinkErrors) }},
 	{gpuDesc("pcie_replays_total", "PCIe replays."), "pcierep", true, func(g *snapshot.GPU) float64 { return float64(g.PCIeReplays) }},
+	{gpuDesc("processes", "Processes with a compute context on the GPU, as NVML lists them (at most 16): more than the ranks using it means the GPU is shared."),
+		"procs", false, func(g *snapshot.GPU) float64 { return float64(len(g.Procs)) }},
 }
 
 var descGPUState = prometheus.NewDesc("ncclwatch_gpu_state",

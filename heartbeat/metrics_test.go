@@ -24,10 +24,14 @@ func TestMetricConventions(t *testing.T) {
 	at := func(sec int) snapshot.Micros { return snapshot.MicrosOf(time.Unix(1_795_000_000+int64(sec), 0)) }
 	gpu := snapshot.GPU{Index: 3, BusID: "1b000", T: at(0), Util: 87, MemUtil: 40, PowerW: 512.5, PowerLimitW: 700,
 		SMClockMHz: 1980, SMMaxMHz: 1980, TempC: 61, ClockEvents: 4, ECCVolatileSBE: 3, PCIeReplays: 2,
-		State: snapshot.GPUComputing, Missing: []string{"nvlerr"}, XIDs: []snapshot.XID{{Code: 79, T: at(0)}}}
+		State: snapshot.GPUComputing, Missing: []string{"nvlerr"}, XIDs: []snapshot.XID{{Code: 79, T: at(0)}},
+		Procs: []snapshot.GPUProc{{PID: 4242, MemMiB: 70_000}, {PID: 999, MemMiB: 500}}}
+	// A GPU whose process list NVML cannot give: absent, not 0 processes.
+	unknownProcs := snapshot.GPU{Index: 4, BusID: "2a000", T: at(0), Missing: []string{"util", "memutil", "pw", "pwmax",
+		"sm", "smmax", "temp", "ce", "sbe", "dbe", "nvlerr", "pcierep", "procs"}}
 	for range 2 { // the same XID in two samples
 		s.mu.Lock()
-		s.gpus = []snapshot.GPU{gpu}
+		s.gpus = []snapshot.GPU{gpu, unknownProcs}
 		s.mu.Unlock()
 		s.m.observeGPUs(s.gpus)
 	}
@@ -46,6 +50,9 @@ ncclwatch_gpu_ecc_corrected_errors_total{gpu="3"} 3
 # HELP ncclwatch_gpu_pcie_replays_total PCIe replays.
 # TYPE ncclwatch_gpu_pcie_replays_total counter
 ncclwatch_gpu_pcie_replays_total{gpu="3"} 2
+# HELP ncclwatch_gpu_processes Processes with a compute context on the GPU, as NVML lists them (at most 16): more than the ranks using it means the GPU is shared.
+# TYPE ncclwatch_gpu_processes gauge
+ncclwatch_gpu_processes{gpu="3"} 2
 # HELP ncclwatch_gpu_sm_clock_hertz GPU SM clock.
 # TYPE ncclwatch_gpu_sm_clock_hertz gauge
 ncclwatch_gpu_sm_clock_hertz{gpu="3"} 1.98e+09
@@ -71,7 +78,7 @@ ncclwatch_port_transmit_bytes_total{device="mlx5_0",kind="ib",port="1"} 8000
 # TYPE ncclwatch_port_xmit_wait_total counter
 ncclwatch_port_xmit_wait_total{device="mlx5_0",kind="ib",port="1"} 14
 `
-	names := []string{"ncclwatch_gpu_ecc_corrected_errors_total", "ncclwatch_gpu_pcie_replays_total", "ncclwatch_gpu_sm_clock_hertz",
+	names := []string{"ncclwatch_gpu_ecc_corrected_errors_total", "ncclwatch_gpu_pcie_replays_total", "ncclwatch_gpu_processes", "ncclwatch_gpu_sm_clock_hertz",
 		"ncclwatch_gpu_utilization_ratio", "ncclwatch_gpu_xid_errors_total", "ncclwatch_port_rate_bytes_per_second",
 		"ncclwatch_port_receive_bytes_total", "ncclwatch_port_transmit_bytes_total", "ncclwatch_port_xmit_wait_total",
 		"ncclwatch_gpu_nvlink_errors_total"} // absent: NVML could not read it

@@ -64,6 +64,9 @@ type regionSet struct {
 	// file at the path (a new process reusing the pid) is read again.
 	skipped map[string]fileStamp
 	full    bool // maxRegions was reached (said once)
+	// unwatch are pids of regions forgotten under the lock, to unwatch after it
+	// (dropVanished); at most one per region.
+	unwatch []int
 }
 
 type fileStamp struct {
@@ -94,6 +97,10 @@ type rankRegion struct {
 	watched  bool // its pid is watched through Liveness
 	issue    issueClock
 	windows  map[commKey]*commWindow
+
+	// statsWatched: its pid is watched through Liveness for the process's /proc state and
+	// CPU use only; its lock stays the judge of its liveness.
+	statsWatched bool
 }
 
 // commKey names one communicator slot's tenure: a slot reused by a new communicator starts
@@ -149,9 +156,11 @@ func (s *Sidecar) pollRegions() {
 				continue
 			}
 			s.applyRegion(path, reg, alive, lockErr, now)
+			s.m.bw.observe(path, reg, now)
 		}
 	}
 	s.dropVanished(seen, now)
+	s.m.bw.sample(now)
 }
 
 // wanted says whether a file is to be read this time: not left out for good, and not past
@@ -169,6 +178,9 @@ func (rs *regionSet) wanted(path string, fi fs.FileInfo, now time.Time, keep tim
 	if rr != nil && !rr.exitedAt.IsZero() && now.Sub(rr.exitedAt) > keep {
 		// A process gone for KeepExited: its region stays on disk, never read again.
 		delete(rs.byPath, path)
+		if rr.watched || rr.statsWatched {
+			rs.unwatch = append(rs.unwatch, rr.pid)
+		}
 		rs.skip(path, stampOf(fi))
 		return false
 	}
@@ -262,6 +274,7 @@ func (s *Sidecar) applyRegion(path string, reg *profile.Region, alive bool, lock
 	}
 	rr.observe(now)
 	needWatch := fresh && lockErr != nil && rr.exitedAt.IsZero() && s.opts.Liveness != nil && p.PID > 0
+	needStats := fresh && lockErr == nil && rr.alive && rr.exitedAt.IsZero() && s.opts.Liveness != nil && p.PID > 0
 	rs.mu.Unlock()
 	if fresh {
 		rs.log.Info("following profiler region", "path", path, "pid", p.PID, "abi", p.ABI, "plugin", p.Plugin)
@@ -271,7 +284,28 @@ func (s *Sidecar) applyRegion(path string, reg *profile.Region, alive bool, lock
 		// still runs the process that wrote the region.
 		s.watchRegionPID(rr)
 	}
+	if needStats {
+		s.watchRegionStats(rr)
+	}
 	s.markChanged()
+}
+
+// watchRegionStats watches the pid of a region whose lock tells its liveness, for the
+// process's /proc state and CPU use (addProcStats). A pid that names another process in
+// this /proc (a later one, or the sidecar is in another pid namespace) is left alone.
+func (s *Sidecar) watchRegionStats(rr *rankRegion) {
+	info, err := s.opts.Liveness.Watch(rr.pid)
+	if err != nil {
+		return
+	}
+	same := info.State == proc.Running && (rr.start == 0 || info.StartTicks == rr.start)
+	rs := s.regions
+	rs.mu.Lock()
+	rr.statsWatched = same
+	rs.mu.Unlock()
+	if !same && !s.pidInUse(rr.pid) {
+		s.opts.Liveness.Unwatch(rr.pid)
+	}
 }
 
 func (s *Sidecar) watchRegionPID(rr *rankRegion) {
@@ -336,11 +370,13 @@ func (s *Sidecar) dropVanished(seen map[string]bool, now time.Time) {
 		}
 		if now.Sub(rr.exitedAt) > s.opts.KeepExited {
 			delete(rs.byPath, path)
-			if rr.watched {
+			if rr.watched || rr.statsWatched {
 				unwatch = append(unwatch, rr.pid)
 			}
 		}
 	}
+	unwatch = append(unwatch, rs.unwatch...)
+	rs.unwatch = nil
 	rs.mu.Unlock()
 	for _, pid := range unwatch {
 		if !s.pidInUse(pid) {
@@ -424,7 +460,7 @@ func (rs *regionSet) watches(pid int) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	for _, rr := range rs.byPath {
-		if rr.pid == pid && rr.watched {
+		if rr.pid == pid && (rr.watched || rr.statsWatched) {
 			return true
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ncclwatch/watchdog/heartbeat"
+	"github.com/ncclwatch/watchdog/heartbeat/proc"
 	"github.com/ncclwatch/watchdog/heartbeat/profile"
 	"github.com/ncclwatch/watchdog/heartbeat/profile/profiletest"
 	"github.com/ncclwatch/watchdog/snapshot"
@@ -280,4 +281,41 @@ func TestStaleRegionLeftOut(t *testing.T) {
 		p := procByPID(n, recent.PID)
 		return p != nil && p.State == snapshot.ProcExited
 	})
+}
+
+// TestRegionProcStats: a rank known only by its region (its lock tells its liveness) is
+// watched through /proc all the same, for its scheduler state and CPU use; once it is gone
+// for KeepExited, the watcher lets go of its pid.
+func TestRegionProcStats(t *testing.T) {
+	kit := profiletest.Build(t)
+	dir := t.TempDir()
+	clock := newFakeClock()
+	r := kit.Start(t, dir, env(0, 2)...)
+	r.Do("init 0 c0ffee 2 0", "coll 0 AllReduce 1024 1")
+	watcher := proc.New(proc.Options{Every: 20 * time.Millisecond})
+	s := runLocalSidecar(t, t.TempDir(), func(o *heartbeat.Options) {
+		o.ProfilerDirs, o.SampleEvery, o.KeepExited, o.Now = []string{dir}, 20*time.Millisecond, time.Minute, clock.Now
+		o.Liveness = watcher
+	})
+	// The driver waits for its next script line: asleep, no CPU to speak of.
+	n := waitSnapshot(t, s, "/proc state of a plugin-only rank", func(n *snapshot.Node) bool {
+		p := procByPID(n, r.PID)
+		return p != nil && p.Stat != ""
+	})
+	if p := procByPID(n, r.PID); p.Source != snapshot.SourcePlugin || p.State != snapshot.ProcRunning ||
+		p.Stat != snapshot.SchedSleeping || p.CPUPct > 20 {
+		t.Fatalf("process %+v", p)
+	}
+	r.Kill()
+	n = waitSnapshot(t, s, "killed", func(n *snapshot.Node) bool {
+		p := procByPID(n, r.PID)
+		return p != nil && p.State == snapshot.ProcExited
+	})
+	if p := procByPID(n, r.PID); p.Stat != "" || p.CPU != 0 {
+		t.Fatalf("an exited rank keeps its /proc reading: %+v", p)
+	}
+	clock.Add(2 * time.Minute)
+	if waitFor(t, 5*time.Second, func() bool { _, ok := watcher.Info(r.PID); return !ok }) < 0 {
+		t.Fatal("the pid of a rank gone for KeepExited is still watched")
+	}
 }

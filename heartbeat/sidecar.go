@@ -68,6 +68,9 @@ type Options struct {
 	// ProfilerDirs are the folders where the profiler plugin writes its regions (none: the
 	// plugin is not read). DefaultProfilerDirs gives the plugin's own defaults.
 	ProfilerDirs []string
+	// FRDumpDir is the folder PyTorch writes its Flight Recorder dumps to ("": not read);
+	// see frdumps.go.
+	FRDumpDir string
 	// StateEvery is how often the read offsets are saved and the logs bounded (LogKeep)
 	// (default 2 s).
 	StateEvery time.Duration
@@ -157,6 +160,7 @@ type Sidecar struct {
 	mu      sync.Mutex
 	ranks   map[rankKey]*rankLog // by file identity
 	regions *regionSet           // nil without ProfilerDirs; its own lock
+	dumps   *dumpDir             // nil without FRDumpDir; its own lock
 	torch   *torchLog
 	gpus    []snapshot.GPU
 	ports   []snapshot.Port
@@ -180,6 +184,10 @@ func New(opts Options) (*Sidecar, error) {
 	s.m = newMetrics(s, opts.Registerer)
 	if len(opts.ProfilerDirs) > 0 {
 		s.regions = newRegionSet(opts.ProfilerDirs, opts.Logger.With("part", "profiler"))
+	}
+	if opts.FRDumpDir != "" {
+		// A dump written shortly before the sidecar (re)started may still be this job's.
+		s.dumps = newDumpDir(opts.FRDumpDir, s.started.Add(-opts.KeepExited), opts.KeepExited, opts.Logger.With("part", "fr-dumps"))
 	}
 	fopts := follow.Options{
 		// Reading at most every 5 ms under a steady stream keeps each line's read time
@@ -251,6 +259,11 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	}
 	if s.regions != nil {
 		run("profiler", s.regionLoop)
+	}
+	if s.dumps != nil {
+		// Dumps are rare (one per rank when a collective times out): a scan every few
+		// seconds costs nothing and finds them long before anyone reads the page.
+		run("fr-dumps", func(ctx context.Context) { s.dumps.run(ctx, 2*s.opts.SampleEvery, s.opts.Now, s.markChanged) })
 	}
 	if s.opts.Publisher != nil {
 		run("publish", func(ctx context.Context) {

@@ -96,15 +96,25 @@ type harness struct {
 // source) on the logs in logDir, publishing to endpoint.
 func startSidecar(t *testing.T, endpoint, logDir, stateDir string, ttl time.Duration) *harness {
 	t.Helper()
+	return startSidecarWith(t, endpoint, logDir, stateDir, ttl, nil)
+}
+
+// startSidecarWith is startSidecar with sources added to the configuration by extra.
+func startSidecarWith(t *testing.T, endpoint, logDir, stateDir string, ttl time.Duration, extra func(*assemble.SidecarConfig)) *harness {
+	t.Helper()
 	cli, err := etcdconn.New(etcdconn.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s, release, err := assemble.Sidecar(ctx, cli, assemble.SidecarConfig{Job: "job1", Node: "node0",
+	cfg := assemble.SidecarConfig{Job: "job1", Node: "node0",
 		LogPatterns: []string{filepath.Join(logDir, "*.log")}, StateDir: stateDir, SampleEvery: 200 * time.Millisecond,
 		Publish: assemble.PublishConfig{LeaseTTL: ttl, Interval: 200 * time.Millisecond, MaxBackoff: time.Second},
-		Logger:  slog.New(slog.DiscardHandler)})
+		Logger:  slog.New(slog.DiscardHandler)}
+	if extra != nil {
+		extra(&cfg)
+	}
+	s, release, err := assemble.Sidecar(ctx, cli, cfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -141,17 +151,26 @@ func runLocalSidecar(t *testing.T, logDir string, extra func(*heartbeat.Options)
 	return s
 }
 
-// counts reads the node key and returns the collective count per pid.
-func counts(t *testing.T, cli *clientv3.Client) (map[int]int64, bool) {
+// published reads the node key; nil when there is none.
+func published(t *testing.T, cli *clientv3.Client) *snapshot.Node {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	r, err := cli.Get(ctx, snapshot.NodeKey("job1", "node0"))
 	if err != nil || len(r.Kvs) == 0 {
-		return nil, false
+		return nil
 	}
 	n, err := snapshot.Decode(r.Kvs[0].Value)
 	if err != nil {
 		t.Fatalf("published snapshot does not decode: %v", err)
+	}
+	return n
+}
+
+// counts reads the node key and returns the collective count per pid.
+func counts(t *testing.T, cli *clientv3.Client) (map[int]int64, bool) {
+	n := published(t, cli)
+	if n == nil {
+		return nil, false
 	}
 	out := map[int]int64{}
 	for _, p := range n.Processes {
@@ -322,6 +341,7 @@ func TestGPUsAndWaiting(t *testing.T) {
 		g.BusID = "00000000:10:00.0"
 		g.Util, g.PowerMW, g.PowerLimitMW = 100, 121000, 700000
 	})
+	fake.SetProcesses(0, gpu.ComputeProcess{PID: 4246, UsedMemory: 70_000 << 20}, gpu.ComputeProcess{PID: 9999, UsedMemory: 600 << 20})
 	sampler, err := gpu.NewWithLibrary(fake, gpu.Options{Window: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -341,6 +361,19 @@ func TestGPUsAndWaiting(t *testing.T) {
 	}
 	if p.BusID != "10000" || p.GPUState != "waiting" || !p.Comms[0].Waiting {
 		t.Fatalf("rank bus %s state %s waiting %v; want 10000, waiting, true", p.BusID, p.GPUState, p.Comms[0].Waiting)
+	}
+	// The processes on each GPU go out with it, through the encoding a publish uses.
+	b, err := snapshot.Encode(s.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := snapshot.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if procs := n.GPUs[0].Procs; len(procs) != 2 || procs[0].PID != 4246 || procs[0].MemMiB != 70_000 || procs[1].PID != 9999 ||
+		!n.GPUs[1].Has("procs") || n.GPUs[1].Procs != nil {
+		t.Fatalf("GPU processes published: %+v and %+v", n.GPUs[0], n.GPUs[1])
 	}
 }
 
@@ -396,5 +429,65 @@ func TestOwnsRank(t *testing.T) {
 		if s.OwnsRank(c.host, c.pid) {
 			t.Errorf("%s pid %d is not ours", c.host, c.pid)
 		}
+	}
+}
+
+// TestProcStatsPublished: a rank's scheduler state and CPU use, read from /proc by the
+// liveness watcher, reach the node key in etcd; once the process exits they leave it.
+func TestProcStatsPublished(t *testing.T) {
+	procRoot := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(procRoot, "4248"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(procRoot, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stat := func(state string, utime, stime int) string {
+		return fmt.Sprintf("4248 (python3) %s 1 4248 4248 0 -1 4194560 1520 0 0 0 %d %d 0 0 20 0 1 0 100 9027584 396\n", state, utime, stime)
+	}
+	write("stat", "cpu  1 2 3 4\nbtime 1700000000\n")
+	write("4248/stat", stat("S", 0, 0))
+	e := startEtcd(t, t.TempDir(), "127.0.0.1:0")
+	defer e.srv.Close()
+	logs := t.TempDir()
+	w := newRankWriter(t, logs, 4248, 0)
+	w.allReduce(1)
+	h := startSidecarWith(t, e.srv.Endpoints()[0], logs, "", 10*time.Second, func(c *assemble.SidecarConfig) {
+		c.CheckPIDs, c.ProcRoot = true, procRoot
+	})
+	defer h.stop()
+	if waitFor(t, 5*time.Second, func() bool { n := published(t, h.cli); return n != nil && len(n.Processes) == 1 }) < 0 {
+		t.Fatal("the rank was not published")
+	}
+	// The rank burns 1.5 s of CPU in its main thread (user and kernel time both count).
+	write("4248/stat", stat("R", 120, 30))
+	var p snapshot.Process
+	if waitFor(t, 5*time.Second, func() bool {
+		n := published(t, h.cli)
+		if n == nil || len(n.Processes) != 1 || n.Processes[0].Stat == "" {
+			return false
+		}
+		p = n.Processes[0]
+		return p.CPU == 1.5
+	}) < 0 {
+		t.Fatalf("no /proc reading of the rank in etcd: %+v", p)
+	}
+	if p.Stat != snapshot.SchedRunning || p.State != snapshot.ProcRunning || p.CPUPct <= 0 || p.CPUPct > 150 {
+		t.Fatalf("published state %q, liveness %q, cpu %.2f s, %.1f%%; want R, running, 1.5 s, (0, 150]%%", p.Stat, p.State, p.CPU, p.CPUPct)
+	}
+	if err := os.RemoveAll(filepath.Join(procRoot, "4248")); err != nil {
+		t.Fatal(err)
+	}
+	if waitFor(t, 5*time.Second, func() bool {
+		n := published(t, h.cli)
+		return n != nil && len(n.Processes) == 1 && n.Processes[0].State == snapshot.ProcExited
+	}) < 0 {
+		t.Fatal("the exit was not published")
+	}
+	if p := published(t, h.cli).Processes[0]; p.Stat != "" || p.CPU != 0 || p.CPUPct != 0 {
+		t.Fatalf("an exited process keeps its /proc reading: %q %.2f s %.1f%%", p.Stat, p.CPU, p.CPUPct)
 	}
 }

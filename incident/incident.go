@@ -26,11 +26,65 @@ const (
 	// than its peers did, so each communicator waits for the other (a deadlock once the GPU
 	// runs them one after the other, as with CUDA_DEVICE_MAX_CONNECTIONS=1).
 	KindOrderInversion Kind = "order_inversion"
+	// KindNCCLWarning: NCCL (or its network plugin) warned of something no row of the
+	// detector's knowledge table explains; the finding quotes it, and any known cause
+	// outranks it.
+	KindNCCLWarning Kind = "nccl_warning"
 )
 
 // Kinds lists every kind, for renderers and documentation that must name each one.
 var Kinds = []Kind{KindMismatch, KindHang, KindP2PMismatch, KindCrash, KindStraggler, KindLink, KindGPU,
-	KindLostNode, KindStuckInFlight, KindMonitoring, KindConfig, KindOrderInversion}
+	KindLostNode, KindStuckInFlight, KindMonitoring, KindConfig, KindOrderInversion, KindNCCLWarning}
+
+// Cause is the class of a root cause, named from the root's own evidence: what an on-call
+// engineer acts on (restart a node, drain a GPU, fix the input pipeline, fix the code).
+type Cause string
+
+const (
+	CauseUnknown Cause = ""
+	// CauseDied: the process ended (a signal, an exit code, an exception such as CUDA out
+	// of memory) while its peers still needed it.
+	CauseDied Cause = "died"
+	// CauseHostStalled: alive but not issuing (sleeping, in I/O, stopped, burning CPU).
+	CauseHostStalled Cause = "host_stalled"
+	// CauseHostSlow: issuing late at every step (input pipeline, CPU contention).
+	CauseHostSlow Cause = "host_slow"
+	// CauseGPUBusy: issued on time but its GPU started the op late: another process on the
+	// GPU, or the rank's own long kernels.
+	CauseGPUBusy Cause = "gpu_busy"
+	// CauseGPUThrottled: its GPU runs at reduced clocks (thermal, power, HW slowdown).
+	CauseGPUThrottled Cause = "gpu_throttled"
+	// CauseGPUFault: an XID, an ECC error, a CUDA error that kills the context, a GPU hang.
+	CauseGPUFault Cause = "gpu_fault"
+	// CauseLink: its transfers to a peer lag while it is in the op: a link or a NIC.
+	CauseLink Cause = "link"
+	// CauseNetwork: the network set-up or fabric (connections refused, IB errors).
+	CauseNetwork Cause = "network"
+	// CauseMismatch: ranks called different ops at one position, or one skipped an op.
+	CauseMismatch Cause = "mismatch"
+	// CauseOrder: ranks called two communicators' ops in different orders (a cycle).
+	CauseOrder Cause = "order_inversion"
+	// CauseInit: an initialization that never completed.
+	CauseInit Cause = "init"
+	// CauseSetup: the job's configuration keeps NCCL from working.
+	CauseSetup Cause = "setup"
+	// CauseApplication: the application called NCCL wrongly or failed by itself.
+	CauseApplication Cause = "application"
+	// CauseNCCL: NCCL reported an internal error.
+	CauseNCCL Cause = "nccl"
+)
+
+// Episode is the span of a condition that began and may have ended: a slowdown, a stall
+// that resolved. LostShare is the share of the job's wall time it cost (0-1) over the
+// window it was judged on.
+type Episode struct {
+	Onset     time.Time `json:"onset"`
+	End       time.Time `json:"end,omitzero"`
+	LostShare float64   `json:"lost_share,omitempty"`
+	// Lost is the job time it cost in all, Steps the training steps it spanned.
+	Lost  time.Duration `json:"lost_ns,omitempty"`
+	Steps int           `json:"steps,omitempty"`
+}
 
 // KeyEtcdUnreachable is the key of the incident that says the detector lost etcd. While
 // etcd is gone nothing that needs it can deliver, so alert.Outage delivers this one
@@ -116,4 +170,8 @@ type Incident struct {
 	FaultAt time.Time `json:"fault_at,omitzero"`
 	// Revision increases with every change a notifier should see (open, update, resolve).
 	Revision int `json:"revision"`
+	// Cause is the class of the root cause; Episode its span, for slowdowns and stalls
+	// that resolved.
+	Cause   Cause    `json:"cause,omitempty"`
+	Episode *Episode `json:"episode,omitempty"`
 }

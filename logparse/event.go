@@ -42,6 +42,11 @@ var eventKinds = [NumKinds]snapshot.EventKind{
 	KindFRCulprit:        snapshot.EventFRCulprit,
 	KindFRMissing:        snapshot.EventFRMissing,
 	KindSignal:           snapshot.EventSignal,
+	KindTorchDesync:      snapshot.EventTorchDesync,
+	KindTorchBarrier:     snapshot.EventTorchBarrier,
+	KindRankExit:         snapshot.EventRankExit,
+	KindInvalidRank:      snapshot.EventInvalidRank,
+	KindNetFallback:      snapshot.EventNetFallback,
 }
 
 // EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when
@@ -73,6 +78,32 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 	case KindTorchTimeout:
 		e.Code = int(l.Torch.SeqNum)
 		e.Comm = string(l.Torch.PG)
+		t := &l.Torch
+		e.Work = []snapshot.TorchWork{{Seq: t.SeqNum, Op: string(t.OpType), NumelIn: max(t.NumelIn, 0),
+			NumelOut: max(t.NumelOut, 0), TimeoutMs: max(t.TimeoutMs, 0)}}
+	case KindTorchDesync:
+		e.Ranks = []int{l.Ranks[0], l.Ranks[1]}
+		e.Work = []snapshot.TorchWork{Fingerprint(l.Text), Fingerprint(l.Detail)}
+		e.Code = int(e.Work[0].Seq)
+		e.Detail = ""
+	case KindTorchBarrier:
+		e.Ranks, e.Code = frRanks(l.Text, "")
+		if len(l.Detail) > 0 {
+			e.Work = []snapshot.TorchWork{Fingerprint(l.Detail)}
+		}
+		e.Detail = ""
+	case KindRankExit:
+		e.PID, e.LocalRank, e.Bytes = l.Torch.PID, l.LocalRk, l.Torch.Bytes
+		e.Src = snapshot.ExitTraceback
+		if l.Torch.Launcher {
+			e.Src = snapshot.ExitLauncher
+		}
+		if len(l.Text) > 0 {
+			e.Msg = snapshot.CutMsg(string(l.Text))
+		}
+		e.Detail = snapshot.CutMsg(string(l.Detail))
+	case KindInvalidRank, KindNetFallback:
+		e.Peer = string(l.Text)
 	case KindTorchStuck:
 		e.Comm = string(l.Torch.PG)
 	case KindCudaError:
@@ -113,7 +144,8 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 func (k Kind) FromTorch() bool {
 	switch k {
 	case KindTorchTimeout, KindTorchWorkStatus, KindTorchTerminate, KindTorchNCCLError, KindTorchCommCreated,
-		KindLauncherExit, KindTorchStore, KindTorchStuck, KindFRCollective, KindFRCulprit, KindFRMissing, KindSignal:
+		KindLauncherExit, KindTorchStore, KindTorchStuck, KindFRCollective, KindFRCulprit, KindFRMissing, KindSignal,
+		KindTorchDesync, KindTorchBarrier, KindRankExit, KindExitRecord:
 		return true
 	}
 	return false

@@ -124,6 +124,23 @@ func parseConnectFailure(l *Line, fatal bool) {
 	default:
 		l.Detail = reasonAfter(m)
 	}
+	l.Code = connectAttempts(m)
+}
+
+// connectAttempts reads how many times NCCL tried: "retrying (5/34)", "exceeded retries
+// (35)", "exceeded error retry count (35)", "... after 35 attempts"; 0 when not printed.
+func connectAttempts(m []byte) int {
+	for _, key := range []string{"retrying (", "retries (", "retry count (", "timeouts (", "after "} {
+		i := bytes.LastIndex(m, bytesOf(key))
+		if i < 0 {
+			continue
+		}
+		s := scanner{b: m, i: i + len(key)}
+		if n, ok := s.int(); ok && n >= 0 && n < 1<<20 && (key != "after " || s.lit(" attempts")) {
+			return n
+		}
+	}
+	return 0
 }
 
 // reasonAfter is the text after the last " : " or ": " (strerror), or nil.

@@ -49,6 +49,15 @@ func seedLines(f *testing.F) [][]byte {
 		"error msg: Culprit rank 3; Error type: COLLECTIVE_TYPE_MISMATCH, Expected collective type: 'all_reduce' does not match found collective type: 'broadcast', Culprit rank 5; Error type: SIZE_OR_SYNTAX_MISMATCH",
 		"Not all ranks joining collective, sequence number: 12",
 		"missing ranks: {1, 2, 99999999999999999999999, 4}",
+		"[rank1]: RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=5, OpType=ALLREDUCE, TensorShape=[20, 10], TensorDtypes=Float, TensorDeviceTypes=TensorOptions()), but Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=5OpType=BARRIER).",
+		"[rank0]: RuntimeError: [Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 30000 ms",
+		"[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 2 has a total capacity of 79.15 GiB",
+		"  exitcode  : -9 (pid: 1212)",
+		"  rank      : 2 (local_rank: 2)",
+		"  traceback : Signal 9 (SIGKILL) received by PID 1212",
+		"gpu7:4242:4242 [2] NCCL INFO NET/Plugin: Plugin load returned 2 : libnccl-net.so: version `GLIBC_2.38' not found : when loading libnccl-net.so",
+		"gpu7:4242:4242 [2] NCCL INFO Failed to initialize NET plugin IB",
+		"gpu7:4242:4250 [2] init.cc:1702 NCCL WARN Invalid rank requested : 4/4",
 	} {
 		lines = append(lines, []byte(s))
 	}
@@ -70,10 +79,13 @@ func FuzzParse(f *testing.F) {
 			(l.Kind == KindFRCulprit || l.Kind == KindFRMissing) {
 			t.Fatalf("event %+v unbounded", e)
 		}
+		if e, ok := EventOf(&l, 0); ok && (len(e.Work) > 2 || len(e.Ranks) > snapshot.MaxFRRanks) {
+			t.Fatalf("event %+v unbounded", e)
+		}
 		if l.Kind == KindColl && l.Coll.Op != ParseOpName(l.Coll.OpName) {
 			t.Fatalf("op %v does not match its name %q", l.Coll.Op, l.Coll.OpName)
 		}
-		for _, b := range [][]byte{l.Host, l.Msg, l.Text, l.File, l.Dev2, l.Detail, l.Coll.OpName, l.Init.API, l.Channel.Transport, l.Channel.Net, l.Torch.OpType, l.Torch.PGDesc, l.Torch.PG, l.Torch.Host} {
+		for _, b := range [][]byte{l.Host, l.Msg, l.Text, l.File, l.Dev2, l.Detail, l.Coll.OpName, l.Init.API, l.Channel.Transport, l.Channel.Net, l.Torch.OpType, l.Torch.PGDesc, l.Torch.PG, l.Torch.Host, l.Label} {
 			if len(b) > len(line) {
 				t.Fatalf("field longer than the line")
 			}

@@ -66,6 +66,12 @@ const (
 	KindFRCulprit       // Flight Recorder analyzer: "error msg: Culprit rank R; Error type: T, ..."
 	KindFRMissing       // Flight Recorder analyzer: "missing ranks: {..}"
 	KindSignal          // UCX's "[host:pid:thread:tid] Caught signal N (reason)", or an NCCL frame of its backtrace
+	KindTorchDesync     // TORCH_DISTRIBUTED_DEBUG=DETAIL: "Detected mismatch between collectives on ranks"
+	KindTorchBarrier    // "Ranks 1, 3 failed to pass monitoredBarrier in 30000 ms"
+	KindRankExit        // why a rank ended: a Python exception, torchrun's exit code or signal
+	KindExitRecord      // a field of torchrun's failure record that names whose failure follows ("rank : 2 (local_rank: 2)", "host : n3")
+	KindInvalidRank     // NCCL's "Invalid rank requested : R/N"
+	KindNetFallback     // a network plugin or network NCCL could not load or initialize
 	NumKinds
 )
 
@@ -110,6 +116,12 @@ var kindNames = [NumKinds]string{
 	KindFRCulprit:        string(snapshot.EventFRCulprit),
 	KindFRMissing:        string(snapshot.EventFRMissing),
 	KindSignal:           string(snapshot.EventSignal),
+	KindTorchDesync:      string(snapshot.EventTorchDesync),
+	KindTorchBarrier:     string(snapshot.EventTorchBarrier),
+	KindRankExit:         string(snapshot.EventRankExit),
+	KindExitRecord:       "exit_record",
+	KindInvalidRank:      string(snapshot.EventInvalidRank),
+	KindNetFallback:      string(snapshot.EventNetFallback),
 }
 
 func (k Kind) String() string {
@@ -154,6 +166,9 @@ type Header struct {
 	// Quoted is set for NCCL's last WARN as PyTorch quotes it ("Last error: ..."): the
 	// message is NCCL's, the line is PyTorch's, and no NCCL prefix says whose it is.
 	Quoted bool
+	// Label is the last "word: " taken off the line's start as a pdsh host label; a
+	// Python exception's class looks the same ("ValueError: ").
+	Label []byte
 
 	// Prefix fields (NCCL lines).
 	HasTime bool
@@ -285,6 +300,11 @@ type Torch struct {
 	// Watchdog is set on a CUDA error that ProcessGroupNCCL's watchdog thread raised
 	// (KindCudaError): PyTorch's check of the GPU's work failed, not a call inside NCCL.
 	Watchdog bool
+	// Launcher is set on a KindRankExit line of torchrun's (its failure record, "Signal N
+	// received by PID"), unset on a Python exception's.
+	Launcher bool
+	// Bytes is the allocation a CUDA out-of-memory error names (KindRankExit).
+	Bytes int64
 }
 
 // Timestamp is a calendar time without a zone, as NCCL prints it (local time of its host).

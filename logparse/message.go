@@ -88,6 +88,15 @@ func parseMessage(l *Line) {
 			parseIBCompletion(l)
 			return
 		}
+		if hasPrefix(m, "NET/Plugin") {
+			parseNetPlugin(l)
+			return
+		}
+	case 'F':
+		if hasPrefix(m, "Failed to initialize NET plugin ") {
+			parseNetPlugin(l)
+			return
+		}
 	case 'B':
 		if hasPrefix(m, "Bootstrap: Using") || hasPrefix(m, "Bootstrap : Using") {
 			l.Kind = KindBootstrap
@@ -489,6 +498,15 @@ func parseWarn(l *Line) {
 		s := scanner{b: m}
 		if s.skipTo("around rank ") || s.skipTo("around this rank ") {
 			l.Code, _ = s.int()
+		}
+	case hasPrefix(m, "Invalid rank requested"):
+		parseInvalidRank(l)
+	case hasPrefix(m, "Error: network ") && contains(m, " not found"):
+		parseNetNotFound(l)
+	case hasPrefix(m, "NET/Plugin") || hasPrefix(m, "Failed to initialize NET plugin "):
+		parseNetPlugin(l)
+		if l.Kind == KindInfo {
+			l.Kind = KindWarn
 		}
 	case hasPrefix(m, "nvmlDeviceGetHandleByPciBusId") && contains(m, "failed"):
 		// NVML could not find the GPU by the bus id CUDA reported: the two see different

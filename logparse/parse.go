@@ -11,7 +11,7 @@ func Parse(line []byte, l *Line) {
 		// does not use (they are only meaningful for their own kinds). fastPrefix sets
 		// every header field but these when it succeeds.
 		if msg, ok := fastPrefix(line, l); ok {
-			l.Level, l.Msg, l.LauncherRank, l.File, l.FileLn = LevelInfo, msg, -1, nil, 0
+			l.Level, l.Msg, l.LauncherRank, l.File, l.FileLn, l.Label = LevelInfo, msg, -1, nil, 0, nil
 			// No op name starts with 'C'; channel lines, a quarter of a start-up, do.
 			if len(msg) > 0 && msg[0] != 'C' && hotColl(msg, l) {
 				l.Kind = KindColl
@@ -224,9 +224,9 @@ func stripOne(b []byte, l *Line) ([]byte, bool) {
 		if rest, ok := stripCtime(b, l); ok {
 			return rest, true
 		}
-		return stripHostLabel(b)
+		return stripLabel(b, l)
 	case c >= 'a' && c <= 'z':
-		return stripHostLabel(b)
+		return stripLabel(b, l)
 	}
 	return b, false
 }
@@ -452,6 +452,16 @@ func isoZone(b []byte, i int, spaced bool, ts *Timestamp) (int, bool) {
 
 // stripHostLabel removes a pdsh/clush "host: " label. NCCL's own "host:pid:tid" has a
 // digit after the colon, never a space.
+// stripLabel removes a "label: " (pdsh's host) and keeps it in l.Label: a Python
+// exception's class reads the same ("ValueError: ..."), and parseTorch tells them apart.
+func stripLabel(b []byte, l *Line) ([]byte, bool) {
+	rest, ok := stripHostLabel(b)
+	if ok {
+		l.Label = b[:len(b)-len(rest)]
+	}
+	return rest, ok
+}
+
 func stripHostLabel(b []byte) ([]byte, bool) {
 	if len(b) > 5 && hasPrefix(b, "nccl") && b[4] >= 'A' && b[4] <= 'Z' {
 		// "ncclSystemError: ..." is PyTorch quoting NCCL's result, not a host.

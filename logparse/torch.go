@@ -41,6 +41,10 @@ func parseTorch(b []byte, l *Line) {
 		t.NumelOut = keyValue(inner, "NumelOut=")
 		t.TimeoutMs = keyValue(inner, "Timeout(ms)=")
 		t.RanForMs = keyValue(inner, "ran for ")
+	case contains(b, "Detected mismatch between collectives on ranks"):
+		parseDesync(b, l)
+	case contains(b, "failed to pass monitoredBarrier"):
+		parseBarrier(b, l)
 	case contains(b, "failure detected by watchdog at work sequence id: "):
 		// 2.6+: the watchdog caught a failed or timed-out work (Fatal), unlike the dump's
 		// status line.
@@ -121,6 +125,17 @@ func parseTorch(b []byte, l *Line) {
 		l.Code = int(keyValue(b, "exitcode: "))
 		l.LocalRk = int(keyValue(b, "local_rank: "))
 		t.PID = int(keyValue(b, "(pid: "))
+	}
+	if l.Kind == KindUnknown && !parseExitRecord(b, l) {
+		// Last, as the rarest and the loosest: the exception that ended a traceback, whose
+		// class may have been taken for a host label.
+		if name, _, ok := exceptionName(trimSpace(l.Label)); ok && len(l.Label) > 0 {
+			parseException(name, l)
+			l.Text = trimSpace(b)
+			l.Torch.Bytes = oomBytes(l.Text)
+		} else if len(b) > 0 {
+			parseException(b, l)
+		}
 	}
 }
 

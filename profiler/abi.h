@@ -230,31 +230,38 @@ struct nw_profiler_v4 {
   nw_result_t (*finalize)(void *context);
 };
 
+/* v5's API events (never enabled here; a chained plugin gets them whole). */
+struct nw_group_api {
+  bool graphCaptured;
+  int groupDepth;
+};
+
+struct nw_coll_api {
+  const char *func;
+  size_t count;
+  const char *datatype;
+  int root;
+  void *stream;
+  bool graphCaptured;
+};
+
+struct nw_p2p_api {
+  const char *func;
+  size_t count;
+  const char *datatype;
+  void *stream;
+  bool graphCaptured;
+};
+
 /* v5 (NCCL 2.28): uint64_t type, API events (never enabled here), parentGroup. */
 struct nw_descr_v5 {
   uint64_t type;
   void *parentObj;
   int rank;
   union {
-    struct {
-      bool graphCaptured;
-      int groupDepth;
-    } groupApi;
-    struct {
-      const char *func;
-      size_t count;
-      const char *datatype;
-      int root;
-      void *stream;
-      bool graphCaptured;
-    } collApi;
-    struct {
-      const char *func;
-      size_t count;
-      const char *datatype;
-      void *stream;
-      bool graphCaptured;
-    } p2pApi;
+    struct nw_group_api groupApi;
+    struct nw_coll_api collApi;
+    struct nw_p2p_api p2pApi;
     struct {
       void *stream;
     } kernelLaunch;
@@ -270,12 +277,18 @@ struct nw_descr_v5 {
 };
 
 /* v6 (NCCL 2.29): v5's members at the same places plus copy-engine events (never enabled
- * here; the one declared shows where they go). */
+ * here; declared so that a chained plugin gets them whole). */
 struct nw_descr_v6 {
   uint64_t type;
   void *parentObj;
   int rank;
   union {
+    struct nw_group_api groupApi;
+    struct nw_coll_api collApi;
+    struct nw_p2p_api p2pApi;
+    struct {
+      void *stream;
+    } kernelLaunch;
     struct nw_coll_v5 coll;
     struct nw_p2p_v5 p2p;
     struct nw_proxy_op proxyOp;
@@ -299,6 +312,15 @@ struct nw_descr_v6 {
       uint32_t ceSeqNum;
       void *stream;
     } ceColl;
+    struct {
+      bool isComplete;
+      int nRanks;
+    } ceCollSync;
+    struct {
+      int numOps;
+      size_t totalBytes;
+      bool useIntraSync;
+    } ceCollBatch;
   };
 };
 
@@ -408,6 +430,25 @@ NW_AT(struct nw_descr_v6, coll.parentGroup, 104);
 NW_AT(struct nw_descr_v6, p2p.parentGroup, 64);
 NW_AT(struct nw_descr_v6, proxyOp.isSend, 44);
 NW_AT(struct nw_descr_v6, kernelCh.pTimer, 32);
+
+NW_AT(struct nw_descr_v5, groupApi.groupDepth, 28);
+NW_AT(struct nw_descr_v5, collApi.stream, 56);
+NW_AT(struct nw_descr_v5, collApi.graphCaptured, 64);
+NW_AT(struct nw_descr_v5, p2pApi.stream, 48);
+NW_AT(struct nw_descr_v5, kernelLaunch.stream, 24);
+NW_AT(struct nw_descr_v6, collApi.stream, 56);
+NW_AT(struct nw_descr_v6, p2pApi.graphCaptured, 56);
+NW_AT(struct nw_descr_v6, ceColl.stream, 104);
+NW_AT(struct nw_descr_v6, ceCollBatch.useIntraSync, 40);
+NW_AT(struct nw_descr_v3, netPlugin.data, 32);
+NW_AT(struct nw_descr_v4, netPlugin.data, 32);
+/* Whole descriptors and state arguments: a chained plugin (chain.c) gets copies. */
+_Static_assert(sizeof(struct nw_descr_v3) == 120, "v3 descriptor is 120 bytes");
+_Static_assert(sizeof(struct nw_descr_v4) == 104, "v4 descriptor is 104 bytes");
+_Static_assert(sizeof(struct nw_descr_v5) == 112, "v5 descriptor is 112 bytes");
+_Static_assert(sizeof(struct nw_descr_v6) == 112, "v6 descriptor is 112 bytes");
+_Static_assert(sizeof(union nw_state_args_v3) == 16, "v3 state arguments are 16 bytes");
+_Static_assert(sizeof(union nw_state_args_v4) == 8, "v4-v6 state arguments are 8 bytes");
 
 NW_AT(union nw_state_args_v4, kernelCh.pTimer, 0);
 _Static_assert(sizeof(pid_t) == 4, "ncclPid_t is a 4-byte pid_t on Linux");

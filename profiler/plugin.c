@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "abi.h"
-#include "region.h"
+#include "internal.h"
 
 #if defined(__x86_64__) && defined(__GLIBC__)
 /* glibc 2.34 moved dlopen into libc under a new symbol version; binding the original one
@@ -45,7 +45,7 @@ __asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
 
 #define NW_API __attribute__((visibility("default")))
 #define NW_PLUGIN_NAME "ncclwatch"
-#define NW_PLUGIN_VERSION "ncclwatch-profiler 3"
+#define NW_PLUGIN_VERSION "ncclwatch-profiler 4"
 
 /* Per communicator: operations tracked until complete (a ring in issue order) and proxy ops
  * in flight. Past the ring a new op shares the newest entry (merged_ops); past the pool a
@@ -95,6 +95,9 @@ struct nw_task {
   uint16_t merged;  /* ops issued past the ring that complete with this one */
   uint32_t plan;    /* Group event (kernel plan) of its newest op; 0 unknown */
   uint64_t seq_hi;  /* coll: the seq of its newest merged op (op.seq when none) */
+  /* The GPU's globaltimer (ns) at the earliest kernel channel start and the latest channel
+   * stop NCCL reported (ABI v4+); 0 unknown. Their difference is the op's execution time. */
+  uint64_t gpu_t0, gpu_t1;
   struct nw_op op;
 };
 
@@ -128,17 +131,6 @@ struct nw_comm {
   struct nw_pxop px[NW_PXPOOL];
 };
 
-/* One event, whatever ABI version delivered it. */
-struct nw_ev {
-  uint64_t type;
-  void *parent; /* the parentObj NCCL passed, or the plan's Group handle for Coll/P2p */
-  int rank;
-  uint64_t nccl_seq, count, comm_hash, timer;
-  const char *func, *dtype, *algo, *proto;
-  int root_or_peer, nch, pid, channel, nsteps, is_send, step;
-  int has_comm_hash;
-};
-
 static struct nw_comm g_comms[NW_MAX_COMMS];
 static uint32_t g_issue_seq; /* atomic: the process's issue order across comms (op.proc_seq) */
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -165,31 +157,6 @@ static inline uint64_t now_us(clockid_t clk) {
   return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
-/* Writers of one comm are NCCL's user thread, its proxy thread and (2.29+) its profiler
- * thread; each holds the lock for a few dozen instructions, so spinning is cheaper than any
- * sleep. sched_yield only covers a holder that was preempted. */
-static inline void spin_lock(int *l) {
-  unsigned n = 0;
-  while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE)) {
-    while (__atomic_load_n(l, __ATOMIC_RELAXED)) {
-      if (++n < 256) {
-        cpu_relax();
-      } else {
-        sched_yield();
-        n = 0;
-      }
-    }
-  }
-}
-static inline void spin_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
 
 /* Seqlock around every change of a slot: odd while inside. The release fence orders the odd
  * value before the data stores, as the reader (heartbeat/profile) loads seq, the data, then
@@ -216,6 +183,12 @@ static void put_str(char *dst, size_t n, const char *src) {
   if (src)
     for (; i + 1 < n && src[i]; i++) dst[i] = src[i];
   for (; i < n; i++) dst[i] = 0;
+}
+
+/* An op string into a field of NW_STR bytes already zeroed: on the enqueue path, where a byte
+ * loop and a second zeroing cost half of a collective's issue. */
+static inline void put_zstr(char *dst, const char *src) {
+  if (src) memcpy(dst, src, strnlen(src, NW_STR - 1));
 }
 
 static inline int plan_before(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
@@ -614,6 +587,16 @@ static void op_counts(struct nw_op *o, const struct nw_task *t) {
   o->proxy_open = t->proxy_open;
 }
 
+/* What changes of an op once it is shown (all set with op_counts when it became the op in
+ * flight or the newest): its channel and proxy counts and its kernel's start. */
+static inline void op_counters(struct nw_op *o, const struct nw_task *t) {
+  o->kch_started = t->kch_started > 255 ? 255 : (uint8_t)t->kch_started;
+  o->kch_done = t->kch_done > 255 ? 255 : (uint8_t)t->kch_done;
+  o->proxy_open = t->proxy_open;
+  o->gpu_start_us = t->op.gpu_start_us;
+  o->gpu_timer = t->op.gpu_timer;
+}
+
 static void publish_inflight(struct nw_comm *c) {
   struct nw_comm_slot *s = c->shm;
   if (c->tail == c->head)
@@ -625,19 +608,75 @@ static void publish_inflight(struct nw_comm *c) {
 
 /* Mirrors a task's changed counters into the region when it is the op shown there. */
 static void touched(struct nw_comm *c, const struct nw_task *t) {
-  if (c->tail != c->head && t == &c->ring[c->tail % NW_RING]) op_counts(&c->shm->h.inflight, t);
+  if (c->tail != c->head && t == &c->ring[c->tail % NW_RING]) op_counters(&c->shm->h.inflight, t);
   if (c->last_tracked && c->tail != c->head && t == &c->ring[(c->head - 1) % NW_RING])
-    op_counts(&c->shm->h.last, t);
+    op_counters(&c->shm->h.last, t);
+}
+
+/* NCCL's datatype names end in their width in bits, the first digits after "nccl" (Int8,
+ * Float16, Bfloat16, Float32, Uint64, Float8e4m3): the size in bytes; 0 unknown. */
+static uint64_t dtype_bytes(const char *s) {
+  unsigned bits = 0;
+  for (unsigned i = 0; i < NW_STR && s[i]; i++) {
+    if (s[i] >= '0' && s[i] <= '9') {
+      bits = bits * 10 + (unsigned)(s[i] - '0');
+    } else if (bits) {
+      break;
+    }
+  }
+  return (bits == 8 || bits == 16 || bits == 32 || bits == 64) ? bits / 8 : 0;
+}
+
+static unsigned bw_func(const struct nw_task *t) {
+  const char *f = t->op.func;
+  if (t->kind == NW_OP_P2P) return t->dir == NW_RECV ? NW_BW_RECV : NW_BW_SEND;
+  if (!strcmp(f, "AllReduce")) return NW_BW_ALLREDUCE;
+  if (!strcmp(f, "AllGather")) return NW_BW_ALLGATHER;
+  if (!strcmp(f, "ReduceScatter")) return NW_BW_REDUCESCATTER;
+  if (!strcmp(f, "Broadcast")) return NW_BW_BROADCAST;
+  if (!strcmp(f, "Reduce")) return NW_BW_REDUCE;
+  return NW_BW_OTHER;
+}
+
+static unsigned bw_bucket(uint64_t bytes) {
+  unsigned b = 0;
+  for (uint64_t lim = 4096; b + 1 < NW_BW_BUCKETS && bytes >= lim; lim <<= 4) b++;
+  return b;
+}
+
+/* Adds a completed op's execution time to its function's and size's cell. Only an op that
+ * completed by its own kernel channels (all of them stopped) and stands for itself alone (not
+ * merged past the ring) is timed: by the GPU's clock where NCCL gave both ends, else by the
+ * host's from its first channel seen running. Runs at retirement, off the enqueue path. */
+static void record_timing(struct nw_comm *c, const struct nw_task *t, uint64_t now) {
+  if (t->merged || !t->kch_started || t->kch_done < t->kch_started) return;
+  uint64_t ns, gpu = 0;
+  if (t->gpu_t0 && t->gpu_t1 > t->gpu_t0 && t->gpu_t1 - t->gpu_t0 < 3600ULL * 1000000000ULL) {
+    ns = t->gpu_t1 - t->gpu_t0;
+    gpu = 1;
+  } else if (t->op.gpu_start_us && now >= t->op.gpu_start_us) {
+    ns = (now - t->op.gpu_start_us) * 1000u;
+  } else {
+    return;
+  }
+  uint64_t bytes = t->op.count * dtype_bytes(t->op.dtype);
+  struct nw_bw_cell *cell = &c->shm->bw[bw_func(t)][bw_bucket(bytes)];
+  cell->ops++;
+  cell->bytes += bytes;
+  cell->exec_ns += ns;
+  cell->gpu_timed += gpu;
 }
 
 /* Retires complete ops from the front of the ring: coll_done is a prefix, so a finished op
- * behind an unfinished one waits. */
+ * behind an unfinished one waits. now 0: not read yet (read here when an op completes). */
 static void retire(struct nw_comm *c, uint64_t now) {
   struct nw_comm_slot *s = c->shm;
   int moved = 0;
   while (c->tail != c->head) {
     struct nw_task *t = &c->ring[c->tail % NW_RING];
     if (!task_complete(c, t)) break;
+    if (!now) now = now_us(CLOCK_REALTIME);
+    record_timing(c, t, now);
     if (t->kind == NW_OP_COLL) {
       s->h.coll_done = t->seq_hi;
       if (t->op.gpu_start_us && t->op.gpu_start_us >= t->op.issue_us && now >= t->op.gpu_start_us) {
@@ -702,7 +741,13 @@ static inline uint64_t word(const char *s, unsigned i) {
 
 /* Only rooted collectives agree on a root; the others pass whatever their caller had. */
 static int rooted(const char *func) {
-  return !strcmp(func, "Broadcast") || !strcmp(func, "Reduce") || !strcmp(func, "Gather") || !strcmp(func, "Scatter");
+  switch (func[0]) {
+  case 'B': return !strcmp(func, "Broadcast");
+  case 'R': return !strcmp(func, "Reduce");
+  case 'G': return !strcmp(func, "Gather");
+  case 'S': return !strcmp(func, "Scatter");
+  }
+  return 0;
 }
 
 /* Records a collective's signature, folds it into the comm's digest and marks the aligned
@@ -772,10 +817,10 @@ static void *issue(struct nw_comm *c, unsigned slot, const struct nw_ev *e, unsi
   o.root = e->root_or_peer;
   o.kind = (uint8_t)kind;
   o.nchannels = (e->nch > 0 && e->nch <= 64) ? (uint8_t)e->nch : 0;
-  put_str(o.func, NW_STR, e->func);
-  put_str(o.dtype, NW_STR, e->dtype);
-  put_str(o.algo, NW_STR, e->algo);
-  put_str(o.proto, NW_STR, e->proto);
+  put_zstr(o.func, e->func);
+  put_zstr(o.dtype, e->dtype);
+  put_zstr(o.algo, e->algo);
+  put_zstr(o.proto, e->proto);
   o.proc_seq = __atomic_add_fetch(&g_issue_seq, 1, __ATOMIC_RELAXED);
   if (!o.proc_seq) o.proc_seq = __atomic_add_fetch(&g_issue_seq, 1, __ATOMIC_RELAXED); /* 0 means unknown */
   s->h.last = o; /* the newest issued, tracked or not */
@@ -794,9 +839,14 @@ static void *issue(struct nw_comm *c, unsigned slot, const struct nw_ev *e, unsi
   t->merged = 0;
   t->plan = plan;
   t->seq_hi = seq;
+  t->gpu_t0 = t->gpu_t1 = 0;
   t->op = o;
   c->head++;
-  publish_inflight(c);
+  /* The op in flight changes only when the ring was empty; behind others, only the count. */
+  if (c->head - c->tail == 1)
+    publish_inflight(c);
+  else
+    s->h.pending = (uint32_t)(c->head - c->tail);
   return h_make(H_TASK, slot, idx, t->gen);
 }
 
@@ -862,6 +912,7 @@ static void proxy_op_stop(struct nw_comm *c, struct nw_pxop *p, uint64_t now) {
 
 static void kch_start(struct nw_comm *c, struct nw_task *t, uint64_t timer, uint64_t now) {
   struct nw_comm_slot *s = c->shm;
+  if (timer && (!t->gpu_t0 || timer < t->gpu_t0)) t->gpu_t0 = timer;
   if (t->kch_started++ == 0) {
     t->op.gpu_start_us = now;
     t->op.gpu_timer = timer;
@@ -876,6 +927,22 @@ static void kch_start(struct nw_comm *c, struct nw_task *t, uint64_t timer, uint
 
 /* ---- the three event entry points, shared by every ABI version ----------------------- */
 
+/* A Group is one kernel plan: a number, no table entry, no lock. NCCL 2.27 starts a plan's
+ * Coll/P2p events only when its Group handle is non-NULL, so this must always return one. The
+ * adapters take it before building an event: it is on the enqueue path of every op. */
+static void *group_start(void *ctx) {
+  if (is_disabled()) return NULL;
+  if (h_tag(ctx) == H_DROPPED_CTX) {
+    count_drop(NULL);
+    return NULL;
+  }
+  struct nw_comm *c = comm_of(ctx);
+  if (!c) return NULL;
+  uint32_t plan = __atomic_add_fetch(&c->plan_seq, 1, __ATOMIC_RELAXED);
+  if (!plan) plan = __atomic_add_fetch(&c->plan_seq, 1, __ATOMIC_RELAXED);
+  return h_make(H_GROUP, h_slot(ctx), 0, plan);
+}
+
 static void *start_event(void *ctx, const struct nw_ev *e) {
   if (is_disabled()) return NULL;
   if (h_tag(ctx) == H_DROPPED_CTX) {
@@ -886,13 +953,8 @@ static void *start_event(void *ctx, const struct nw_ev *e) {
   if (!c) return NULL;
   unsigned slot = h_slot(ctx);
   switch (e->type) {
-  case NW_EV_GROUP: {
-    /* A Group is one kernel plan. NCCL 2.27 starts a plan's Coll/P2p events only when its
-     * Group handle is non-NULL, so this must always return one. */
-    uint32_t plan = __atomic_add_fetch(&c->plan_seq, 1, __ATOMIC_RELAXED);
-    if (!plan) plan = __atomic_add_fetch(&c->plan_seq, 1, __ATOMIC_RELAXED);
-    return h_make(H_GROUP, slot, 0, plan);
-  }
+  case NW_EV_GROUP:
+    return group_start(ctx);
   case NW_EV_PROXY_STEP:
     /* A step is its proxy op plus a tag: no table entry, validated when it stops. */
     return (h_tag(e->parent) == H_PXOP && h_slot(e->parent) == slot) ? h_with_step(h_retag(e->parent, H_STEP), e->step)
@@ -937,20 +999,36 @@ static struct nw_comm *comm_of_handle(void *h) {
   return __atomic_load_n(&c->live, __ATOMIC_ACQUIRE) ? c : NULL;
 }
 
+/* A kernel channel's stop time on the GPU comes with its KernelChStop state, and NCCL stops
+ * the channel right after on the same thread: the state only leaves the time here, without
+ * the comm lock, and the stop takes it in under the lock it takes anyway. */
+static __thread struct {
+  void *h;
+  uint64_t timer;
+} kch_stop_pending;
+
 static nw_result_t nw_stop(void *h) {
   if (is_disabled()) return NW_SUCCESS;
   struct nw_comm *c = comm_of_handle(h);
   if (!c) return NW_SUCCESS;
-  uint64_t now = now_us(CLOCK_REALTIME);
+  /* A Coll's or P2p's stop comes right after its enqueue (NCCL 2.28+), on the caller's thread:
+   * it completes nothing then, so it reads no clock; retire reads one if an op completes. */
+  unsigned tag = h_tag(h);
+  uint64_t now = tag == H_TASK ? 0 : now_us(CLOCK_REALTIME);
   spin_lock(&c->lock);
   if (c->live) {
     struct nw_comm_slot *s = c->shm;
     wr_begin(s);
-    unsigned tag = h_tag(h);
     if (tag == H_TASK || tag == H_KCH) {
       struct nw_task *t = task_of(c, h);
       if (t && tag == H_TASK && t->open_stops) t->open_stops--;
-      if (t && tag == H_KCH && t->kch_done < t->kch_started) t->kch_done++;
+      if (t && tag == H_KCH && t->kch_done < t->kch_started) {
+        t->kch_done++;
+        if (kch_stop_pending.h == h) {
+          if (kch_stop_pending.timer > t->gpu_t1) t->gpu_t1 = kch_stop_pending.timer;
+          kch_stop_pending.h = NULL;
+        }
+      }
       if (t) {
         touched(c, t);
         retire(c, now);
@@ -974,7 +1052,7 @@ static nw_result_t nw_stop(void *h) {
         *sw = 0;
       }
     }
-    s->h.last_event_us = now;
+    if (now) s->h.last_event_us = now;
     wr_end(s);
   }
   spin_unlock(&c->lock);
@@ -984,9 +1062,16 @@ static nw_result_t nw_stop(void *h) {
 /* States we keep: a proxy op's or step's latest state per peer and direction (e.g. 20,
  * SendPeerWait: the peer has not posted its receive). Kernel-channel stop needs nothing: its
  * stopEvent follows. */
-static nw_result_t nw_state(void *h, int state) {
+static nw_result_t nw_state(void *h, int state, uint64_t timer) {
   if (is_disabled()) return NW_SUCCESS;
   unsigned tag = h_tag(h);
+  if (tag == H_KCH) {
+    if (state == NW_ST_KERNEL_CH_STOP && timer) {
+      kch_stop_pending.h = h;
+      kch_stop_pending.timer = timer;
+    }
+    return NW_SUCCESS;
+  }
   if ((tag != H_PXOP && tag != H_STEP) || state < 0 || state > 255) return NW_SUCCESS;
   struct nw_comm *c = comm_of_handle(h);
   if (!c) return NW_SUCCESS;
@@ -1010,26 +1095,6 @@ static nw_result_t nw_state(void *h, int state) {
 }
 
 /* ---- ABI adapters: each version's descriptor into an nw_ev ---------------------------- */
-
-static nw_result_t v3_init(void **ctx, int *mask) { return common_init(3, ctx, mask, 0, -1, -1, -1, NULL); }
-
-static nw_result_t v4_init(void **ctx, int *mask, const char *name, uint64_t hash, int nnodes, int nranks, int rank,
-                           nw_logger_t logfn) {
-  (void)name;
-  return common_init(4, ctx, mask, hash, nnodes, nranks, rank, logfn);
-}
-
-static nw_result_t v5_init(void **ctx, uint64_t id, int *mask, const char *name, int nnodes, int nranks, int rank,
-                           nw_logger_t logfn) {
-  (void)name;
-  return common_init(5, ctx, mask, id, nnodes, nranks, rank, logfn);
-}
-
-static nw_result_t v6_init(void **ctx, uint64_t id, int *mask, const char *name, int nnodes, int nranks, int rank,
-                           nw_logger_t logfn) {
-  (void)name;
-  return common_init(6, ctx, mask, id, nnodes, nranks, rank, logfn);
-}
 
 static void ev_proxy_op(struct nw_ev *ev, const struct nw_proxy_op *op) {
   ev->pid = op->pid;
@@ -1072,98 +1137,205 @@ static void ev_v4(struct nw_ev *ev, const struct nw_coll_v4 *coll, const struct 
   }
 }
 
-static nw_result_t v3_start(void *ctx, void **h, struct nw_descr_v3 *d) {
-  if (!h) return NW_SUCCESS;
-  *h = NULL;
-  if (!d) return NW_SUCCESS;
-  struct nw_ev ev = {.type = d->type, .parent = d->parentObj, .rank = d->rank};
-  switch (ev.type) {
+static void ev_v3(struct nw_ev *ev, const struct nw_descr_v3 *d) {
+  *ev = (struct nw_ev){.type = d->type, .parent = d->parentObj, .rank = d->rank};
+  switch (ev->type) {
   case NW_EV_COLL:
-    ev.has_comm_hash = 1;
-    ev.comm_hash = d->coll.commHash;
-    ev.nccl_seq = d->coll.seqNumber;
-    ev.func = d->coll.func;
-    ev.count = d->coll.count;
-    ev.root_or_peer = d->coll.root;
-    ev.dtype = d->coll.datatype;
-    ev.nch = d->coll.nMaxChannels;
-    ev.algo = d->coll.algo;
-    ev.proto = d->coll.proto;
+    ev->has_comm_hash = 1;
+    ev->comm_hash = d->coll.commHash;
+    ev->nccl_seq = d->coll.seqNumber;
+    ev->func = d->coll.func;
+    ev->count = d->coll.count;
+    ev->root_or_peer = d->coll.root;
+    ev->dtype = d->coll.datatype;
+    ev->nch = d->coll.nMaxChannels;
+    ev->algo = d->coll.algo;
+    ev->proto = d->coll.proto;
     break;
   case NW_EV_P2P:
-    ev.has_comm_hash = 1;
-    ev.comm_hash = d->p2p.commHash;
-    ev.func = d->p2p.func;
-    ev.dtype = d->p2p.datatype;
-    ev.count = d->p2p.count;
-    ev.root_or_peer = d->p2p.peer;
+    ev->has_comm_hash = 1;
+    ev->comm_hash = d->p2p.commHash;
+    ev->func = d->p2p.func;
+    ev->dtype = d->p2p.datatype;
+    ev->count = d->p2p.count;
+    ev->root_or_peer = d->p2p.peer;
     break;
   case NW_EV_PROXY_OP:
-    ev_proxy_op(&ev, &d->proxyOp);
+    ev_proxy_op(ev, &d->proxyOp);
     break;
   case NW_EV_PROXY_STEP:
-    ev.step = d->proxyStep.step;
+    ev->step = d->proxyStep.step;
     break;
   case NW_EV_KERNEL_CH:
-    ev.channel = d->kernelCh.channelId;
+    ev->channel = d->kernelCh.channelId;
     break;
   default:
     break;
   }
-  *h = start_event(ctx, &ev);
-  return NW_SUCCESS;
 }
 
-static nw_result_t v4_start(void *ctx, void **h, struct nw_descr_v4 *d) {
-  if (!h) return NW_SUCCESS;
-  *h = NULL;
-  if (!d) return NW_SUCCESS;
-  struct nw_ev ev = {.type = d->type, .parent = d->parentObj, .rank = d->rank};
-  ev_v4(&ev, &d->coll, &d->p2p, &d->proxyOp, &d->kernelCh);
-  if (ev.type == NW_EV_PROXY_STEP) ev.step = d->proxyStep.step;
-  *h = start_event(ctx, &ev);
-  return NW_SUCCESS;
+static void ev_v4_descr(struct nw_ev *ev, const struct nw_descr_v4 *d) {
+  *ev = (struct nw_ev){.type = d->type, .parent = d->parentObj, .rank = d->rank};
+  ev_v4(ev, &d->coll, &d->p2p, &d->proxyOp, &d->kernelCh);
+  if (ev->type == NW_EV_PROXY_STEP) ev->step = d->proxyStep.step;
 }
 
 /* v5 and v6: a Coll's or P2p's parent is its plan's Group, now in parentGroup. The type is
  * read through its low byte: every type handled here is below 256 and every other one is a
  * single bit above, so this holds even if a release declared the field 8 bits wide (as v3 and
  * v4 do) and left garbage in the padding. */
-static void *start_v5(void *ctx, uint64_t type, void *parent, int rank, const struct nw_coll_v5 *coll,
-                      const struct nw_p2p_v5 *p2p, const struct nw_proxy_op *op, const int *step,
-                      const struct nw_kernel_ch_v4 *kch) {
+static void ev_v5(struct nw_ev *ev, uint64_t type, void *parent, int rank, const struct nw_coll_v5 *coll,
+                  const struct nw_p2p_v5 *p2p, const struct nw_proxy_op *op, const int *step,
+                  const struct nw_kernel_ch_v4 *kch) {
   type &= 0xFF;
-  struct nw_ev ev = {.type = type, .parent = parent, .rank = rank};
-  ev_v4(&ev, &coll->v4, &p2p->v4, op, kch);
-  if (type == NW_EV_PROXY_STEP) ev.step = *step;
-  if (type == NW_EV_COLL) ev.parent = coll->parentGroup;
-  if (type == NW_EV_P2P) ev.parent = p2p->parentGroup;
-  return start_event(ctx, &ev);
+  *ev = (struct nw_ev){.type = type, .parent = parent, .rank = rank};
+  ev_v4(ev, &coll->v4, &p2p->v4, op, kch);
+  if (type == NW_EV_PROXY_STEP) ev->step = *step;
+  if (type == NW_EV_COLL) ev->parent = coll->parentGroup;
+  if (type == NW_EV_P2P) ev->parent = p2p->parentGroup;
 }
 
-static nw_result_t v5_start(void *ctx, void **h, struct nw_descr_v5 *d) {
+int nw_ours_ev(unsigned abi, const void *descr, struct nw_ev *ev) {
+  if (!descr) return 0;
+  switch (abi) {
+  case 3:
+    ev_v3(ev, descr);
+    break;
+  case 4:
+    ev_v4_descr(ev, descr);
+    break;
+  default: { /* v5, and v6 with every member read here at v5's place */
+    const struct nw_descr_v5 *d = descr;
+    ev_v5(ev, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh);
+    break;
+  }
+  }
+  return 1;
+}
+
+/* ---- the watchdog's own entry points, for chain.c ------------------------------------- */
+
+nw_result_t nw_ours_init(unsigned abi, void **ctx, int *mask, uint64_t id, int nnodes, int nranks, int rank,
+                         nw_logger_t logfn) {
+  return common_init(abi, ctx, mask, id, nnodes, nranks, rank, logfn);
+}
+void *nw_ours_start(void *ctx, const struct nw_ev *ev) { return start_event(ctx, ev); }
+nw_result_t nw_ours_stop(void *h) { return nw_stop(h); }
+nw_result_t nw_ours_state(void *h, int state, uint64_t timer) { return nw_state(h, state, timer); }
+nw_result_t nw_ours_finalize(void *ctx) { return nw_finalize(ctx); }
+int nw_ours_mask(void) { return is_disabled() || !g_reg ? 0 : g_mask; }
+struct nw_hdr *nw_ours_header(void) { return g_reg ? &g_reg->hdr : NULL; }
+pid_t nw_ours_pid(void) { return g_pid; }
+
+void nw_ours_log(int level, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (g_log) {
+    g_log(level, NW_LOG_SUBSYS_INIT, __FILE__, __LINE__, "%s", msg);
+  } else {
+    fprintf(stderr, "NCCL %s %s\n", level == NW_LOG_WARN ? "WARN" : "INFO", msg);
+  }
+}
+
+/* ---- the tables NCCL finds: the watchdog alone, or through chain.c when chained -------- */
+
+static inline int chained(void) { return __builtin_expect(__atomic_load_n(&nw_chained, __ATOMIC_RELAXED), 0); }
+
+static nw_result_t v3_init(void **ctx, int *mask) { return nw_chain_init(3, ctx, mask, 0, NULL, -1, -1, -1, NULL); }
+
+static nw_result_t v4_init(void **ctx, int *mask, const char *name, uint64_t hash, int nnodes, int nranks, int rank,
+                           nw_logger_t logfn) {
+  return nw_chain_init(4, ctx, mask, hash, name, nnodes, nranks, rank, logfn);
+}
+
+static nw_result_t v5_init(void **ctx, uint64_t id, int *mask, const char *name, int nnodes, int nranks, int rank,
+                           nw_logger_t logfn) {
+  return nw_chain_init(5, ctx, mask, id, name, nnodes, nranks, rank, logfn);
+}
+
+static nw_result_t v6_init(void **ctx, uint64_t id, int *mask, const char *name, int nnodes, int nranks, int rank,
+                           nw_logger_t logfn) {
+  return nw_chain_init(6, ctx, mask, id, name, nnodes, nranks, rank, logfn);
+}
+
+static nw_result_t v3_start(void *ctx, void **h, struct nw_descr_v3 *d) {
   if (!h) return NW_SUCCESS;
-  *h = d ? start_v5(ctx, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh) : NULL;
+  if (chained()) return nw_chain_start(3, ctx, h, d);
+  *h = NULL;
+  if (!d) return NW_SUCCESS;
+  if (d->type == NW_EV_GROUP) {
+    *h = group_start(ctx);
+    return NW_SUCCESS;
+  }
+  struct nw_ev ev;
+  ev_v3(&ev, d);
+  *h = start_event(ctx, &ev);
   return NW_SUCCESS;
 }
 
+static nw_result_t v4_start(void *ctx, void **h, struct nw_descr_v4 *d) {
+  if (!h) return NW_SUCCESS;
+  if (chained()) return nw_chain_start(4, ctx, h, d);
+  *h = NULL;
+  if (!d) return NW_SUCCESS;
+  if (d->type == NW_EV_GROUP) {
+    *h = group_start(ctx);
+    return NW_SUCCESS;
+  }
+  struct nw_ev ev;
+  ev_v4_descr(&ev, d);
+  *h = start_event(ctx, &ev);
+  return NW_SUCCESS;
+}
+
+/* v5 and v6 lay out every member read here alike (abi.h asserts it). */
+static nw_result_t start_v56(unsigned abi, void *ctx, void **h, struct nw_descr_v5 *d) {
+  if (!h) return NW_SUCCESS;
+  if (chained()) return nw_chain_start(abi, ctx, h, d);
+  *h = NULL;
+  if (!d) return NW_SUCCESS;
+  if ((d->type & 0xFF) == NW_EV_GROUP) {
+    *h = group_start(ctx);
+    return NW_SUCCESS;
+  }
+  struct nw_ev ev;
+  ev_v5(&ev, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh);
+  *h = start_event(ctx, &ev);
+  return NW_SUCCESS;
+}
+
+static nw_result_t v5_start(void *ctx, void **h, struct nw_descr_v5 *d) { return start_v56(5, ctx, h, d); }
 static nw_result_t v6_start(void *ctx, void **h, struct nw_descr_v6 *d) {
-  if (!h) return NW_SUCCESS;
-  *h = d ? start_v5(ctx, d->type, d->parentObj, d->rank, &d->coll, &d->p2p, &d->proxyOp, &d->proxyStep.step, &d->kernelCh) : NULL;
-  return NW_SUCCESS;
+  return start_v56(6, ctx, h, (struct nw_descr_v5 *)d);
 }
+
+static nw_result_t any_stop(void *h) { return chained() ? nw_chain_stop(h) : nw_stop(h); }
 
 static nw_result_t v3_state(void *h, int state, union nw_state_args_v3 *args) {
-  (void)args;
-  return nw_state(h, state);
+  if (chained()) return nw_chain_state(3, h, state, args);
+  return nw_state(h, state, 0);
 }
 
-static nw_result_t v4_state(void *h, int state, union nw_state_args_v4 *args) {
-  (void)args; /* the KernelChStop timer is not kept; the channel's stopEvent follows */
-  return nw_state(h, state);
+/* KernelChStop carries the channel's stop time on the GPU; the stopEvent follows. */
+static inline uint64_t kch_stop_timer(int state, const union nw_state_args_v4 *args) {
+  return state == NW_ST_KERNEL_CH_STOP && args ? args->kernelCh.pTimer : 0;
 }
 
-NW_API struct nw_profiler_v3 ncclProfiler_v3 = {NW_PLUGIN_NAME, v3_init, v3_start, nw_stop, v3_state, nw_finalize};
-NW_API struct nw_profiler_v4 ncclProfiler_v4 = {NW_PLUGIN_NAME, v4_init, v4_start, nw_stop, v4_state, nw_finalize};
-NW_API struct nw_profiler_v5 ncclProfiler_v5 = {NW_PLUGIN_NAME, v5_init, v5_start, nw_stop, v4_state, nw_finalize};
-NW_API struct nw_profiler_v6 ncclProfiler_v6 = {NW_PLUGIN_NAME, v6_init, v6_start, nw_stop, v4_state, nw_finalize};
+static nw_result_t state_v4up(unsigned abi, void *h, int state, union nw_state_args_v4 *args) {
+  if (chained()) return nw_chain_state(abi, h, state, args);
+  return nw_state(h, state, kch_stop_timer(state, args));
+}
+
+static nw_result_t v4_state(void *h, int state, union nw_state_args_v4 *args) { return state_v4up(4, h, state, args); }
+static nw_result_t v5_state(void *h, int state, union nw_state_args_v4 *args) { return state_v4up(5, h, state, args); }
+static nw_result_t v6_state(void *h, int state, union nw_state_args_v4 *args) { return state_v4up(6, h, state, args); }
+
+static nw_result_t any_finalize(void *ctx) { return chained() ? nw_chain_finalize(ctx) : nw_finalize(ctx); }
+
+NW_API struct nw_profiler_v3 ncclProfiler_v3 = {NW_PLUGIN_NAME, v3_init, v3_start, any_stop, v3_state, any_finalize};
+NW_API struct nw_profiler_v4 ncclProfiler_v4 = {NW_PLUGIN_NAME, v4_init, v4_start, any_stop, v4_state, any_finalize};
+NW_API struct nw_profiler_v5 ncclProfiler_v5 = {NW_PLUGIN_NAME, v5_init, v5_start, any_stop, v5_state, any_finalize};
+NW_API struct nw_profiler_v6 ncclProfiler_v6 = {NW_PLUGIN_NAME, v6_init, v6_start, any_stop, v6_state, any_finalize};

@@ -1,6 +1,6 @@
 /*
  * The shared-memory region one training process writes and the sidecar maps read-only
- * (Go reader: heartbeat/profile). Layout version 3; fixed-width fields, native byte order
+ * (Go reader: heartbeat/profile). Layout version 4; fixed-width fields, native byte order
  * (little-endian on every supported target), explicit padding, 64-byte aligned slots.
  * heartbeat/profile's layout test compiles profiler/test/layout.c against this file and
  * compares every offset with the Go constants, so the two sides cannot drift: change a field
@@ -16,6 +16,12 @@
  * at positions that are multiples of 16, 256 and 4096, so the detector can compare what the
  * ranks called (a size or type mismatch that completes) without NCCL's INFO lines.
  *
+ * Version 4 (plugin 4) added each comm slot's completed-op timings after its history: per
+ * collective function (and Send, Recv) and message size bucket, the ops timed, their bytes and
+ * their summed execution time (the GPU's own clock from the kernel channels' start to their
+ * stop where NCCL gives it), from which the sidecar derives algorithm and bus bandwidth; and
+ * the header's account of a chained second profiler plugin (NCCLWATCH_PROFILER_CHAIN).
+ *
  * Concurrency: the header's static part is written before the file is renamed into place.
  * Its counters and flags change later through 8- or 4-byte atomic stores. Each comm slot is
  * guarded by its own seqlock (seq odd while a writer is inside); a reader copies a slot
@@ -28,7 +34,7 @@
 #include <stdint.h>
 
 #define NW_MAGIC 0x465250574C43434EULL /* the bytes "NCCLWPRF" read as a little-endian u64 */
-#define NW_LAYOUT_VERSION 3
+#define NW_LAYOUT_VERSION 4
 #define NW_MAX_COMMS 64
 #define NW_MAX_PEERS 64
 #define NW_HEADER_SIZE 4096
@@ -36,11 +42,21 @@
 #define NW_SIGS 64          /* newest collective signatures kept per comm (a power of two) */
 #define NW_MARK_LEVELS 3    /* marks every 16, 256 and 4096 positions */
 #define NW_MARKS_PER_LEVEL 4
+/* Completed-op timings: per function (enum nw_bw_func) and message size bucket. Bucket b holds
+ * messages of [16^(b-1) * 4 KiB, 16^b * 4 KiB) bytes (count x datatype size, per rank): b 0
+ * below 4 KiB, 1 below 64 KiB, 2 below 1 MiB, 3 below 16 MiB, 4 below 256 MiB, 5 the rest. */
+#define NW_BW_FUNCS 8
+#define NW_BW_BUCKETS 6
 
 enum nw_proc_state { NW_PROC_RUNNING = 1, NW_PROC_EXITED = 2 };
 enum nw_slot_state { NW_SLOT_FREE = 0, NW_SLOT_LIVE = 1 };
 enum nw_op_kind { NW_OP_NONE = 0, NW_OP_COLL = 1, NW_OP_P2P = 2 };
 enum nw_dir { NW_SEND = 0, NW_RECV = 1 };
+enum nw_bw_func {
+  NW_BW_ALLREDUCE = 0, NW_BW_ALLGATHER = 1, NW_BW_REDUCESCATTER = 2, NW_BW_BROADCAST = 3, NW_BW_REDUCE = 4,
+  NW_BW_SEND = 5, NW_BW_RECV = 6, NW_BW_OTHER = 7
+};
+enum nw_chain_state { NW_CHAIN_NONE = 0, NW_CHAIN_ACTIVE = 1, NW_CHAIN_FAILED = 2 };
 
 struct nw_hdr {
   uint64_t magic;
@@ -75,7 +91,13 @@ struct nw_hdr {
   char job_id[64]; /* TORCHELASTIC_RUN_ID, else SLURM_JOB_ID */
   char disabled_reason[128];
   char plugin_version[32];
-  uint8_t reserved[NW_HEADER_SIZE - 448];
+  /* A second profiler plugin NCCLWATCH_PROFILER_CHAIN names, called beside this one. */
+  uint32_t chain_abi;   /* the ncclProfiler_vN of it in use; 0 none */
+  uint32_t chain_state; /* nw_chain_state */
+  uint64_t chain_dropped; /* events it did not get: no handle pair left, or a parent gone stale */
+  char chain_name[32];    /* its own name field */
+  char chain_error[96];   /* why it is not in use (chain_state FAILED) */
+  uint8_t reserved[NW_HEADER_SIZE - 592];
 };
 
 /* One operation as the region shows it: the oldest unfinished one and the newest issued. */
@@ -188,10 +210,22 @@ struct nw_history {
   uint8_t pad[24];
 };
 
+/* Completed operations of one function and size bucket that were timed: their count, bytes
+ * (count x datatype size each) and summed execution time; gpu_timed of them by the GPU's clock
+ * (the kernel channels' globaltimer at start and stop, ABI v4+), the others by the host's clock
+ * from the first channel seen running to completion. Cumulative: readers take differences. */
+struct nw_bw_cell {
+  uint64_t ops;
+  uint64_t bytes;
+  uint64_t exec_ns;
+  uint64_t gpu_timed;
+};
+
 struct nw_comm_slot {
   struct nw_comm_hdr h;
   struct nw_peer peers[NW_MAX_PEERS];
   struct nw_history hist;
+  struct nw_bw_cell bw[NW_BW_FUNCS][NW_BW_BUCKETS];
 };
 
 struct nw_region {
@@ -201,7 +235,8 @@ struct nw_region {
 
 _Static_assert(sizeof(struct nw_hdr) == NW_HEADER_SIZE, "header is one page");
 _Static_assert(offsetof(struct nw_hdr, host) == 160, "header strings start at 160");
-_Static_assert(offsetof(struct nw_hdr, reserved) == 448, "header fields end at 448");
+_Static_assert(offsetof(struct nw_hdr, chain_abi) == 448, "chain fields start at 448");
+_Static_assert(offsetof(struct nw_hdr, reserved) == 592, "header fields end at 592");
 _Static_assert(sizeof(struct nw_op) == 128, "op is 128 bytes");
 _Static_assert(sizeof(struct nw_peer_dir) == 96, "peer direction is 96 bytes");
 _Static_assert(sizeof(struct nw_peer) == 200, "peer is 200 bytes");
@@ -211,6 +246,8 @@ _Static_assert(sizeof(struct nw_mark) == 24, "mark is 24 bytes");
 _Static_assert(sizeof(struct nw_history) % 64 == 0, "history is whole cache lines");
 _Static_assert(offsetof(struct nw_comm_slot, hist) == sizeof(struct nw_comm_hdr) + NW_MAX_PEERS * sizeof(struct nw_peer),
                "history follows the peers");
+_Static_assert(sizeof(struct nw_bw_cell) == 32, "timing cell is 32 bytes");
+_Static_assert(sizeof(struct nw_bw_cell) * NW_BW_FUNCS * NW_BW_BUCKETS % 64 == 0, "timings are whole cache lines");
 _Static_assert(sizeof(struct nw_comm_slot) % 64 == 0, "comm slots stay cache-line aligned");
 _Static_assert(offsetof(struct nw_region, comms) == NW_HEADER_SIZE, "slots follow the header");
 

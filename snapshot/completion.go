@@ -21,7 +21,7 @@ const (
 func (s Source) HasPlugin() bool { return s == SourcePlugin || s == SourceBoth }
 
 // HasLog reports whether the process's ops come from its NCCL log.
-func (s Source) HasLog() bool { return s != SourcePlugin }
+func (s Source) HasLog() bool { return s != SourcePlugin && s != SourceFR }
 
 // Plugin is what the profiler plugin says about itself in one process.
 type Plugin struct {

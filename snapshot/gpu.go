@@ -23,6 +23,13 @@ type GPU struct {
 	NVLinkErrors   uint64   `json:"nvlerr,omitempty"` // CRC + replay + recovery, summed over links
 	PCIeReplays    uint64   `json:"pcierep,omitempty"`
 	State          GPUState `json:"state,omitempty"` // derived from utilisation and power
+	// Procs are the processes with a compute context on this GPU, as NVML lists them, the
+	// largest by memory first, at most MaxGPUProcs. Empty with "procs" not in Missing means
+	// NVML listed none; "procs" in Missing means the list is unknown (not supported, no
+	// permission). The pids are the driver's, i.e. the host's pid namespace: in a container
+	// they need not match the ranks' pids, so compare counts (more processes on a GPU than
+	// ranks using it: the GPU is shared), not pids.
+	Procs []GPUProc `json:"procs,omitempty"`
 	// Missing lists, by JSON name, the readings NVML could not give this time (not
 	// supported on this GPU, or failed), so a zero is never taken for a measurement.
 	Missing []string `json:"na,omitempty"`
@@ -41,6 +48,21 @@ func (g *GPU) Has(field string) bool {
 		}
 	}
 	return true
+}
+
+// MaxGPUProcs bounds GPU.Procs; the largest by memory are kept.
+const MaxGPUProcs = 16
+
+// GPUProc is one process with a compute context on a GPU.
+type GPUProc struct {
+	PID int `json:"pid"` // as NVML reports it: the host's pid namespace
+	// MemMiB is the GPU memory it holds, in MiB (0: NVML could not tell, as under MIG
+	// or without permission).
+	MemMiB int `json:"mem,omitempty"`
+	// Name is /proc/<pid>/comm as the sidecar sees it, empty where the pid is not
+	// visible. In another pid namespace the pid may name an unrelated process there:
+	// Name is a hint for humans, not an identity.
+	Name string `json:"name,omitempty"`
 }
 
 // XID is one XID error event.

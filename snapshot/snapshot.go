@@ -93,6 +93,16 @@ type Process struct {
 	// the profiler plugin's own state when its region was read.
 	Source Source  `json:"src,omitempty"`
 	Plugin *Plugin `json:"plug,omitempty"`
+
+	// Stat, CPU and CPUPct are /proc's view of a running process, set together (never
+	// while the process is not visible or after it exited): its scheduler state letter
+	// when last read, its cumulative CPU time in seconds (utime+stime), and its CPU use over
+	// the last sampling interval (about a second) in percent of one core (above 100 for a
+	// process busy on several cores). With Stat set, a CPUPct of 0 is a measurement: the
+	// process used no CPU.
+	Stat   SchedState `json:"stat,omitempty"`
+	CPU    float64    `json:"cpu,omitempty"`
+	CPUPct float64    `json:"cpupct,omitempty"`
 }
 
 // Comm is one communicator as one rank sees it.
@@ -117,8 +127,11 @@ type Comm struct {
 	P2P    []P2P `json:"p2p,omitempty"`
 	// Waiting is true when this comm holds the rank's newest op and its GPU spins.
 	Waiting bool `json:"wait,omitempty"`
-	// Done is the completion state the profiler plugin recorded (nil without the plugin).
+	// Done is the completion state the profiler plugin recorded (nil without the plugin), or,
+	// on a Flight Recorder group (FR set), the one the dump's entry states give.
 	Done *Completion `json:"done,omitempty"`
+	// FR is set on a PyTorch process group read from a Flight Recorder dump (see fr.go).
+	FR *FRGroup `json:"fr,omitempty"`
 }
 
 // MarshalJSON leaves out Last when it is the newest of Recent (UnmarshalJSON restores it).
@@ -216,6 +229,11 @@ type Event struct {
 	// Stage is where the process was when it logged the event: before its first per-op
 	// line (initialization) or after; unknown for lines quoted by PyTorch.
 	Stage Stage `json:"stage,omitempty"`
+	// Work are the PyTorch works an event describes (EventTorchTimeout: the one that timed
+	// out; EventTorchDesync: this rank's, then the other rank's). See TorchWork.
+	Work []TorchWork `json:"work,omitempty"`
+	// Bytes is a size the event names (EventRankExit: the allocation CUDA could not make).
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // Encode marshals a node snapshot, shedding detail until it fits MaxNodeBytes.

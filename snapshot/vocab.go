@@ -41,7 +41,11 @@ const (
 	// EventSocketConnect: NCCL could not open a connection (bootstrap, proxy or NET/Socket):
 	// "Connect to X failed", "connect returned ..., exceeded retry count", "Call to
 	// connect returned ..."; Peer is the address it tried, Detail the system's reason
-	// ("Connection refused", "No route to host", ...).
+	// ("Connection refused", "No route to host", ...). Not Fatal: an INFO retry ("...,
+	// retrying (5/34) after sleep for 500 msec"), whose Code is the attempt (0 when NCCL
+	// does not count them); Fatal: the retries or timeouts were exhausted (Code: how many,
+	// when printed) or the connect failed outright. A log whose newest event is a retry and
+	// that ends there ended while NCCL was still trying.
 	EventSocketConnect EventKind = "socket_connect"
 	// EventNoInterface: NCCL found no usable network interface for its sockets ("no socket
 	// interface found", an address of neither family): NCCL_SOCKET_IFNAME names none.
@@ -74,6 +78,17 @@ const (
 	// RCCL's "hipIpcGetMemHandle failed : invalid argument"); Code is the CUDA error number
 	// when NCCL printed one, Detail the reason.
 	EventP2PError EventKind = "p2p_error"
+	// EventInvalidRank: NCCL was asked for a rank outside its communicator ("Invalid rank
+	// requested : 4/4"): the launch gave a process a RANK at or past WORLD_SIZE, or two
+	// launches disagree on the world's size. Code is the rank asked for, Detail "R/N".
+	EventInvalidRank EventKind = "invalid_rank"
+	// EventNetFallback: a network NCCL was to use could not be used, and NCCL went on with
+	// another (usually its sockets) or failed: a plugin library found but not loaded, a
+	// plugin named by NCCL_NET_PLUGIN not found, "Failed to initialize NET plugin IB",
+	// "Error: network AWS Libfabric not found" (NCCL_NET names none: Fatal). Code is one
+	// of the NetPlugin* values, Detail the plugin or network, Peer the loader's reason.
+	// Process.Network says what NCCL used in the end.
+	EventNetFallback EventKind = "net_fallback"
 	// EventNetError: a network plugin failed a transfer or a call (AWS OFI NCCL: "NET/OFI
 	// Request 0x.. completed with error. RC: 113. Error: 2 (UNDELIVERABLE)", "Unable to read
 	// from fi_cq_readerr"); Code is libfabric's RC (an errno) when printed, Detail the
@@ -84,7 +99,9 @@ const (
 // Events from PyTorch and launcher output.
 const (
 	// EventTorchTimeout: PyTorch's watchdog timed a collective out on this rank; Code is
-	// its SeqNum. The rank that times out is usually the one left waiting.
+	// its SeqNum, Comm the process group, Work the work as printed (its OpType, NumelIn,
+	// NumelOut, Timeout(ms)). The rank that times out is usually the one left waiting; two
+	// ranks timing out at one SeqNum of one group with another OpType or size are a desync.
 	EventTorchTimeout EventKind = "torch_timeout"
 	// EventTorchWorkStatus: "last enqueued work: N, last completed work: M"; Code is M.
 	EventTorchWorkStatus EventKind = "torch_work_status"
@@ -120,10 +137,55 @@ const (
 	// "Missing ranks are {..}" on the header line): ranks whose dump holds no entry for the
 	// collective the others issued. Ranks are the first MaxFRRanks of them, Code how many.
 	EventFRMissing EventKind = "fr_missing"
+	// EventTorchDesync: TORCH_DISTRIBUTED_DEBUG=DETAIL's check found two ranks of a process
+	// group in different collectives ("Detected mismatch between collectives on ranks. Rank
+	// A is running collective: CollectiveFingerPrint(...), but Rank B is running collective:
+	// CollectiveFingerPrint(...)"). Ranks are [A, B] (A printed it; ranks of the group),
+	// Work the two fingerprints in that order, Code A's sequence number (-1 when not
+	// printed). Which of the two is wrong the line does not say.
+	EventTorchDesync EventKind = "torch_desync"
+	// EventTorchBarrier: a monitored barrier (TORCH_DISTRIBUTED_DEBUG=DETAIL runs one before
+	// every collective; also monitored_barrier()) gave up on ranks that never arrived: "Ranks
+	// 1, 3 failed to pass monitoredBarrier in 30000 ms", "Rank 1 failed to pass
+	// monitoredBarrier". Ranks are those ranks (the first MaxFRRanks), Code how many; Work
+	// the collective it guarded when the wrapper printed one.
+	EventTorchBarrier EventKind = "torch_barrier"
+	// EventRankExit: why a rank's process ended, in its own or its launcher's words:
+	//   - the exception that ended a Python traceback ("torch.OutOfMemoryError: CUDA out of
+	//     memory. Tried to allocate 2.00 GiB ...", "ValueError: ..."): Detail is the
+	//     exception's class, Msg its message, Bytes the allocation CUDA could not make;
+	//   - torchrun's failure record ("rank : 1 (local_rank: 1)", "exitcode : -9 (pid: 77)",
+	//     "traceback : Signal 9 (SIGKILL) received by PID 77"): Code is the exit code
+	//     (negative: the signal that killed it, as torchrun prints it), PID and LocalRank the
+	//     process, Detail the signal's name ("SIGKILL") or the exception's class;
+	//   - "Signal 9 (SIGKILL) received by PID 77" alone: Code -9, Detail the signal's name.
+	// Src says which (ExitTraceback, ExitLauncher). Fatal always.
+	EventRankExit EventKind = "rank_exit"
 	// EventSignal: a process was killed by a signal its runtime reported (UCX's "Caught
 	// signal 7 (Bus error: ...)"); Code is the signal, Detail its reason. With Code 0, Peer
 	// is an NCCL function of the backtrace that followed.
 	EventSignal EventKind = "signal"
+)
+
+// EventRankExit's sources (Event.Src).
+const (
+	// ExitTraceback: the exception line that ended a Python traceback.
+	ExitTraceback = "traceback"
+	// ExitLauncher: torchrun's failure record or its "Signal N (SIGX) received by PID" line.
+	ExitLauncher = "launcher"
+)
+
+// EventNetFallback's codes.
+const (
+	// NetPluginLoad: a network plugin library could not be loaded (found but dlopen failed,
+	// or a plugin NCCL_NET_PLUGIN names was not found).
+	NetPluginLoad = 1
+	// NetPluginInit: NCCL loaded a network (plugin or its own IB) and could not initialize
+	// it ("Failed to initialize NET plugin IB": no usable device), so it went on without.
+	NetPluginInit = 2
+	// NetNotFound: NCCL_NET names a network no plugin provides ("Error: network X not
+	// found"): NCCL fails the communicator.
+	NetNotFound = 3
 )
 
 // MaxFRRanks bounds the ranks an EventFRCulprit or EventFRMissing keeps: the analyzer
@@ -223,6 +285,23 @@ const (
 	ProcUnknown ProcState = "" // liveness not checked (other pid namespace, offline)
 	ProcRunning ProcState = "running"
 	ProcExited  ProcState = "exited"
+)
+
+// SchedState is a running process's scheduler state, the letter of /proc/<pid>/stat
+// (field 3), as the sidecar last read it. It is one sample of the main thread's state
+// (a few times a second), not a share of time: a rank that waits on its GPU sleeps most
+// of the time, so S alone says little; S with near-zero CPU for long says more.
+type SchedState string
+
+const (
+	SchedUnknown  SchedState = ""  // not read (not visible, exited, or offline)
+	SchedRunning  SchedState = "R" // running or runnable: on a CPU or waiting for one
+	SchedSleeping SchedState = "S" // interruptible sleep: waiting on a lock, a socket, the GPU
+	SchedDiskWait SchedState = "D" // uninterruptible sleep, usually I/O (disk, NFS)
+	SchedStopped  SchedState = "T" // stopped by a signal (SIGSTOP, job control)
+	SchedTraced   SchedState = "t" // stopped by a debugger (ptrace)
+	SchedZombie   SchedState = "Z" // exited, not yet reaped
+	SchedIdle     SchedState = "I" // kernel idle thread state; not expected of a rank
 )
 
 // CommState is where a communicator is in its life, from NCCL's Init/Destroy lines.

@@ -52,7 +52,7 @@ func TestCommandLine(t *testing.T) {
 		{"status bad url", []string{"status", "--detector", "ftp://x"}, 2, `^$`, `want a URL`},
 		{"negative hang floor", []string{"detector", "--hang-floor", "-5s"}, 2, `^$`, `rules.hang_floor -5s: must be positive`},
 		{"zero interval", []string{"detector", "--interval", "0"}, 2, `^$`, `interval 0s: must be positive`},
-		{"straggler fraction", []string{"detector", "--straggler-fraction", "2"}, 2, `^$`, `straggler_fraction 2: must be in \(0, 1\]`},
+		{"slowdown share", []string{"detector", "--slowdown-share", "2"}, 2, `^$`, `slowdown_share 2: must be in \(0, 1\]`},
 		{"sidecar lease 0", []string{"sidecar", "--lease-ttl", "0"}, 2, `^$`, `--lease-ttl 0s: must be positive`},
 		{"simulate ranks", []string{"simulate", "--out", t.TempDir(), "--ranks-per-node", "0"}, 2, `^$`, `--ranks-per-node 0: must be positive`},
 		{"nvml-probe n", []string{"nvml-probe", "--n", "-1"}, 2, `^$`, `--n -1: must be positive`},

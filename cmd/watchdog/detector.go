@@ -71,8 +71,8 @@ stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials)
 	leaseTTL := fs.Duration("lease-ttl", cfg.LeaseTTL, "leader election lease: a standby takes over within it")
 	hangFloor := fs.Duration("hang-floor", cfg.Rules.HangFloor, "shortest hang window")
 	hangK := fs.Float64("hang-k", cfg.Rules.HangK, "hang window = max(floor, k x the communicator's recent p99 gap between ops)")
-	stragglerLag := fs.Duration("straggler-min-lag", cfg.Rules.StragglerMinLag, "smallest median arrival lag called a straggler")
-	stragglerFrac := fs.Float64("straggler-fraction", cfg.Rules.StragglerFraction, "straggler threshold as a fraction of the step period")
+	slowShare := fs.Float64("slowdown-share", cfg.Rules.SlowdownShare, "share of the job's time a root must cost to be a slowdown (0-1)")
+	slowSteps := fs.Int("slowdown-steps", cfg.Rules.SlowdownSteps, "training steps over which a slowdown's share is judged")
 	expectedIB := fs.Float64("expected-ib-gbps", 0, "rate every IB port must run at (0: the job's usual rate)")
 	alertsPath := fs.String("alerts", "", "alert routing YAML (alert.Config); default: notifiers from SLACK_*/PAGERDUTY_* environment")
 	incidentKey := fs.String("incident-key-file", "", "keys that seal stored incidents, one a line, the first signs (default: one kept in etcd for the detector role; docs/security.md)")
@@ -113,8 +113,8 @@ stand by. With no --etcd-endpoints it runs an embedded single-node etcd (trials)
 	override("lease-ttl", func() { cfg.LeaseTTL = *leaseTTL })
 	override("hang-floor", func() { cfg.Rules.HangFloor = *hangFloor })
 	override("hang-k", func() { cfg.Rules.HangK = *hangK })
-	override("straggler-min-lag", func() { cfg.Rules.StragglerMinLag = *stragglerLag })
-	override("straggler-fraction", func() { cfg.Rules.StragglerFraction = *stragglerFrac })
+	override("slowdown-share", func() { cfg.Rules.SlowdownShare = *slowShare })
+	override("slowdown-steps", func() { cfg.Rules.SlowdownSteps = *slowSteps })
 	override("expected-ib-gbps", func() { cfg.Rules.ExpectedIBGbps = *expectedIB })
 	override("incident-key-file", func() { cfg.IncidentKeyFile = *incidentKey })
 	if *alertsPath != "" {
@@ -252,12 +252,11 @@ func (c *DetectorConfig) validate() error {
 	if c.Rules.HangK <= 0 {
 		errs = append(errs, fmt.Errorf("rules.hang_k %g: must be positive", c.Rules.HangK))
 	}
-	if f := c.Rules.StragglerFraction; f <= 0 || f > 1 {
-		errs = append(errs, fmt.Errorf("rules.straggler_fraction %g: must be in (0, 1]", f))
+	if f := c.Rules.SlowdownShare; f <= 0 || f > 1 {
+		errs = append(errs, fmt.Errorf("rules.slowdown_share %g: must be in (0, 1]", f))
 	}
-	if c.Rules.StragglerWindow <= 0 || c.Rules.StragglerMinSamples <= 0 {
-		errs = append(errs, fmt.Errorf("rules.straggler_window %d and rules.straggler_min_samples %d: must be positive",
-			c.Rules.StragglerWindow, c.Rules.StragglerMinSamples))
+	if c.Rules.SlowdownSteps < 2 {
+		errs = append(errs, fmt.Errorf("rules.slowdown_steps %d: must be at least 2", c.Rules.SlowdownSteps))
 	}
 	// Whatever the rules grow: no negative number anywhere in them.
 	errs = append(errs, negativeFields("rules", reflect.ValueOf(c.Rules))...)

@@ -14,7 +14,8 @@ func runNVMLProbe(ctx context.Context, args []string) error {
 	fs := newFlags("nvml-probe", `usage: watchdog nvml-probe [flags]
 
 Prints --n raw NVML samples of this machine's GPUs, one JSON line each: what the sidecar
-would see here.`)
+would see here, with the processes computing on each GPU ("procs"; their pids are the
+host's, named where this /proc shows them).`)
 	every := fs.Duration("every", 200*time.Millisecond, "sample period")
 	n := fs.Int("n", 10, "samples")
 	if err := fs.parse(args); err != nil {

@@ -45,6 +45,7 @@ second. One per node, beside the training processes (Kubernetes: in the training
 	rasAddr := fs.String("ras-addr", "127.0.0.1:28028", "NCCL RAS address (empty: off)")
 	stateDir := fs.String("state-dir", "/var/lib/ncclwatch", "where read offsets and parser checkpoints survive restarts (empty: none)")
 	profilerDir := fs.String("profiler-dir", "auto", "comma-separated folders of the NCCL profiler plugin's regions (auto: the folders of --logs, then /dev/shm, as the plugin defaults; empty: off)")
+	frDumpDir := fs.String("fr-dump-dir", "", "folder PyTorch writes its Flight Recorder dumps to (the folder of TORCH_FR_DUMP_TEMP_FILE): each rank's dump joins the node snapshot (empty: off)")
 	logKeep := fs.Int("log-keep-mib", 1024, "keep each NCCL log's header and its last this many MiB on disk, free the rest once read (0: never free)")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "etcd lease TTL: the node key vanishes this long after the sidecar dies")
 	interval := fs.Duration("publish-interval", time.Second, "shortest time between two etcd writes")
@@ -83,6 +84,7 @@ second. One per node, beside the training processes (Kubernetes: in the training
 		Publish: assemble.PublishConfig{LeaseTTL: *leaseTTL, Interval: *interval}, NVML: *useNVML, RASAddr: *rasAddr,
 		Ports: true, IBRoot: *ibRoot, NetRoot: *netRoot, NetInterfaces: splitList(*netIfs),
 		CheckPIDs: *checkPIDs, ProcRoot: *procRoot, Logger: log, Registerer: reg, ProfilerDirs: profilerDirs, Version: stamped,
+		FRDumpDir: *frDumpDir,
 	})
 	if err != nil {
 		return err
@@ -98,7 +100,7 @@ second. One per node, beside the training processes (Kubernetes: in the training
 	}
 	defer srv.Close()
 	bi := build()
-	log.Info("sidecar started", "job", *job, "node", sc.Snapshot().Node, "logs", *logs, "log_keep_mib", *logKeep, "profiler_dirs", profilerDirs,
+	log.Info("sidecar started", "job", *job, "node", sc.Snapshot().Node, "logs", *logs, "log_keep_mib", *logKeep, "profiler_dirs", profilerDirs, "fr_dump_dir", *frDumpDir,
 		"etcd", ef.endpoints, "http", *httpAddr, "version", bi.Version, "revision", bi.Revision)
 	return sc.Run(ctx)
 }

@@ -48,9 +48,14 @@ func bigJob(nodes int, now time.Time) *State {
 
 // BenchmarkEvaluate4096 is the detector's evaluation of one job of 4,096 ranks × 4
 // communicators: building the view and running every rule (make bench-detector).
-func BenchmarkEvaluate4096(b *testing.B) {
+func BenchmarkEvaluate4096(b *testing.B) { benchmarkEvaluate(b, 512) }
+
+// BenchmarkEvaluate16384 is the same at 16,384 ranks (2,048 nodes).
+func BenchmarkEvaluate16384(b *testing.B) { benchmarkEvaluate(b, 2048) }
+
+func benchmarkEvaluate(b *testing.B, nodes int) {
 	now := time.Now()
-	d := bigDetector(now)
+	d := bigDetectorOf(nodes, now)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -76,8 +81,11 @@ func BenchmarkEvaluate4096Stuck(b *testing.B) {
 }
 
 // bigDetector is a detector holding bigJob's 4,096 ranks.
-func bigDetector(now time.Time) *Detector {
-	d := &Detector{opts: Options{Rules: detect.DefaultConfig()}, state: bigJob(512, now), lostTimes: map[string][]time.Time{}}
+func bigDetector(now time.Time) *Detector { return bigDetectorOf(512, now) }
+
+// bigDetectorOf is a detector holding bigJob's nodes × 8 ranks.
+func bigDetectorOf(nodes int, now time.Time) *Detector {
+	d := &Detector{opts: Options{Rules: detect.DefaultConfig()}, state: bigJob(nodes, now), lostTimes: map[string][]time.Time{}}
 	d.opts.defaults()
 	return d
 }

@@ -24,6 +24,9 @@ type jobState struct {
 	nodes map[string]*nodeState
 	// lastChange is when any node of the job last published.
 	lastChange time.Time
+	// ledger is the job's time accounting across evaluations: each snapshot carries only
+	// the newest ops, a slowdown is judged over many steps.
+	ledger *detect.Ledger
 }
 
 type nodeState struct {
@@ -235,6 +238,10 @@ func (s *State) View(job string, now time.Time) *detect.Job {
 	}
 	view := detect.NewJob(job, now, procs, nodes)
 	view.Lost = lost
+	if j.ledger == nil {
+		j.ledger = detect.NewLedger()
+	}
+	view.Ledger = j.ledger
 	return view
 }
 

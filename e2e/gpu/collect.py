@@ -14,12 +14,25 @@ A case passes when the detector opened exactly one incident while it ran, of the
 kind, naming the rank that injected the fault (the rank of its WATCHDOG_FAULT line); a case
 that must raise none passes with none. Any other incident fails the case: one root cause,
 one page. EXPECT_<case>=kind[,kind...] accepts other kind names (e.g. while a rule is named).
+
+Both feeds of one job (run.sh FEEDS=both, the 4-GPU mode): the same judgement per feed,
+under "feeds" {"info": ..., "plugin": ...} (jobs <case>-info and <case>-plugin); the case
+passes when every feed passes. Incidents may carry a cause class ("cause": a string, or an
+object with "class") and an episode ({"onset", "end"}); both are read when present.
+
+Phase jobs (job.py SCENARIO=phases): per phase and feed, whether an incident named the
+phase's rank and cause class while the phase ran (the class from "cause" when the incident
+has one, else from its kind), how long after the phase started, any rank blamed that only
+waited, when the episode ended against the phase's end, and for healthy phases whether any
+finding appeared. Flight Recorder: per case the dumps (pickle and JSON) read back as plain
+data, and the verdict lines of PyTorch's fr_trace.
 """
 import argparse
 import datetime
 import glob
 import json
 import os
+import pickle
 import re
 import statistics
 import sys
@@ -44,7 +57,23 @@ EXPECTED = {
     # start the op; logs alone: every count level, a collective stuck in flight.
     "gpu_hang": ("hang", "stuck_in_flight"),
     "p2p_skip": ("p2p_mismatch", "hang"),
+    # A skipped collective: the rank's next op on the group pairs with the peer's skipped one.
+    "skip_sub": ("mismatch", "hang"),
+    # A rank that left its group and lived on: its group peer waits in an op it never issues.
+    "left_pg": ("hang",),
 }
+
+# A phase's cause class -> words that name it in an incident's "cause" (lower case,
+# substrings), checked link, gpu, host in that order; CLASS_WORDS_<class>=a,b adds more.
+CLASS_WORDS = {
+    "link": ("link", "nic", "net", "transfer", "port", "socket", "bandwidth"),
+    "gpu": ("gpu", "busy", "contention", "throttl", "other process", "other_process", "xid"),
+    "host": ("host", "cpu", "sleep", "input", "pipeline", "not_issuing", "not issuing", "issue", "stall", "late"),
+}
+# Without a cause: the kinds that may stand for the class.
+KIND_FOR_CLASS = {"host": ("straggler", "hang"), "gpu": ("straggler", "gpu", "hang"), "link": ("link", "straggler")}
+GOAL_S = {"plugin": 30.0, "info": 60.0}  # issue 22: named within 30 s (plugin) / 60 s (INFO logs)
+LATE_S = 10.0  # an episode starting this soon after a fault phase, naming its rank, is that phase's
 DEFAULT_CULPRIT = 1  # when the job never printed its fault line
 
 
@@ -57,7 +86,7 @@ def expected_kinds(case):
     return EXPECTED.get(case, "unknown")
 
 MONITORING_JOB = "_ncclwatch"  # the detector files incidents about itself and its inputs here
-MARKER_START = re.compile(r"WATCHDOG_(INFO|PHASE|FAULT) \{")
+MARKER_START = re.compile(r"WATCHDOG_(INFO|PHASE|FAULT|EVENT) \{")
 JSON = json.JSONDecoder()
 PT_TIMEOUT = "Watchdog caught collective operation timeout"
 # The global rank from PyTorch's "[rankN]:" prefix; "[Rank N]" / "[PG ID .. Rank N]" is the
@@ -170,7 +199,7 @@ def markers_in(text):
     return out
 
 
-def job_markers(lines):
+def job_markers(lines, events=None):
     info, phases, faults = {}, [], []
     pt = []
     for t, text in lines:
@@ -180,6 +209,9 @@ def job_markers(lines):
                 info[obj.get("rank")] = obj
             elif kind == "PHASE":
                 phases.append(obj)
+            elif kind == "EVENT":
+                if events is not None:
+                    events.append(obj)
             else:
                 faults.append(obj)
         if not found and PT_TIMEOUT in text:
@@ -188,7 +220,9 @@ def job_markers(lines):
 
 
 def incidents_by_id(path):
-    """id -> {first_seen_t, first_open_t, resolved_seen_t, last}"""
+    """id -> {first_seen_t, first_open_t, resolved_seen_t, last, intervals}; intervals are the
+    incident's open spells as the poller saw them: [open seen, resolved seen or None, the
+    incident as last seen in that spell] (an incident can resolve and open again)."""
     by = {}
     for r in read_jsonl(path):
         inc = r.get("inc")
@@ -196,13 +230,59 @@ def incidents_by_id(path):
             continue
         t = r.get("t")
         e = by.setdefault(str(inc.get("id")), {"first_seen_t": t, "first_open_t": None,
-                                                 "resolved_seen_t": None, "last": inc})
+                                                 "resolved_seen_t": None, "last": inc, "intervals": []})
         e["last"] = inc
+        iv = e["intervals"]
         if inc.get("state") == "open" and e["first_open_t"] is None:
             e["first_open_t"] = t
         if inc.get("state") == "resolved" and e["resolved_seen_t"] is None:
             e["resolved_seen_t"] = t
+        if inc.get("state") == "resolved":
+            if iv and iv[-1][1] is None:
+                iv[-1][1], iv[-1][2] = t, inc
+            elif not iv:  # opened and resolved between two polls
+                iv.append([t, t, inc])
+        else:
+            if iv and iv[-1][1] is None:
+                iv[-1][2] = inc
+            else:
+                iv.append([t, None, inc])
     return by
+
+
+def cause_of(inc):
+    """The incident's cause class, when it names one (a string, or an object with a class)."""
+    c = inc.get("cause")
+    if isinstance(c, dict):
+        c = c.get("class") or c.get("name") or c.get("kind")
+    return str(c) if c else None
+
+
+def episode_of(inc):
+    """The incident's own episode (onset, end) in unix seconds, when it carries one."""
+    e = inc.get("episode")
+    if not isinstance(e, dict):
+        return None, None
+    return parse_time(e.get("onset")), parse_time(e.get("end"))
+
+
+def class_words():
+    out = {}
+    for k, words in CLASS_WORDS.items():
+        extra = [w.strip().lower() for w in os.environ.get(f"CLASS_WORDS_{k}", "").split(",") if w.strip()]
+        out[k] = tuple(words) + tuple(extra)
+    return out
+
+
+def cause_class(cause):
+    """host, gpu or link for a cause text, by its words; None when none fits."""
+    if not cause:
+        return None
+    c = cause.lower()
+    for k, words in class_words().items():
+        if any(w in c for w in words):
+            return k
+    return None
 
 
 def pt_rank(text):
@@ -225,8 +305,12 @@ def detected_entry(e, fault_t, pt_t):
     seen = e["first_open_t"] or e["first_seen_t"]
     opened = parse_time(inc.get("opened_at"))
     fault_at = parse_time(inc.get("fault_at"))
+    onset, end = episode_of(inc)
     d = {
         "id": inc.get("id"), "kind": inc.get("kind"), "severity": inc.get("severity"),
+        "cause": cause_of(inc), "cause_class": cause_class(cause_of(inc)),
+        "episode": inc.get("episode") if isinstance(inc.get("episode"), dict) else None,
+        "episode_onset_latency_s": rnd(onset - fault_t) if onset and fault_t else None,
         "state": inc.get("state"), "culprit_ranks": culprit_ranks(inc),
         "culprits": inc.get("culprits") or [], "comm": inc.get("comm"), "seq": inc.get("seq"),
         "summary": inc.get("summary"), "evidence": (inc.get("evidence") or [])[:6],
@@ -328,9 +412,15 @@ def phase_windows(case, fault_t, pt_t, phases, job_end, ranks, culprit):
         if case == "frozen":
             w.append(("waiting", "in a collective, peer frozen", others, fault_t + 1.5, hang_end))
             w.append(("idle", "rank stopped (SIGSTOP)", [culprit], fault_t + 1.5, hang_end))
-        if case in ("wrong_op", "order_inversion", "order_inversion_full", "sub_mismatch"):
-            w.append(("waiting", {"wrong_op": "in mismatched collectives", "sub_mismatch": "after a size mismatch"}.get(
+        if case in ("wrong_op", "order_inversion", "order_inversion_full", "sub_mismatch", "skip_sub"):
+            w.append(("waiting", {"wrong_op": "in mismatched collectives", "sub_mismatch": "after a size mismatch",
+                                  "skip_sub": "after a skipped collective"}.get(
                 case, "deadlocked (order inversion)"), ranks, fault_t + 1.5, hang_end))
+        if case == "gpu_hang":
+            w.append(("computing", "its GPU runs one long kernel; its collectives queue behind it", [culprit], fault_t + 1.5, hang_end))
+            w.append(("waiting", "in a collective, peer's GPU busy", others, fault_t + 1.5, hang_end))
+        if case == "left_pg":
+            w.append(("waiting", "in a collective of a group one member left", others, fault_t + 1.5, hang_end))
         if case == "crash":
             w.append(("waiting", "in a collective, peer crashed", others, fault_t + 1.5, job_end))
             w.append(("idle", "crashed rank's GPU (no process)", [culprit], fault_t + 1.5, job_end))
@@ -367,6 +457,23 @@ def plugin_summary(d):
     return out
 
 
+def fault_phase_windows(phases, job_end, ranks):
+    """NVML rows of a phase job: per fault phase, the faulty rank's GPU and another's."""
+    w = []
+    for p in phases:
+        if not p.get("fault") or not isinstance(p.get("rank"), int):
+            continue
+        a, b = p.get("t_start"), p.get("t_end") or job_end
+        if not a or not b:
+            continue
+        r = p["rank"]
+        other = [x for x in ranks if x != r][:1]
+        w.append(("mixed", f"{p['phase']}: {p['fault']} fault on this rank", [r], a + 1.0, b))
+        if other:
+            w.append(("mixed", f"{p['phase']}: waits for rank {r}", other, a + 1.0, b))
+    return w
+
+
 def judge(exp, det, culprit, fault_t, aborted):
     """The verdict: exactly the expected incident, or none when none is expected."""
     if exp == "unknown":
@@ -397,13 +504,281 @@ def judge(exp, det, culprit, fault_t, aborted):
     return v
 
 
+def phase_list(markers, job_end):
+    """The phases of a phase job, from rank 0's start/end markers: one dict per phase with
+    t_start and t_end (a phase cut short by the job's end ends there, marked cut)."""
+    by = {}
+    for m in markers:
+        if m.get("event") not in ("start", "end") or not isinstance(m.get("index"), int):
+            continue
+        p = by.setdefault(m["index"], {})
+        p.update({k: v for k, v in m.items() if k not in ("event", "t")})
+        if m["event"] == "end":
+            p["ended"] = True
+    out = [by[k] for k in sorted(by)]
+    for i, p in enumerate(out):
+        if not p.get("t_end"):
+            nxt = out[i + 1].get("t_start") if i + 1 < len(out) else None
+            p["t_end"] = nxt or job_end
+            p["cut"] = True
+    return out
+
+
+def culprit_gpus(inc):
+    """The GPU indices an incident's culprits name (a GPU-level culprit has rank -1)."""
+    out = []
+    for c in inc.get("culprits") or []:
+        m = re.match(r"\s*(\d+)", str(c.get("gpu") or "")) if isinstance(c, dict) else None
+        if m:
+            out.append(int(m.group(1)))
+    return out
+
+
+def episodes(by_id, job, gpu_rank=None):
+    """Every open spell of every incident of a job: one episode each. Its ranks are the
+    culprit ranks, plus the rank on a culprit GPU (gpu_rank: GPU index -> rank)."""
+    gpu_rank = gpu_rank or {}
+    out = []
+    for e in by_id.values():
+        if e["last"].get("job") != job:
+            continue
+        for start, end, inc in e["intervals"]:
+            onset, ep_end = episode_of(inc)
+            ranks = culprit_ranks(inc)
+            ranks += [gpu_rank[g] for g in culprit_gpus(inc) if g in gpu_rank and gpu_rank[g] not in ranks]
+            out.append({"id": inc.get("id"), "kind": inc.get("kind"), "ranks": ranks,
+                        "cause": cause_of(inc), "cause_class": cause_class(cause_of(inc)),
+                        "start": start, "end": end, "onset": onset, "episode_end": ep_end,
+                        "summary": (inc.get("summary") or "")[:200]})
+    out.sort(key=lambda x: x["start"] or 0)
+    return out
+
+
+def class_match(ep, want):
+    """How an episode's class matches the phase's: by its cause, else by its kind."""
+    if ep["cause"]:
+        return "cause" if ep["cause_class"] == want else False
+    return "kind" if ep["kind"] in KIND_FOR_CLASS.get(want, ()) else False
+
+
+def ep_brief(ep, t0):
+    return {"id": ep["id"], "kind": ep["kind"], "ranks": ep["ranks"], "cause": ep["cause"],
+            "start_s": rnd(ep["start"] - t0) if ep["start"] and t0 else None,
+            "end_s": rnd(ep["end"] - t0) if ep["end"] and t0 else None, "summary": ep["summary"][:120]}
+
+
+def judge_phases(phases, eps, feed, t_job_end):
+    """Per phase: named (rank and class) while it ran, latency, waiting ranks blamed, the
+    episode's end against the phase's end; healthy phases: any new finding."""
+    out = []
+    goal = GOAL_S.get(feed, 60.0)
+    prev_fault = None
+    for p in phases:
+        t0, t1 = p.get("t_start"), p.get("t_end")
+        r = {"phase": p.get("phase"), "index": p.get("index"), "fault": p.get("fault"), "rank": p.get("rank"),
+             "class": p.get("class"), "mode": p.get("mode"), "severity": p.get("severity"),
+             "slowdown": p.get("slowdown"), "steps": p.get("steps"), "t_start": t0, "t_end": t1,
+             "duration_s": rnd(t1 - t0, 1) if t0 and t1 else None, "cut": bool(p.get("cut"))}
+        if not t0 or not t1:
+            r["verdict"] = {"pass": None, "why": "no start or end time"}
+            out.append(r)
+            continue
+        during = [e for e in eps if e["start"] is not None and t0 <= e["start"] <= t1]
+        if p.get("fault"):
+            want, rank = p.get("class") or p.get("fault"), p.get("rank")
+            mine = [e for e in during if rank in e["ranks"]]
+            named = [e for e in mine if class_match(e, want)]
+            hit = (named or mine or [None])[0]
+            waiting = sorted({x for e in during for x in e["ranks"] if x != rank and x >= 0})
+            r["blamed_waiting"] = waiting
+            r["blamed_waiting_by"] = [ep_brief(e, t0) for e in during if any(x != rank and x >= 0 for x in e["ranks"])][:4]
+            r["found"] = [ep_brief(e, t0) for e in during][:6]
+            if hit:
+                end = hit["episode_end"] or hit["end"]
+                r.update({"named": True, "class_named": bool(class_match(hit, want)), "class_by": class_match(hit, want) or None,
+                          "kind": hit["kind"], "cause": hit["cause"], "latency_s": rnd(hit["start"] - t0),
+                          "onset_latency_s": rnd(hit["onset"] - t0) if hit["onset"] else None,
+                          "episode_end_after_phase_s": rnd(end - t1) if end else None,
+                          "episode_open_at_job_end": end is None})
+                r["within_goal"] = r["latency_s"] <= goal
+            else:
+                r.update({"named": False, "class_named": False})
+            small = isinstance(p.get("slowdown"), (int, float)) and p["slowdown"] < 1.1
+            ok = bool(hit) and r["class_named"] and not waiting
+            why = []
+            if not hit:
+                why.append(f"rank {rank} not named while the phase ran")
+            elif not r["class_named"]:
+                why.append(f"rank {rank} named as {hit['kind']}/{hit['cause']}, not as {want}")
+            if waiting:
+                why.append(f"blamed rank(s) {waiting} that only waited")
+            if ok:
+                why.append(f"{hit['kind']}{'/' + hit['cause'] if hit['cause'] else ''} naming rank {rank} {r['latency_s']} s after the phase began")
+            if not ok and small:
+                r["verdict"] = {"pass": None, "why": f"slowdown {p['slowdown']} under 10 %: " + "; ".join(why)}
+            else:
+                r["verdict"] = {"pass": ok, "why": "; ".join(why)}
+            prev_fault = p
+        else:
+            # A late episode of the previous fault phase is that phase's, not a finding here.
+            late = [e for e in during if prev_fault and prev_fault.get("rank") in e["ranks"] and e["start"] <= t0 + LATE_S]
+            new = [e for e in during if e not in late]
+            r["late_from_previous"] = [ep_brief(e, t0) for e in late]
+            r["findings"] = [ep_brief(e, t0) for e in new][:6]
+            r["verdict"] = {"pass": not new, "why": "no finding" if not new else
+                            f"{len(new)} finding(s) on a healthy phase: " + ", ".join(f"{e['kind']}{e['ranks']}" for e in new[:4])}
+            prev_fault = None
+        out.append(r)
+    return out
+
+
+def edge_findings(phases, eps, t_job_end):
+    """Episodes before the first phase (init) and after the last (teardown)."""
+    if not phases:
+        return {}
+    first, last = phases[0].get("t_start"), phases[-1].get("t_end")
+    return {"before_first_phase": [ep_brief(e, first) for e in eps if first and e["start"] and e["start"] < first],
+            "after_last_phase": [ep_brief(e, last) for e in eps if last and e["start"] and e["start"] > last]}
+
+
+class PlainUnpickler(pickle.Unpickler):
+    """Plain data only (what Flight Recorder dumps are): any class or function is refused."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refused: {module}.{name} (not plain data)")
+
+
+def fr_entry_brief(entries):
+    """The last entry not completed per process group: where each group stood."""
+    stuck = {}
+    for e in entries if isinstance(entries, list) else []:
+        if not isinstance(e, dict):
+            continue
+        pg = e.get("process_group")
+        pg = pg[0] if isinstance(pg, (list, tuple)) and pg else str(pg)
+        if e.get("state") != "completed" and pg not in stuck:
+            stuck[pg] = {k: e.get(k) for k in ("collective_seq_id", "p2p_seq_id", "profiling_name", "state", "input_sizes", "input_dtypes")}
+    return stuck
+
+
+def fr_summary(d):
+    """The case's Flight Recorder dumps (read back as plain data) and fr_trace's verdict."""
+    out = {"dumps": [], "json": [], "fr_trace": {}}
+    for f in sorted(glob.glob(os.path.join(d, "fr", "*"))):
+        x = {"file": os.path.relpath(f, d), "bytes": os.path.getsize(f)}
+        try:
+            with open(f, "rb") as fh:
+                obj = PlainUnpickler(fh).load()
+            x.update(version=obj.get("version"), entries=len(obj.get("entries") or []),
+                     pgs=sorted((obj.get("pg_config") or {}).keys()), not_completed=fr_entry_brief(obj.get("entries")))
+        except Exception as e:  # a truncated or foreign dump: say so, keep the others
+            x["error"] = f"{type(e).__name__}: {e}"[:200]
+        out["dumps"].append(x)
+    for f in sorted(glob.glob(os.path.join(d, "frjson", "*"))):
+        x = {"file": os.path.relpath(f, d), "bytes": os.path.getsize(f)}
+        if f.endswith(".json"):
+            obj = read_json(f)
+            if isinstance(obj, dict):
+                x.update(version=obj.get("version"), entries=len(obj.get("entries") or []),
+                         not_completed=fr_entry_brief(obj.get("entries")))
+            else:
+                x["error"] = "not JSON"
+        out["json"].append(x)
+    keys = re.compile(r"culprit|missing|mismatch|not all ranks|error|collective|rank", re.I)
+    for name in ("fr_trace.txt", "fr_trace.incomplete.txt"):
+        try:
+            with open(os.path.join(d, name), errors="replace") as f:
+                lines = [l.rstrip() for l in f]
+        except OSError:
+            continue
+        rc = next((l for l in reversed(lines) if l.startswith("[fr_trace rc=")), None)
+        verdict = [l[:300] for l in lines if keys.search(l) and not l.startswith("[fr_trace")][:8]
+        out["fr_trace"][name] = {"rc": rc, "lines": len(lines),
+                                 "verdict": verdict or [l[:300] for l in lines if l.strip() and not l.startswith("[fr_trace")][:2]}
+    out["ranks_dumped"] = sorted({int(m.group(1)) for x in out["dumps"] for m in [re.search(r"(\d+)$", x["file"])] if m})
+    return out if out["dumps"] or out["json"] or out["fr_trace"] else None
+
+
+def offline_summary(d, t0):
+    """`watchdog analyze --json` of the case's INFO logs alone, and of everything it left."""
+    out = {}
+    for name in ("logs", "all"):
+        rep = read_json(os.path.join(d, f"analyze-{name}.json"))
+        try:
+            with open(os.path.join(d, f"analyze-{name}.rc")) as f:
+                rc = f.read().strip()
+        except OSError:
+            rc = None
+        if not isinstance(rep, dict):
+            if rc is not None:
+                out[name] = {"rc": rc, "error": "no JSON report"}
+            continue
+        fs = []
+        for x in rep.get("findings") or []:
+            if not isinstance(x, dict):
+                continue
+            onset, end = episode_of(x)
+            fs.append({"kind": x.get("kind"), "ranks": culprit_ranks(x), "cause": cause_of(x),
+                       "onset_s": rnd(onset - t0) if onset and t0 else None, "end_s": rnd(end - t0) if end and t0 else None,
+                       "summary": (x.get("summary") or "")[:200]})
+        out[name] = {"rc": rc, "verdict": rep.get("verdict"), "findings": fs[:30], "notes": (rep.get("notes") or [])[:5]}
+    return out or None
+
+
+def fault_evidence(d, events):
+    """What the injectors say they did: hog workers computing, rate-limited bytes."""
+    ev = {"job_events": events[:200]}
+    hog = read_jsonl(os.path.join(d, "hog", "events.jsonl"))
+    if hog:
+        ev["hog"] = [h for h in hog if h.get("what") in ("ctl", "compute_start", "compute_stop")][:200]
+    rl = {}
+    for f in glob.glob(os.path.join(d, "rl", "*.stats")):
+        rl[os.path.basename(f)] = read_json(f)
+    if rl:
+        ev["ratelimit"] = rl
+    return ev
+
+
+def collect_feed(feed, job, d, suffix, by_id, exp, culprit, fault_t, pt_t, c, t_start, t_end, all_jobs, single):
+    det, after = [], []
+    for e in by_id.values():
+        ej = e["last"].get("job")
+        seen0 = e["first_open_t"] or e["first_seen_t"]
+        # An incident whose job names no case (the detector may spell jobs differently) is
+        # given to the case whose sidecar was running when it first appeared (one feed only).
+        by_time = single and ej not in all_jobs and ej != MONITORING_JOB and seen0 is not None and t_start and t_end and t_start <= seen0 <= t_end
+        if ej != job and not by_time:
+            continue
+        entry = detected_entry(e, fault_t, pt_t)
+        if by_time:
+            entry["attributed_by_time"] = True
+        seen = entry["first_seen_t"]
+        if seen is not None and t_end is not None and seen > t_end + 0.5:
+            after.append(entry)
+        else:
+            det.append(entry)
+    det.sort(key=lambda x: x["first_seen_t"] or 0)
+    after.sort(key=lambda x: x["first_seen_t"] or 0)
+    r = {"feed": feed, "job": job, "detected": det, "after_case": after}
+    r["verdict"] = judge(exp, det, culprit, fault_t, c.get("aborted"))
+    if isinstance(exp, tuple):
+        r["blamed_waiting"] = sorted({x for i in det for x in i["culprit_ranks"] if x != culprit and x >= 0})
+    try:
+        with open(os.path.join(d, f"metrics{suffix}.txt"), errors="replace") as f:
+            r["metrics_seen"] = sorted({l.split("{")[0].split(" ")[0] for l in f if l.startswith("ncclwatch_gpu_")})
+    except OSError:
+        r["metrics_seen"] = []
+    return r
+
+
 def collect_case(d, by_id, run, all_jobs=()):
     c = read_json(os.path.join(d, "case.json"), {}) or {}
     case = c.get("case") or os.path.basename(d)
     job = c.get("job") or case
-    exp = expected_kinds(case)
-    res = {"case": case, "job": job, "mode": c.get("mode") or "info",
-           "skipped": bool(c.get("skipped")), "plan": {k: c.get(k) for k in ("budget_s", "steps", "fault_step", "fault_rank", "nproc", "one_gpu", "pg_timeout_s", "monitor_interval_s", "trimmed")},
+    exp = expected_kinds(case) if not c.get("phase_plan") else None
+    feeds = c.get("feeds") or [{"feed": c.get("mode") or "info", "job": job, "suffix": ""}]
+    res = {"case": case, "job": job, "mode": c.get("mode") or "info", "feeds_run": [f["feed"] for f in feeds],
+           "skipped": bool(c.get("skipped")), "plan": {k: c.get(k) for k in ("budget_s", "steps", "fault_step", "fault_rank", "nproc", "one_gpu", "four_gpu", "pg_timeout_s", "monitor_interval_s", "trimmed", "phase_plan", "socket", "fr")},
            "job_rc": c.get("rc"), "sidecar_ok": c.get("sidecar_ok"), "sidecar_profiler": c.get("sidecar_profiler")}
     if c.get("skipped"):
         res["expected"] = None if exp is None else {"kind": "/".join(exp)} if exp != "unknown" else "unknown"
@@ -414,14 +789,15 @@ def collect_case(d, by_id, run, all_jobs=()):
     job_start, job_end = c.get("t_job_start"), c.get("t_job_end")
     res["job_duration_s"] = rnd(job_end - job_start, 2) if job_start and job_end else None
     lines = stdout_lines(d)
-    info, phases, faults, pts = job_markers(lines)
-    fault = faults[0] if faults else None
+    events = []
+    info, phases, faults, pts = job_markers(lines, events)
+    fault = faults[0] if faults and not c.get("phase_plan") else None
     fault_t = fault.get("t") if fault else None
     culprit = fault.get("rank") if fault and isinstance(fault.get("rank"), int) else DEFAULT_CULPRIT
     res["expected"] = (None if exp is None else {"kind": "/".join(exp), "culprit_rank": culprit}) if exp != "unknown" else "unknown"
     res["fault"] = fault
     res["job_info"] = [info[k] for k in sorted(info, key=lambda x: (x is None, x))]
-    res["phases"] = phases
+    res["phases"] = [p for p in phases if "event" not in p]
     if c.get("resumed_t") and fault_t:
         res["resumed_after_fault_s"] = rnd(c["resumed_t"] - fault_t)
     pt = None
@@ -437,42 +813,59 @@ def collect_case(d, by_id, run, all_jobs=()):
     res["pytorch_timeout_after_s"] = pt["after_fault_s"] if pt else None
     pt_t = pt["t"] if pt else None
 
-    det, after = [], []
-    for e in by_id.values():
-        ej = e["last"].get("job")
-        seen0 = e["first_open_t"] or e["first_seen_t"]
-        # An incident whose job names no case (the detector may spell jobs differently) is
-        # given to the case whose sidecar was running when it first appeared.
-        by_time = ej not in all_jobs and ej != MONITORING_JOB and seen0 is not None and t_start and t_end and t_start <= seen0 <= t_end
-        if ej != job and not by_time:
-            continue
-        entry = detected_entry(e, fault_t, pt_t)
-        if by_time:
-            entry["attributed_by_time"] = True
-        seen = entry["first_seen_t"]
-        if seen is not None and t_end is not None and seen > t_end + 0.5:
-            after.append(entry)
-        else:
-            det.append(entry)
-    det.sort(key=lambda x: x["first_seen_t"] or 0)
-    after.sort(key=lambda x: x["first_seen_t"] or 0)
-    res["detected"] = det
-    res["after_case"] = after  # e.g. what the detector said once the sidecar was stopped
+    single = len(feeds) == 1
+    fr = {}
+    for f in feeds:
+        fr[f["feed"]] = collect_feed(f["feed"], f["job"], d, f.get("suffix") or "", by_id, exp, culprit, fault_t, pt_t,
+                                     c, t_start, t_end, all_jobs, single)
+    res["feeds"] = fr
+    if c.get("phase_plan"):
+        plist = phase_list([p for p in phases if "event" in p], job_end)
+        res["phase_plan"] = c.get("phase_plan")
+        res["socket"] = c.get("socket")
+        # One rank per GPU (four GPUs): a culprit GPU names its rank.
+        gpus = [i.get("gpu") for i in info.values() if isinstance(i, dict)]
+        gpu_rank = {i["gpu"]: r for r, i in info.items() if isinstance(i, dict) and isinstance(i.get("gpu"), int)
+                    and gpus.count(i["gpu"]) == 1 and isinstance(r, int)}
+        for f in feeds:
+            eps = episodes(by_id, f["job"], gpu_rank)
+            fr[f["feed"]]["phases"] = judge_phases(plist, eps, f["feed"], job_end)
+            fr[f["feed"]].update(edge_findings(plist, eps, job_end))
+            judged = [p["verdict"]["pass"] for p in fr[f["feed"]]["phases"]]
+            edges = fr[f["feed"]].get("before_first_phase", []) + fr[f["feed"]].get("after_last_phase", [])
+            fr[f["feed"]]["verdict"] = {
+                "pass": (False not in judged and not edges) if plist else None,
+                "why": (f"{judged.count(True)}/{len(judged)} phases pass, {judged.count(False)} fail, {judged.count(None)} undecided"
+                        + (f"; {len(edges)} finding(s) at the job's start or end" if edges else "")) if plist else "no phase markers"}
+        res["fault_evidence"] = fault_evidence(d, events)
+    # The case's verdict: every feed's.
+    vs = [fr[f["feed"]]["verdict"].get("pass") for f in feeds]
+    if single:
+        only = fr[feeds[0]["feed"]]
+        res["detected"], res["after_case"], res["verdict"] = only["detected"], only["after_case"], only["verdict"]
+    else:
+        res["detected"] = [dict(x, feed=k) for k, v in fr.items() for x in v["detected"]]
+        res["verdict"] = {"pass": False if False in vs else (None if None in vs else True),
+                          "why": "; ".join(f"{k}: {v['verdict'].get('why')}" for k, v in fr.items())}
     # Incidents about the watchdog itself (job _ncclwatch) while this case ran: shown, not judged.
     res["monitoring"] = [detected_entry(e, fault_t, pt_t) for e in by_id.values()
                          if e["last"].get("job") == MONITORING_JOB and t_start and t_end
                          and t_start <= (e["first_open_t"] or e["first_seen_t"] or 0) <= t_end]
-
     if c.get("aborted"):
         res["aborted"] = True
-    res["verdict"] = judge(exp, det, culprit, fault_t, c.get("aborted"))
-    if res["verdict"].get("latency_s") is not None and pt and pt.get("after_fault_s") is not None:
-        res["verdict"]["beat_pytorch_by_s"] = rnd(pt["after_fault_s"] - res["verdict"]["latency_s"])
-    if res["mode"] == "plugin":
+    for f in feeds:
+        v = fr[f["feed"]]["verdict"]
+        if v.get("latency_s") is not None and pt and pt.get("after_fault_s") is not None:
+            v["beat_pytorch_by_s"] = rnd(pt["after_fault_s"] - v["latency_s"])
+    if c.get("mode") in ("plugin", "both"):
         res["plugin"] = plugin_summary(d)
+    if c.get("fr"):
+        res["flight_recorder"] = fr_summary(d)
+    res["offline"] = offline_summary(d, fault_t or job_start)
 
+    # NVML as the (first) sidecar published it, per phase of the case.
     snaps = []
-    for r in read_jsonl(os.path.join(d, "snapshots.jsonl")):
+    for r in read_jsonl(os.path.join(d, f"snapshots{feeds[0].get('suffix') or ''}.jsonl")):
         if isinstance(r.get("snap"), dict):
             snaps.append((r.get("t"), r["snap"]))
     res["snapshot_samples"] = len(snaps)
@@ -481,7 +874,10 @@ def collect_case(d, by_id, run, all_jobs=()):
     gmap = {r: gpu_index_for_rank(snaps, r, info) for r in ranks}
     res["rank_gpu"] = {str(r): {"gpu": v[0], "by": v[1]} for r, v in gmap.items()}
     nv = []
-    for expect, label, rs, a, b in phase_windows(case, fault_t, pt_t, phases, job_end, ranks, culprit):
+    windows = phase_windows(case, fault_t, pt_t, phases, job_end, ranks, culprit)
+    if c.get("phase_plan"):
+        windows += fault_phase_windows(phase_list([p for p in phases if "event" in p], job_end), job_end, ranks)
+    for expect, label, rs, a, b in windows:
         # One row per GPU: on one GPU all ranks share it, and NVML sees the GPU, not a rank.
         by_gpu = {}
         for r in rs:
@@ -493,12 +889,7 @@ def collect_case(d, by_id, run, all_jobs=()):
                       "from_s": rnd(a - (fault_t or job_start or a), 1), "window_s": rnd(b - a, 1)})
             nv.append(s)
     res["nvml"] = nv
-    try:
-        with open(os.path.join(d, "metrics.txt"), errors="replace") as f:
-            names = sorted({l.split("{")[0].split(" ")[0] for l in f if l.startswith("ncclwatch_gpu_")})
-        res["metrics_seen"] = names
-    except OSError:
-        res["metrics_seen"] = []
+    res["metrics_seen"] = fr[feeds[0]["feed"]].get("metrics_seen", [])
     return res
 
 
@@ -516,6 +907,7 @@ def main():
     for name in names:
         cj = read_json(os.path.join(dirs[name], "case.json"), {}) or {}
         all_jobs.add(cj.get("job") or name)
+        all_jobs.update(f.get("job") for f in cj.get("feeds") or [])
     cases = []
     for name in names:
         try:
@@ -523,9 +915,8 @@ def main():
         except Exception as e:  # one broken case must not lose the others
             cases.append({"case": name, "error": f"{type(e).__name__}: {e}", "detected": [],
                           "verdict": {"pass": None, "why": "collect.py failed on this case"}})
-    jobs = {c.get("job") for c in cases}
     unattributed = [detected_entry(e, None, None) for e in by_id.values()
-                    if e["last"].get("job") not in jobs and e["last"].get("job") != MONITORING_JOB]
+                    if e["last"].get("job") not in all_jobs and e["last"].get("job") != MONITORING_JOB]
     monitoring = [detected_entry(e, None, None) for e in by_id.values() if e["last"].get("job") == MONITORING_JOB]
     probe = read_jsonl(os.path.join(a.work, "nvml-probe.jsonl"))[:20]
     try:

@@ -42,11 +42,30 @@
 #   straggler_onset  the rank sleeps STRAGGLE_S before its collectives from FAULT_STEP on
 #   pause            ALL ranks sleep PAUSE_S between two steps, GPUs idle (a checkpoint):
 #                    must raise no incident
+#   skip_sub         4+ ranks: rank 3 skips one all-reduce on its dp group {1,3} (a skipped
+#                    collective on a sub-group; its next dp op pairs with the peer's skipped one)
+#   left_pg          4+ ranks: rank 3 leaves its tensor-parallel group {2,3}
+#                    (destroy_process_group(tp); LEFT_PG=abandon: just stops using it) and
+#                    lives on, issuing the rest of every step: rank 2 waits in tp for ever
+#   phases           no single fault: the phase plan of PHASES (JSON list, or @file) runs
+#                    phase after phase, e.g. healthy, a slow host on rank 1, healthy, a slow
+#                    GPU on rank 3, ... (see run_phases below)
 #
 # Machine-readable lines on stdout (one JSON object each, flushed):
 #   WATCHDOG_INFO  {rank, pid, local_rank, gpu, pci_bus_id, nccl, torch, ...}
 #   WATCHDOG_PHASE {phase: steps_start|pause_start|pause_end|steps_end, rank, t, ...}
 #   WATCHDOG_FAULT {scenario, rank, t, step, pid}  t = unix seconds at the injection moment
+#   phase plans (rank 0, at each phase's end; "start" lines at its start):
+#   WATCHDOG_PHASE {phase, event: start|end, index, fault, rank, class, t_start, t_end,
+#                   severity, steps, step_s_median, slowdown, ...}
+#   WATCHDOG_EVENT {what, rank, t, phase, ...}  the fault rank's own on/off moments (a stall,
+#                   the GPU hog or the rate limit turned on or off)
+#
+# Flight Recorder: FR_JSON_DIR set: a thread writes PyTorch's JSON dump of this rank's
+# Flight Recorder (torch._C._distributed_c10d._dump_nccl_trace_json; PyTorch itself writes
+# only the pickle on a timeout, to TORCH_FR_DUMP_TEMP_FILE<rank>) to FR_JSON_DIR/rank_<r>.json
+# every FR_JSON_EVERY_S (2) seconds once the fault step is reached, so a hang leaves a JSON
+# form from at most 2 s before the end.
 import datetime
 import json
 import os
@@ -55,9 +74,10 @@ import sys
 import time
 
 SCENARIOS = ("healthy", "silent", "frozen", "crash", "wrong_op", "wrong_size", "wrong_dtype",
-             "sub_mismatch", "order_inversion", "straggler_onset", "pause", "gpu_hang", "p2p_skip")
-NEED_4 = ("sub_mismatch", "order_inversion")  # need two tensor-parallel pairs
-FAULT_RANK_4 = {"silent": 2, "frozen": 3, "sub_mismatch": 3}  # with 4+ ranks; else rank 1
+             "sub_mismatch", "order_inversion", "straggler_onset", "pause", "gpu_hang", "p2p_skip",
+             "skip_sub", "left_pg", "phases")
+NEED_4 = ("sub_mismatch", "order_inversion", "skip_sub", "left_pg")  # need two tensor-parallel pairs
+FAULT_RANK_4 = {"silent": 2, "frozen": 3, "sub_mismatch": 3, "skip_sub": 3, "left_pg": 3}  # with 4+ ranks; else rank 1
 
 scen = os.environ.get("SCENARIO", "healthy")
 if scen not in SCENARIOS:
@@ -70,6 +90,9 @@ pause_s = float(os.environ.get("PAUSE_S", "60"))
 straggle_s = float(os.environ.get("STRAGGLE_S", "0.2"))
 gpu_hang_s = float(os.environ.get("GPU_HANG_S", "0") or 0) or pg_timeout + 30
 one_gpu = os.environ.get("ONE_GPU", "0") == "1"
+left_pg_how = os.environ.get("LEFT_PG", "destroy")
+fr_json_dir = os.environ.get("FR_JSON_DIR", "")
+fr_json_every = float(os.environ.get("FR_JSON_EVERY_S", "2"))
 
 rank = int(os.environ["RANK"])
 world = int(os.environ["WORLD_SIZE"])
@@ -106,6 +129,58 @@ def mark(tag, **kw):
 def fault(step, **kw):
     kw.setdefault("pid", os.getpid())
     mark("FAULT", scenario=scen, step=step, **kw)
+    fr_json_start.set()
+
+
+def load_phases():
+    """The phase plan: PHASES is a JSON list, or @path of a file holding one."""
+    src = os.environ.get("PHASES", "")
+    if src.startswith("@"):
+        with open(src[1:]) as f:
+            src = f.read()
+    try:
+        plan = json.loads(src)
+    except ValueError as e:
+        sys.exit(f"job.py: PHASES is not JSON: {e}")
+    if not isinstance(plan, list) or not plan or not all(isinstance(p, dict) for p in plan):
+        sys.exit("job.py: PHASES must be a non-empty JSON list of objects")
+    for p in plan:
+        if p.get("fault") not in (None, "host", "gpu", "link") or (p.get("fault") and not 0 <= int(p.get("rank", -1)) < world):
+            sys.exit(f"job.py: bad phase {p}: fault must be host, gpu or link, on a rank of 0..{world - 1}")
+    return plan
+
+
+fr_json_start = __import__("threading").Event()
+
+
+def fr_json_writer():
+    """PyTorch's JSON form of this rank's Flight Recorder, rewritten every few seconds."""
+    import threading
+    fr_json_start.wait()
+    try:
+        from torch._C import _distributed_c10d as c10d_c
+    except ImportError:
+        return
+    dump = getattr(c10d_c, "_dump_nccl_trace_json", None) or getattr(c10d_c, "_dump_fr_trace_json", None)
+    os.makedirs(fr_json_dir, exist_ok=True)
+    path = os.path.join(fr_json_dir, f"rank_{rank}.json")
+    if dump is None:
+        with open(path + ".err", "w") as f:
+            f.write("no _dump_nccl_trace_json in this torch\n")
+        return
+    while True:
+        try:
+            data = dump()
+            if isinstance(data, bytes):
+                data = data.decode()
+            with open(path + ".tmp", "w") as f:
+                f.write(data)
+            os.replace(path + ".tmp", path)
+        except Exception as e:  # keep the job going whatever the dump does
+            with open(path + ".err", "w") as f:
+                f.write(f"{type(e).__name__}: {e}\n")
+            return
+        threading.Event().wait(fr_json_every)
 
 
 gpu = 0 if one_gpu else local
@@ -117,6 +192,8 @@ dist.init_process_group("nccl", timeout=pg_td, device_id=dev)
 # new_group does not inherit init_process_group's timeout (it would be 10 min): pass it, so
 # PyTorch's timeout fires PG_TIMEOUT after the first stuck op whatever its communicator.
 # Every rank creates every group, in the same order (each is an ncclCommSplit of the world).
+if fr_json_dir:
+    __import__("threading").Thread(target=fr_json_writer, name="fr-json", daemon=True).start()
 if world == 2:
     dp = dist.new_group([0, 1], timeout=pg_td)  # "data parallel" (ncclCommSplit child)
     tp = dist.new_group([0, 1], timeout=pg_td)  # "tensor parallel" (another child)
@@ -164,7 +241,8 @@ mark("INFO", pid=os.getpid(), local_rank=local, world=world, gpu=gpu, one_gpu=on
      torch=torch.__version__, compute_iters=iters, per_iter_ms=round(per_iter * 1e3, 3),
      scenario=scen, steps=steps, fault_step=fault_step, fault_rank=FAULTY, pg_timeout=pg_timeout,
      tp=tp_ranks, dp=dp_ranks, nccl_hostid=os.environ.get("NCCL_HOSTID"),
-     profiler_plugin=os.environ.get("NCCL_PROFILER_PLUGIN"), nccl_debug=os.environ.get("NCCL_DEBUG"))
+     profiler_plugin=os.environ.get("NCCL_PROFILER_PLUGIN"), nccl_debug=os.environ.get("NCCL_DEBUG"),
+     p2p_disable=os.environ.get("NCCL_P2P_DISABLE"), ratelimit=bool(os.environ.get("LD_PRELOAD")))
 
 
 def coalesced_allreduce():
@@ -180,6 +258,9 @@ def coalesced_allreduce():
 def gradient_allreduce(i):
     """The dp all-reduce of the big bucket: where op/size/dtype faults are injected."""
     if rank == FAULTY and i == fault_step:
+        if scen == "skip_sub":
+            fault(i, skipped="AllReduce", count=x.numel(), group=dp_ranks, comm_rank=dp_ranks.index(rank))
+            return
         if scen == "wrong_op":
             fault(i, op="Broadcast", peer_op="AllReduce", count=x.numel())
             dist.broadcast(x, src=dp_ranks[0], group=dp)
@@ -197,6 +278,21 @@ def gradient_allreduce(i):
     dist.all_reduce(x, group=dp)
 
 
+left_tp = []  # left_pg: set once the rank has left its tensor-parallel group
+
+
+def leave_tp(i):
+    how = left_pg_how
+    err = None
+    if how == "destroy":
+        try:
+            dist.destroy_process_group(tp)
+        except Exception as e:  # a torch that will not destroy one group alone: stop using it
+            how, err = "abandon", f"{type(e).__name__}: {e}"[:200]
+    fault(i, left="tp", group=tp_ranks, how=how, destroy_error=err)
+    left_tp.append(how)
+
+
 def tp_then_world(i):
     """The step's first two collectives; the order_inversion fault swaps them on one rank."""
     invert = scen == "order_inversion" and rank == FAULTY and i == fault_step
@@ -204,7 +300,10 @@ def tp_then_world(i):
         fault(i, first="world AllReduce", then="tp AllReduce", tp=tp_ranks,
               cuda_device_max_connections=os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"))
         dist.all_reduce(norm)
-    dist.all_reduce(y, group=tp)
+    if scen == "left_pg" and rank == FAULTY and i == fault_step:
+        leave_tp(i)
+    if not left_tp:
+        dist.all_reduce(y, group=tp)
     if world > 2 and not invert:
         dist.all_reduce(norm)
 
@@ -230,9 +329,144 @@ def collectives(i):
     dist.all_reduce(loss)
 
 
+class PhaseFault:
+    """One phase's fault as this rank plays it: a slow host sleeps before its collectives
+    (every step, or a stall every few steps); a slow GPU turns the harness's hog processes
+    on its GPU on (hog.py, through HOG_DIR/gpu<k>.ctl); a slow link sets its own rate limit
+    (the LD_PRELOAD shim's RATELIMIT_FILE). Intermittent GPU and link faults go on for on_s
+    of every every_s seconds. Only the phase's rank acts; the others only wait."""
+
+    def __init__(self, ph, idx, baseline):
+        self.ph, self.idx = ph, idx
+        self.fault = ph.get("fault")
+        self.mine = bool(self.fault) and int(ph.get("rank", -1)) == rank
+        self.sev = ph.get("severity") or {}
+        self.intermittent = ph.get("mode") == "intermittent"
+        self.on = None
+        self.t0 = time.time()
+        self.sleep_s = float(self.sev.get("sleep_s") or 0)
+        if self.fault == "host" and not self.intermittent and not self.sleep_s:
+            # A target slowdown: the sleep that makes this rank's step that much longer.
+            self.sleep_s = max(0.0, float(self.sev.get("factor", 2)) - 1) * baseline
+
+    def event(self, what, **kw):
+        mark("EVENT", what=what, phase=self.ph.get("name"), index=self.idx, fault=self.fault, **kw)
+
+    def ctl_file(self):
+        if self.fault == "gpu":
+            d = os.environ.get("HOG_DIR")
+            return os.path.join(d, f"gpu{gpu}.ctl") if d else None
+        pat = os.environ.get("RATELIMIT_FILE")
+        return pat.replace("%r", str(rank)) if pat and self.fault == "link" else None
+
+    def write_ctl(self, text):
+        path = self.ctl_file()
+        if path:
+            with open(path + ".tmp", "w") as f:
+                f.write(text + "\n")
+            os.replace(path + ".tmp", path)
+        return path
+
+    def switch(self, on):
+        """Turn a GPU or link fault on, or pause it (the off part of an intermittent one)."""
+        if on == self.on:
+            return
+        self.on = on
+        if self.fault == "gpu":
+            text = f"on {int(self.sev.get('workers', 1))} {float(self.sev.get('duty', 1.0))}" if on else "pause"
+        else:
+            text = str(self.sev.get("rate", "100M")) if on else "0"
+        self.event(f"{self.fault}_{'on' if on else 'off'}", ctl=text, file=self.write_ctl(text))
+
+    def start(self, i):
+        if not self.mine:
+            return
+        fault(i, phase=self.ph.get("name"), fault=self.fault, mode=self.ph.get("mode", "persistent"),
+              severity=self.sev, sleep_s=round(self.sleep_s, 4) if self.fault == "host" else None)
+        if self.fault in ("gpu", "link"):
+            self.switch(True)
+
+    def before_collectives(self, k):
+        """Called every step between compute and collectives."""
+        if not self.mine:
+            return
+        if self.fault == "host":
+            if not self.intermittent:
+                time.sleep(self.sleep_s)
+            elif k % int(self.sev.get("every", 10)) == int(self.sev.get("first", 2)) % int(self.sev.get("every", 10)):
+                st = float(self.sev.get("stall_s", 2.0))
+                self.event("stall", s=st)
+                time.sleep(st)
+        elif self.intermittent:
+            on_s, every = float(self.sev.get("on_s", 2.0)), float(self.sev.get("every_s", 6.0))
+            self.switch(((time.time() - self.t0) % every) < on_s)
+
+    def stop(self):
+        """The phase's end: the hogs exit (their CUDA contexts go), the rate is unlimited."""
+        if self.mine and self.fault in ("gpu", "link"):
+            text = "off" if self.fault == "gpu" else "0"
+            self.event(f"{self.fault}_off", ctl=text, file=self.write_ctl(text), end=True)
+
+
+def run_phases(plan):
+    """Phase after phase. Each rank votes every step whether the phase has run long enough
+    (min_s seconds and min_steps steps, by its own clock) and a one-element world all-reduce
+    (MAX) of the votes ends it: every rank changes phase at the same step."""
+    import statistics
+    ctl = torch.zeros(1, device=dev, dtype=torch.int64)
+    baseline = None
+    i = 0
+    default_s = float(os.environ.get("PHASE_S", "20"))
+    default_steps = int(os.environ.get("PHASE_STEPS", "20"))
+    for idx, ph in enumerate(plan):
+        pf = PhaseFault(ph, idx, baseline if baseline is not None else 0.1)
+        min_s = float(ph.get("min_s", default_s))
+        min_steps = int(ph.get("min_steps", default_steps))
+        max_s = float(ph.get("max_s", max(3 * min_s, min_s + 60)))
+        meta = {"phase": ph.get("name") or f"phase{idx}", "index": idx, "fault": pf.fault,
+                "rank": int(ph["rank"]) if pf.fault else None, "class": ph.get("class") or pf.fault,
+                "mode": ph.get("mode", "persistent") if pf.fault else None, "severity": pf.sev or None}
+        t_start = time.time()
+        if rank == 0:
+            mark("PHASE", event="start", t_start=t_start, step=i, **meta)
+        pf.t0 = t_start
+        pf.start(i)
+        times = []
+        k = 0
+        while True:
+            s = time.time()
+            compute(iters)
+            torch.cuda.synchronize()
+            pf.before_collectives(k)
+            collectives(i)
+            el = time.time() - t_start
+            done = (el >= min_s and k + 1 >= min_steps) or el >= max_s
+            ctl.fill_(1 if done else 0)
+            dist.all_reduce(ctl, op=dist.ReduceOp.MAX)
+            torch.cuda.synchronize()
+            times.append(time.time() - s)
+            k += 1
+            i += 1
+            if int(ctl.item()):
+                break
+        pf.stop()
+        t_end = time.time()
+        med = statistics.median(times)
+        if baseline is None and not pf.fault:
+            baseline = statistics.median(times[min(5, len(times) // 2):])
+        if rank == 0:
+            mark("PHASE", event="end", t_start=t_start, t_end=t_end, steps=k, step_s_median=round(med, 4),
+                 step_s_mean=round(sum(times) / len(times), 4), step_s_max=round(max(times), 4),
+                 baseline_step_s=round(baseline, 4) if baseline else None,
+                 slowdown=round(sum(times) / len(times) / baseline, 3) if baseline else None, **meta)
+    return i
+
+
 mark("PHASE", phase="steps_start", steps=steps)
 t_loop = time.time()
-for i in range(steps):
+for i in range(steps if scen != "phases" else 0):
+    if i == fault_step:
+        fr_json_start.set()  # every rank: Flight Recorder's JSON form from here on
     if rank == FAULTY and i == fault_step:
         if scen == "silent":
             fault(i)
@@ -265,6 +499,8 @@ for i in range(steps):
     torch.cuda.synchronize()
     if i < 3 or i % 20 == 0 or abs(i - fault_step) <= 1:
         print(f"[rank {rank}] step {i} {time.time() - s:.3f}s", flush=True)
+if scen == "phases":
+    run_phases(load_phases())
 mark("PHASE", phase="steps_end", elapsed_s=round(time.time() - t_loop, 3))
 try:
     dist.destroy_process_group()

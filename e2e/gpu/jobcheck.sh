@@ -11,9 +11,12 @@ check() {  # check WORLD SCENARIO RANK WANT_RC PATTERN...   (FAULT_RANK=n in the
   local out err rc p one=0
   [ "$world" -gt 2 ] && one=1
   out=$(mktemp); err=$(mktemp)
+  # A loaded machine (2 shared cores) can take seconds to start python: 20 s for a job
+  # that must finish, 10 s for one that must still be running (silent, frozen).
+  local to=${JOBCHECK_TIMEOUT_S:-20}; [ "$want" = 124 ] && to=10
   env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$HERE/stubtorch" SCENARIO="$sc" RANK="$rank" WORLD_SIZE="$world" LOCAL_RANK="$rank" \
     ONE_GPU=$one STEPS=8 FAULT_STEP=4 PAUSE_S=0.2 STRAGGLE_S=0.01 COMPUTE_S=0.002 \
-    timeout -k 1 5 python3 "$HERE/job.py" > "$out" 2> "$err"
+    timeout -k 1 "$to" python3 "$HERE/job.py" > "$out" 2> "$err"
   rc=$?
   if [ "$rc" != "$want" ]; then echo "FAIL $sc/$world rank $rank: rc=$rc want $want"; tail -5 "$err"; fail=1; fi
   for p in "$@"; do
@@ -63,6 +66,18 @@ FAULT_RANK=3 check 4 frozen 3 124 'WATCHDOG_FAULT {.*"signal": "SIGSTOP"'
 check 4 crash 1 3 'WATCHDOG_FAULT {.*"exit_code": 3'
 FAULT_RANK=3 check 4 sub_mismatch 3 0 'WATCHDOG_FAULT {.*"comm_rank": 1' 'STUB AllReduce n=3145728 float32 group=g4'
 check 4 wrong_op 1 0 'STUB Broadcast n=4194304 float32 group=g4'
+FAULT_RANK=3 check 4 skip_sub 3 0 'WATCHDOG_FAULT {.*"skipped": "AllReduce"' '"phase": "steps_end"'
+n=$(printf '%s\n' "$LAST_ERR" | grep -c 'STUB AllReduce n=4194304 float32 group=g4')
+[ "$n" = 7 ] || { echo "FAIL skip_sub rank 3: $n dp gradient all-reduces, want 7 of 8"; fail=1; }
+FAULT_RANK=3 check 4 left_pg 3 0 'WATCHDOG_FAULT {.*"left": "tp"' '"how": "destroy"' '"phase": "steps_end"'
+n=$(printf '%s\n' "$LAST_ERR" | grep -c 'STUB AllReduce n=65536 float32 group=g2')
+[ "$n" = 4 ] || { echo "FAIL left_pg rank 3: $n tp all-reduces, want 4 (steps 0-3)"; fail=1; }
+# A phase plan: alone, a rank's own vote ends each phase; rank 0 prints the phase markers,
+# rank 1 plays the fault of phase 1 from step 4.
+plan='[{"name": "h", "min_s": 0, "min_steps": 4, "max_s": 0.3}, {"name": "slow", "fault": "host", "rank": 1, "severity": {"sleep_s": 0.01}, "min_s": 0, "min_steps": 3, "max_s": 0.3}, {"name": "h2", "min_s": 0, "min_steps": 2, "max_s": 0.3}]'
+PHASES=$plan check 4 phases 0 0 '"event": "start"' '"event": "end".*"phase": "h2"' '"slowdown"' '"phase": "steps_end"'
+PHASES=$plan check 4 phases 1 0 'WATCHDOG_FAULT {.*"fault": "host".*"step": 4' '"phase": "steps_end"'
+PHASES='[{"fault": "disk"}]' check 4 phases 0 1 'fault must be host, gpu or link'
 # The inversion: each step a tp all-reduce (n=65536, g1/g2) and a world one (n=8); on rank 1,
 # at the fault step (4) only, the world one first. INVERSION_FULL_STEP=1: the full step
 # follows, and the world one comes right before the tp one there alone.

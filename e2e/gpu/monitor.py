@@ -16,6 +16,12 @@
   monitor.py regions --profdump BIN --dir DIR --out FILE --stop STOPFILE
       runs profdump on the profiler plugin's folder every tick: one line per tick,
       {"t", "regions": [...]} (profdump's JSON), or {"t", "err"}.
+  monitor.py warncopy --src DIR --dst DIR --stop STOPFILE
+      follows every *.log in DIR (NCCL logs at INFO level) and copies their WARN lines, as
+      they appear, to files of the same names in --dst: what the same job would have
+      logged with NCCL_DEBUG=WARN (NCCL creates its file at init, so an empty copy appears
+      as soon as the log does). One job then feeds two sidecars: INFO logs, and WARN logs
+      plus the profiler plugin.
 
 Each runs until STOPFILE exists (then drains and exits), SIGTERM, or --max-s.
 """
@@ -183,11 +189,55 @@ def run_regions(a):
             t_next = tick(a.every, t_next)
 
 
+WARN_MARK = b" NCCL WARN "
+
+
+def run_warncopy(a):
+    t0 = time.time()
+    os.makedirs(a.dst, exist_ok=True)
+    files = {}  # name -> [input file, output file, partial line]
+    while True:
+        stop = should_stop(a, t0)
+        got = False
+        try:
+            names = sorted(n for n in os.listdir(a.src) if n.endswith(".log"))
+        except OSError:
+            names = []
+        for n in names:
+            if n not in files:
+                if len(files) >= 4096:
+                    continue
+                try:
+                    files[n] = [open(os.path.join(a.src, n), "rb"), open(os.path.join(a.dst, n), "ab", buffering=0), b""]
+                except OSError:
+                    continue
+            f = files[n]
+            chunk = f[0].read(1 << 20)
+            if not chunk:
+                continue
+            got = True
+            *lines, f[2] = (f[2] + chunk).split(b"\n")
+            out = b"".join(l + b"\n" for l in lines if WARN_MARK in l)
+            if out:
+                f[1].write(out)
+            if len(f[2]) > 1 << 20:
+                f[2] = b""
+        if stop and not got:
+            for f in files.values():
+                if WARN_MARK in f[2]:
+                    f[1].write(f[2] + b"\n")
+                f[0].close()
+                f[1].close()
+            return
+        if not got:
+            time.sleep(0.05)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["incidents", "snapshot", "stamp", "regions"])
+    ap.add_argument("mode", choices=["incidents", "snapshot", "stamp", "regions", "warncopy"])
     ap.add_argument("--url")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="where the samples go (every mode but warncopy)")
     ap.add_argument("--in", dest="inp")
     ap.add_argument("--stop", required=True)
     ap.add_argument("--every", type=float, default=0.5)
@@ -199,6 +249,8 @@ def main():
     ap.add_argument("--job-out")
     ap.add_argument("--profdump", help="regions mode: the profdump binary")
     ap.add_argument("--dir", help="regions mode: the plugin's folder")
+    ap.add_argument("--src", help="warncopy mode: the folder of INFO logs")
+    ap.add_argument("--dst", help="warncopy mode: the folder for their WARN lines")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, on_term)
     if a.mode in ("incidents", "snapshot") and not a.url:
@@ -207,7 +259,12 @@ def main():
         ap.error("--in is required")
     if a.mode == "regions" and not (a.profdump and a.dir):
         ap.error("--profdump and --dir are required")
-    {"incidents": run_incidents, "snapshot": run_snapshot, "stamp": run_stamp, "regions": run_regions}[a.mode](a)
+    if a.mode == "warncopy" and not (a.src and a.dst):
+        ap.error("--src and --dst are required")
+    if a.mode != "warncopy" and not a.out:
+        ap.error("--out is required")
+    {"incidents": run_incidents, "snapshot": run_snapshot, "stamp": run_stamp, "regions": run_regions,
+     "warncopy": run_warncopy}[a.mode](a)
 
 
 if __name__ == "__main__":

@@ -15,39 +15,21 @@
 # Here, the same without GPU: DRYRUN=1 bash e2e/gpu/onegpu.sh plugin|info (stub torch).
 # Carried from here (no Go and no gcc there): bin/watchdog-linux-amd64 (cgo build),
 # bin/libnccl-profiler-ncclwatch.so and bin/profdump-linux-amd64 (make plugin).
-# Results under $OUT: results.json, results.md, run.log, logs.tgz, samples.tgz (run.sh) and,
+# Results under $OUT: results.json, results.md, run.log, logs.tgz, samples.tgz, prof.tgz (run.sh) and,
 # for "info", overhead.json and overhead.tgz (overhead.md + every run's output): 7 files.
 # Time guards: run.sh starts a case only if its cap fits and SIGTERMs itself at HARD_S; the
 # overhead stops starting runs after OVERHEAD_S; the whole command ends before 9 minutes.
-set -u
-T0=$(date +%s)
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-cd "$ROOT" || exit 1
+. "$HERE/devcmd.sh"
 part=${1:-}
-OUT=${OUT:-$ROOT/tmp/onegpu-out}
 LIMIT_S=${LIMIT_S:-540}          # the whole command
 OVERHEAD_S=${OVERHEAD_S:-200}    # part "info": the overhead measurement
-mkdir -p "$OUT"
-
-export WATCHDOG=${WATCHDOG:-bin/watchdog-linux-amd64}
-export PLUGIN_SO=${PLUGIN_SO:-bin/libnccl-profiler-ncclwatch.so}
-export PROFDUMP=${PROFDUMP:-bin/profdump-linux-amd64}
-for f in "$WATCHDOG" "$PROFDUMP"; do [ -f "$f" ] && chmod +x "$f" 2>/dev/null; done
-missing=""
-for f in "$WATCHDOG" "$PLUGIN_SO" "$PROFDUMP"; do [ -f "$f" ] || missing="$missing $f"; done
-if [ -n "$missing" ]; then
-  echo "onegpu: missing$missing: build them here and carry them (see e2e/gpu/README.md)" | tee "$OUT/run.log"
-  exit 2
-fi
+devcmd_start onegpu
 
 export ONE_GPU=1 PG_TIMEOUT=${PG_TIMEOUT:-30} CRASH_MONITOR_S=${CRASH_MONITOR_S:-15}
 dry=()
 if [ "${DRYRUN:-0}" = 1 ]; then  # here, without GPU: stubrun.py and the stub torch
-  read -r p1 p2 p3 < <(python3 -c 'import socket
-ss = [socket.socket() for _ in range(3)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in ss))')  # free ports: other dry runs may share this machine
+  read -r p1 p2 p3 < <(free_ports 3)
   export DRYRUN COMPUTE_S=${COMPUTE_S:-0.05} DET_PORT=${DET_PORT:-$p1} ETCD_PORT=${ETCD_PORT:-$p2} SC_PORT=${SC_PORT:-$p3}
   export RAS_ADDR=${RAS_ADDR:-127.0.0.1:1}
   dry=(--dry)

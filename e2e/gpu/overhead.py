@@ -33,18 +33,18 @@ def med(v):
     return round(statistics.median(v), 3) if v else None
 
 
-def records(line):
-    """The JSON objects after each "OVERHEAD " on a line."""
-    dec, out, i = json.JSONDecoder(), [], line.find("OVERHEAD {")
+def records(line, tag="OVERHEAD"):
+    """The JSON objects after each "<tag> " on a line."""
+    dec, out, i = json.JSONDecoder(), [], line.find(tag + " {")
     while i >= 0:
         try:
-            o, end = dec.raw_decode(line, i + len("OVERHEAD "))
+            o, end = dec.raw_decode(line, i + len(tag) + 1)
         except ValueError:
             end = i + 1
         else:
             if isinstance(o, dict):
                 out.append(o)
-        i = line.find("OVERHEAD {", end)
+        i = line.find(tag + " {", end)
     return out
 
 

@@ -39,11 +39,13 @@ type FakeGPU struct {
 	PCIeReplays  uint64
 	// NVLinks holds the error counters of each active link; nil means no NVLink.
 	NVLinks []FakeLink
+	// Procs are the processes with a compute context on the GPU (none by default).
+	Procs []ComputeProcess
 	// Events is the mask of supported event types.
 	Events uint64
 	// Errors makes a reading fail, keyed by its snapshot JSON name ("util", "pw",
 	// "pwmax", "sm", "smmax", "temp", "ce", "sbe", "dbe", "nvlerr", "pcierep", "bus",
-	// "uuid", "name", "events").
+	// "uuid", "name", "events", "procs").
 	Errors map[string]error
 	// Lost makes every call fail with ErrGPULost, as after XID 79.
 	Lost bool
@@ -112,6 +114,11 @@ func (f *Fake) Fail(i int, err error, readings ...string) {
 			}
 		}
 	})
+}
+
+// SetProcesses sets the processes with a compute context on GPU i.
+func (f *Fake) SetProcesses(i int, procs ...ComputeProcess) {
+	f.Update(i, func(g *FakeGPU) { g.Procs = append([]ComputeProcess(nil), procs...) })
 }
 
 // InjectXID delivers an XID event of GPU i to every event set it is registered with.
@@ -288,6 +295,18 @@ func (d *fakeDevice) PCIeReplays() (uint64, error) {
 }
 func (d *fakeDevice) SupportedEvents() (uint64, error) {
 	return d.get("events", func(g *FakeGPU) uint64 { return g.Events })
+}
+
+func (d *fakeDevice) ComputeProcesses() ([]ComputeProcess, error) {
+	var out []ComputeProcess
+	_, err := d.get("procs", func(g *FakeGPU) uint64 {
+		out = append(make([]ComputeProcess, 0, len(g.Procs)), g.Procs...)
+		return 0
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (d *fakeDevice) NVLinkActive(link int) (bool, error) {

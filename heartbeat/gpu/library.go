@@ -57,7 +57,23 @@ type Device interface {
 	// RegisterEvents adds this GPU to set for the event types in mask. Events from it
 	// carry index as Event.Index.
 	RegisterEvents(set EventSet, index int, mask uint64) error
+	// ComputeProcesses lists the processes with a compute context on this GPU
+	// (nvmlDeviceGetComputeRunningProcesses). An error means the list is unknown, never
+	// that it is empty: a driver without the call, or no permission to ask.
+	ComputeProcesses() ([]ComputeProcess, error)
 }
+
+// ComputeProcess is one process with a compute context on a GPU, as NVML lists it.
+type ComputeProcess struct {
+	// PID is the driver's: the host's pid namespace, whatever namespace asks.
+	PID int
+	// UsedMemory is the GPU memory it holds in bytes, or MemoryUnknown.
+	UsedMemory uint64
+}
+
+// MemoryUnknown is NVML's NVML_VALUE_NOT_AVAILABLE for a process's memory (under MIG, or
+// without the permission to see it).
+const MemoryUnknown = ^uint64(0)
 
 // EventSet delivers events of the GPUs registered with it.
 type EventSet interface {

@@ -205,6 +205,19 @@ func (d *nvmlDevice) RegisterEvents(set EventSet, index int, mask uint64) error 
 	return nil
 }
 
+func (d *nvmlDevice) ComputeProcesses() ([]ComputeProcess, error) {
+	// go-nvml calls the newest of _v3, _v2 and _v1 the driver exports.
+	infos, ret := d.d.GetComputeRunningProcesses()
+	if err := nvmlErr("compute running processes", ret); err != nil {
+		return nil, err
+	}
+	out := make([]ComputeProcess, 0, len(infos))
+	for _, p := range infos {
+		out = append(out, ComputeProcess{PID: int(p.Pid), UsedMemory: p.UsedGpuMemory})
+	}
+	return out, nil
+}
+
 type nvmlEventSet struct {
 	set nvml.EventSet
 

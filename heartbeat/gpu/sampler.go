@@ -1,6 +1,7 @@
 // Package gpu samples the node's GPUs through NVML for the sidecar: utilization, power,
 // clocks and their throttle reasons, ECC, NVLink and PCIe error counters, and XID events,
-// as snapshot.GPU values with a derived state (computing, waiting in a collective, idle).
+// as snapshot.GPU values with a derived state (computing, waiting in a collective, idle),
+// and the processes computing on each GPU (a GPU shared with another job is a slow GPU).
 //
 // NVML is reached through Library, a narrow interface of our own: the real one wraps
 // go-nvml and exists only in cgo builds; Fake scripts GPUs for tests and the simulator.
@@ -30,6 +31,9 @@ type Options struct {
 	EventPoll time.Duration
 	// Window is the state smoothing window (DefaultWindow when <= 0).
 	Window time.Duration
+	// ProcRoot is where the names of the GPUs' processes are looked up, as
+	// <ProcRoot>/<pid>/comm ("/proc" when empty).
+	ProcRoot string
 }
 
 // Sampler reads all GPUs of one node. Sample is called by the sidecar's loop (about once
@@ -38,6 +42,7 @@ type Sampler struct {
 	lib      Library
 	log      *slog.Logger
 	now      func() time.Time
+	procRoot string
 	devs     []*device
 	smoother *Smoother
 
@@ -92,6 +97,9 @@ func newSampler(ctx context.Context, lib Library, opts Options) (*Sampler, error
 	if opts.EventPoll <= 0 {
 		opts.EventPoll = 500 * time.Millisecond
 	}
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
+	}
 	if err := lib.Init(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoNVML, err)
 	}
@@ -104,6 +112,7 @@ func newSampler(ctx context.Context, lib Library, opts Options) (*Sampler, error
 		lib:      lib,
 		log:      opts.Logger,
 		now:      opts.Now,
+		procRoot: opts.ProcRoot,
 		smoother: NewSmoother(opts.Window, 0),
 	}
 	for i := 0; i < n; i++ {
@@ -182,7 +191,7 @@ func (s *Sampler) Unsupported(index int) []string {
 	}
 	var out []string
 	for _, f := range []string{"bus", "uuid", "name", "util", "memutil", "pw", "pwmax", "sm", "smmax",
-		"temp", "ce", "sbe", "dbe", "nvlerr", "pcierep", "xids"} {
+		"temp", "ce", "sbe", "dbe", "nvlerr", "pcierep", "procs", "xids"} {
 		if s.devs[index].unsupported[f] {
 			out = append(out, f)
 		}
@@ -292,6 +301,11 @@ func (s *Sampler) read(d *device, now time.Time) snapshot.GPU {
 		g.ClockEvents, g.Reasons = v, Reasons(v)
 	} else {
 		missing("ce")
+	}
+	if v, err := h.ComputeProcesses(); check("procs", err) {
+		g.Procs = s.gpuProcs(v)
+	} else {
+		missing("procs") // unknown, which an empty list must not be taken for
 	}
 	sbeErr, dbeErr := error(nil), error(nil)
 	if v, err := h.ECCErrors(false); check("sbe", err) {

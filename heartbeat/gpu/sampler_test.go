@@ -61,6 +61,7 @@ func startFake(t *testing.T, f *Fake, clock *fakeClock) (*Sampler, *logBuffer) {
 		Logger:    slog.New(slog.NewTextHandler(logs, nil)),
 		Now:       clock.Now,
 		EventPoll: 20 * time.Millisecond,
+		ProcRoot:  t.TempDir(), // no process of the fakes' is visible: no names
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -392,6 +393,7 @@ func TestSampleHonoursContext(t *testing.T) {
 func TestProbeWithFake(t *testing.T) {
 	f := NewFake(2)
 	f.Fail(0, ErrNotSupported, "pcierep")
+	f.SetProcesses(1, ComputeProcess{PID: 4242, UsedMemory: 512 << 20})
 	s, _ := startFake(t, f, newClock())
 	var out bytes.Buffer
 	if err := probe(context.Background(), s, &out, time.Millisecond, 3); err != nil {
@@ -404,6 +406,9 @@ func TestProbeWithFake(t *testing.T) {
 	var sample struct{ GPUs []snapshot.GPU }
 	if err := json.Unmarshal([]byte(lines[0]), &sample); err != nil || len(sample.GPUs) != 2 {
 		t.Errorf("sample line %q: %v", lines[0], err)
+	}
+	if !strings.Contains(lines[0], `"procs":[{"pid":4242,"mem":512}]`) {
+		t.Errorf("the GPU's processes are not in the sample: %s", lines[0])
 	}
 	if !strings.Contains(lines[3], `"unsupported":{"0":["pcierep"],"1":null}`) {
 		t.Errorf("summary line %s", lines[3])

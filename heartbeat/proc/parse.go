@@ -2,7 +2,9 @@
 // nccl.<host>.<pid>.log names its process, and when that pid is visible (the sidecar shares
 // the job's pid namespace) the Watcher notices the process exit within a poll period. It
 // also reads the launcher's rank variables (RANK, LOCAL_RANK, ...) from the process
-// environment when permissions allow.
+// environment when permissions allow, and keeps each running process's scheduler state and
+// CPU use from the same reads of /proc/<pid>/stat: the state is the main thread's (the one
+// that issues a rank's collectives), the CPU time the whole process's.
 //
 // Pids are reused, so a process is identified by its pid and its start time (field 22 of
 // /proc/<pid>/stat); the same pid with another start time is another process, and the one
@@ -21,10 +23,16 @@ type Stat struct {
 	PID   int
 	Comm  string // the executable name, up to 15 bytes; may hold spaces and parentheses
 	State byte   // R, S, D, Z (zombie: exited, not yet reaped), X (dead), ...
+	// UTime and STime are the CPU time spent in user and kernel mode, in clock ticks
+	// (fields 14 and 15; the process's own threads, not its waited-for children).
+	UTime, STime uint64
 	// StartTicks is the start time in clock ticks after boot (field 22). With the pid it
 	// names a process: a reused pid has a later start time.
 	StartTicks uint64
 }
+
+// CPUTicks is the process's CPU time, user and kernel, in clock ticks.
+func (s Stat) CPUTicks() uint64 { return s.UTime + s.STime }
 
 // Exited reports whether the state says the process has terminated.
 func (s Stat) Exited() bool { return s.State == 'Z' || s.State == 'X' || s.State == 'x' }
@@ -50,11 +58,21 @@ func ParseStat(b []byte) (Stat, error) {
 	if len(rest[0]) != 1 {
 		return Stat{}, fmt.Errorf("proc stat: state %q", clip(rest[0]))
 	}
+	// Fields 14, 15 (utime, stime) are the 12th and 13th after the comm.
+	utime, err := strconv.ParseUint(string(rest[11]), 10, 64)
+	if err != nil {
+		return Stat{}, fmt.Errorf("proc stat: utime %q", clip(rest[11]))
+	}
+	stime, err := strconv.ParseUint(string(rest[12]), 10, 64)
+	if err != nil {
+		return Stat{}, fmt.Errorf("proc stat: stime %q", clip(rest[12]))
+	}
 	start, err := strconv.ParseUint(string(rest[19]), 10, 64)
 	if err != nil {
 		return Stat{}, fmt.Errorf("proc stat: starttime %q", clip(rest[19]))
 	}
-	return Stat{PID: pid, Comm: string(b[open+1 : end]), State: rest[0][0], StartTicks: start}, nil
+	return Stat{PID: pid, Comm: string(b[open+1 : end]), State: rest[0][0], UTime: utime, STime: stime,
+		StartTicks: start}, nil
 }
 
 // Env holds the launcher variables of a rank process. Numbers are -1 and strings empty

@@ -8,11 +8,18 @@ import (
 )
 
 // statLine renders a /proc/<pid>/stat line with the given comm, state and start time
-// (field 22), and plausible values elsewhere.
+// (field 22), 12 ticks of user and 3 of system time, and plausible values elsewhere.
 func statLine(pid int, comm string, state byte, start uint64) string {
-	return fmt.Sprintf("%d (%s) %s 1 %d %d 0 -1 4194560 1520 0 0 0 12 3 0 0 20 0 1 0 %d 9027584 396 "+
+	return statLineCPU(pid, comm, state, 12, 3, start)
+}
+
+// statLineCPU is statLine with the CPU times (fields 14 and 15) given.
+func statLineCPU(pid int, comm string, state byte, utime, stime, start uint64) string {
+	// Children's times (fields 16, 17) are set apart from the process's own, to catch a
+	// parser that reads the wrong pair.
+	return fmt.Sprintf("%d (%s) %s 1 %d %d 0 -1 4194560 1520 0 0 0 %d %d 700 800 20 0 1 0 %d 9027584 396 "+
 		"18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
-		pid, comm, []byte{state}, pid, pid, start)
+		pid, comm, []byte{state}, pid, pid, utime, stime, start)
 }
 
 func TestParseStat(t *testing.T) {
@@ -22,11 +29,15 @@ func TestParseStat(t *testing.T) {
 		want Stat
 		err  bool
 	}{
-		{"plain", statLine(607, "python3", 'S', 123456), Stat{607, "python3", 'S', 123456}, false},
-		{"comm with ) ( and spaces", statLine(42, "pt_main) (x y", 'R', 99), Stat{42, "pt_main) (x y", 'R', 99}, false},
-		{"comm ending in )", statLine(42, "a b)", 'S', 7), Stat{42, "a b)", 'S', 7}, false},
-		{"comm of digits and spaces", statLine(9, "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21", 'Z', 5), Stat{9, "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21", 'Z', 5}, false},
-		{"empty comm", statLine(9, "", 'S', 5), Stat{9, "", 'S', 5}, false},
+		{"plain", statLine(607, "python3", 'S', 123456), Stat{607, "python3", 'S', 12, 3, 123456}, false},
+		{"comm with ) ( and spaces", statLine(42, "pt_main) (x y", 'R', 99), Stat{42, "pt_main) (x y", 'R', 12, 3, 99}, false},
+		{"comm ending in )", statLine(42, "a b)", 'S', 7), Stat{42, "a b)", 'S', 12, 3, 7}, false},
+		{"comm of digits and spaces", statLine(9, "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21", 'Z', 5), Stat{9, "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21", 'Z', 12, 3, 5}, false},
+		{"empty comm", statLine(9, "", 'S', 5), Stat{9, "", 'S', 12, 3, 5}, false},
+		{"in I/O, busy", statLineCPU(31, "python3", 'D', 987654321, 4242, 5), Stat{31, "python3", 'D', 987654321, 4242, 5}, false},
+		{"traced", statLineCPU(31, "python3", 't', 0, 0, 5), Stat{31, "python3", 't', 0, 0, 5}, false},
+		{"bad utime", strings.Replace(statLineCPU(1, "x", 'S', 424242, 3, 1), "424242", "-5", 1), Stat{}, true},
+		{"bad stime", strings.Replace(statLineCPU(1, "x", 'S', 12, 434343, 1), "434343", "3.5", 1), Stat{}, true},
 		{"empty", "", Stat{}, true},
 		{"no parens", "607 python3 S 1 2 3", Stat{}, true},
 		{"short", "607 (python3) S 1 2 3\n", Stat{}, true},
@@ -102,6 +113,7 @@ func FuzzParseStat(f *testing.F) {
 	f.Add([]byte(statLine(607, "python3", 'S', 123456)))
 	f.Add([]byte(statLine(42, "pt_main) (x y", 'R', 99)))
 	f.Add([]byte("1 () S"))
+	f.Add([]byte(statLineCPU(31, "python3", 'D', 18446744073709551615, 1, 5)))
 	if b, err := os.ReadFile("/proc/self/stat"); err == nil {
 		f.Add(b)
 	}
@@ -114,7 +126,7 @@ func FuzzParseStat(f *testing.F) {
 			t.Fatalf("bad stat %+v", st)
 		}
 		// What parses renders back to something that parses the same.
-		again, err := ParseStat([]byte(statLine(st.PID, st.Comm, st.State, st.StartTicks)))
+		again, err := ParseStat([]byte(statLineCPU(st.PID, st.Comm, st.State, st.UTime, st.STime, st.StartTicks)))
 		if err != nil || again != st {
 			t.Fatalf("round trip %+v -> %+v, %v", st, again, err)
 		}

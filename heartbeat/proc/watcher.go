@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,6 +34,10 @@ const maxEnviron = 1 << 20
 // userHZ is the unit of /proc/<pid>/stat times; fixed at 100 on Linux for every
 // architecture the project runs on.
 const userHZ = 100
+
+// CPUWindow is the shortest interval CPU use is measured over: at 100 ticks a second, a
+// shorter one would move in steps of several percent.
+const CPUWindow = time.Second
 
 // ErrFull is returned by Watch when MaxPIDs processes are watched and none has exited.
 var ErrFull = errors.New("proc: watch set full")
@@ -76,7 +81,18 @@ type Info struct {
 	Env      Env
 	EnvKnown bool
 	ExitedAt time.Time // when the Watcher noticed the exit
+	// Sched, CPUTicks and CPUPct are Check's latest reading of a running process: its
+	// scheduler state letter (R, S, D, T, ...), its CPU time (utime+stime, clock ticks),
+	// and its CPU use in percent of one core over the last CPUWindow or more. They come
+	// together: Sched is 0 until two reads CPUWindow apart made CPUPct a measurement. They
+	// keep their last values once the process exited.
+	Sched    byte
+	CPUTicks uint64
+	CPUPct   float64
 }
+
+// CPUSeconds is CPUTicks in seconds.
+func (i Info) CPUSeconds() float64 { return float64(i.CPUTicks) / userHZ }
 
 // Options configure a Watcher.
 type Options struct {
@@ -93,6 +109,28 @@ type entry struct {
 	// envRetries counts the checks left to read an environment that was empty: a process
 	// caught between execve and the loader's setting up of its stack shows none yet.
 	envRetries int
+	// cpuTicks and cpuAt are the reading CPU use is measured from (see sample).
+	cpuTicks uint64
+	cpuAt    time.Time
+}
+
+// sample takes one stat reading of the running process in, read at at: its state and CPU
+// time, and its CPU use since the reference reading once that lies CPUWindow back.
+func (e *entry) sample(st Stat, at time.Time) {
+	ticks := st.CPUTicks()
+	if ticks < e.cpuTicks || e.cpuAt.IsZero() || at.Before(e.cpuAt) {
+		// No usable reference (a clock or counter that went back): start one.
+		e.cpuTicks, e.cpuAt = ticks, at
+		return
+	}
+	if dt := at.Sub(e.cpuAt); dt >= CPUWindow {
+		pct := float64(ticks-e.cpuTicks) / userHZ / dt.Seconds() * 100
+		e.info.CPUPct = math.Round(pct*10) / 10
+		e.cpuTicks, e.cpuAt = ticks, at
+	} else if e.info.Sched == 0 {
+		return // no measurement yet: nothing to show
+	}
+	e.info.Sched, e.info.CPUTicks = st.State, ticks
 }
 
 // envRetries is how many checks (a period each) re-read an empty environment.
@@ -200,7 +238,7 @@ func (w *Watcher) Watch(pid int) (Info, error) {
 	if len(w.procs) >= w.maxPIDs && !w.evictLocked() {
 		return Info{}, fmt.Errorf("proc: watch pid %d: %w (%d pids)", pid, ErrFull, w.maxPIDs)
 	}
-	w.procs[pid] = &entry{info: info, envRetries: retries}
+	w.procs[pid] = &entry{info: info, envRetries: retries, cpuTicks: st.CPUTicks(), cpuAt: w.now()}
 	return info, nil
 }
 
@@ -275,7 +313,12 @@ func (w *Watcher) Check(onExit func(pid int, at time.Time)) {
 			w.retryEnviron(p.pid, p.start)
 		}
 	}
+	type reading struct {
+		probe
+		st Stat
+	}
 	var exited []probe
+	running := make([]reading, 0, len(probes))
 	for _, p := range probes {
 		st, err := w.readStat(p.pid)
 		switch {
@@ -285,6 +328,7 @@ func (w *Watcher) Check(onExit func(pid int, at time.Time)) {
 			w.log.Debug("proc: stat unreadable", "pid", p.pid, "err", err)
 			continue
 		case st.StartTicks == p.start && !st.Exited():
+			running = append(running, reading{p, st})
 			continue
 		}
 		exited = append(exited, p)
@@ -297,6 +341,11 @@ func (w *Watcher) Check(onExit func(pid int, at time.Time)) {
 	}
 	var report []exit
 	w.mu.Lock()
+	for _, r := range running {
+		if e, ok := w.procs[r.pid]; ok && e.info.State == Running && e.info.StartTicks == r.start {
+			e.sample(r.st, at)
+		}
+	}
 	for _, p := range exited {
 		// Skip a pid unwatched, or re-watched as another process, while we read.
 		if e, ok := w.procs[p.pid]; ok && e.info.State == Running && e.info.StartTicks == p.start {

@@ -342,3 +342,98 @@ func TestWatcherRealChild(t *testing.T) {
 		t.Errorf("after exit: %+v", info)
 	}
 }
+
+// TestWatcherCPU: Check keeps the scheduler state and CPU time of each running process,
+// and its CPU use over windows of at least CPUWindow, measured on the watcher's clock.
+func TestWatcherCPU(t *testing.T) {
+	fp := newFakeProc(t)
+	now := time.Date(2026, 11, 21, 23, 0, 0, 0, time.UTC)
+	w := New(Options{ProcRoot: fp.root, Now: func() time.Time { return now }})
+	write := func(state byte, utime, stime uint64) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(fp.root, "100", "stat"), []byte(statLineCPU(100, "python3", state, utime, stime, 5000)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fp.set(100, "python3", 'S', 5000, "")
+	write('S', 100, 0)
+	if info, err := w.Watch(100); err != nil || info.Sched != 0 || info.CPUTicks != 0 || info.CPUPct != 0 {
+		t.Fatalf("at Watch: %+v, %v; want nothing measured yet", info, err)
+	}
+	for _, step := range []struct {
+		name         string
+		after        time.Duration
+		state        byte
+		utime, stime uint64
+		sched        byte
+		ticks        uint64
+		pct          float64
+	}{
+		{"half a window: nothing yet", 500 * time.Millisecond, 'R', 150, 0, 0, 0, 0},
+		{"a window: one core busy", 500 * time.Millisecond, 'R', 190, 10, 'R', 200, 100},
+		{"within the next window: state and time move, use stays", 500 * time.Millisecond, 'S', 200, 10, 'S', 210, 100},
+		{"the window closes idle", 500 * time.Millisecond, 'D', 200, 10, 'D', 210, 10},
+		{"two seconds on 3.25 cores, kernel time counted", 2 * time.Second, 'R', 600, 260, 'R', 860, 325},
+		{"no CPU for a second: 0 is a measurement", time.Second, 'S', 600, 260, 'S', 860, 0},
+		{"a counter that goes back starts over, the reading unused", time.Second, 't', 10, 0, 'S', 860, 0},
+		{"a window after it", time.Second, 't', 43, 0, 't', 43, 33},
+	} {
+		now = now.Add(step.after)
+		write(step.state, step.utime, step.stime)
+		w.Check(nil)
+		info, _ := w.Info(100)
+		if info.Sched != step.sched || info.CPUTicks != step.ticks || info.CPUPct != step.pct || info.State != Running {
+			t.Errorf("%s: state %q ticks %d cpu %.1f%% (%v), want %q %d %.1f%%", step.name,
+				[]byte{info.Sched}, info.CPUTicks, info.CPUPct, info.State, []byte{step.sched}, step.ticks, step.pct)
+		}
+	}
+	if info, _ := w.Info(100); info.CPUSeconds() != 0.43 {
+		t.Errorf("CPU seconds %v, want 0.43", info.CPUSeconds())
+	}
+	// After the exit the last reading stays, and Check reads no more.
+	now = now.Add(time.Second)
+	write('Z', 99, 0)
+	w.Check(nil)
+	if info, _ := w.Info(100); info.State != Exited || info.Sched != 't' || info.CPUTicks != 43 {
+		t.Errorf("after the exit: %+v", info)
+	}
+}
+
+// TestWatcherCPURealChildren: a sleeping and a spinning child, read through the real /proc.
+func TestWatcherCPURealChildren(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	start := func(args ...string) int {
+		cmd := exec.Command(args[0], args[1:]...)
+		if err := cmd.Start(); err != nil {
+			t.Skip("cannot start", args, err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd.Process.Pid
+	}
+	sleeper, spinner := start("sleep", "30"), start("sh", "-c", "while :; do :; done")
+	w := New(Options{})
+	for _, pid := range []int{sleeper, spinner} {
+		if _, err := w.Watch(pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		time.Sleep(100 * time.Millisecond)
+		w.Check(nil)
+		s, _ := w.Info(sleeper)
+		b, _ := w.Info(spinner)
+		if s.Sched != 0 && b.Sched != 0 {
+			// The machine may be shared: the spinner gets some CPU, the sleeper none.
+			if s.Sched != 'S' || s.CPUPct > 5 || b.CPUPct < 10 {
+				t.Errorf("sleeper %q %.1f%%, spinner %q %.1f%%", []byte{s.Sched}, s.CPUPct, []byte{b.Sched}, b.CPUPct)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no CPU use measured within 5 s: sleeper %+v, spinner %+v", s, b)
+		}
+	}
+}

@@ -48,3 +48,8 @@ func repoRoot(t *testing.T) string {
 		dir = parent
 	}
 }
+
+// pluginSources are the plugin's C files, as the Makefile's PLUGIN_SRC lists them.
+func pluginSources(root string) []string {
+	return []string{filepath.Join(root, "profiler", "plugin.c"), filepath.Join(root, "profiler", "chain.c")}
+}

@@ -1,6 +1,6 @@
 package profile
 
-// Byte offsets of layout version 3, mirroring profiler/region.h. TestLayoutMatchesC compiles
+// Byte offsets of layout version 4, mirroring profiler/region.h. TestLayoutMatchesC compiles
 // profiler/test/layout.c and compares every one of them with what gcc computes, so a change on
 // one side without the other fails the tests.
 const (
@@ -8,7 +8,7 @@ const (
 	Magic uint64 = 0x465250574C43434E
 	// LayoutVersion is the only layout this reader decodes; a region of another one is
 	// reported with ErrVersion, never guessed at.
-	LayoutVersion = 3
+	LayoutVersion = 4
 
 	// The defaults of the plugin build; the reader takes the geometry from each header.
 	DefaultMaxComms = 64
@@ -23,6 +23,14 @@ const (
 	sigSize     = 64
 	markSize    = 24
 	historySize = 4416
+	bwCellSize  = 32
+	// A comm's completed-op timings, after its history: NumBWFuncs functions (BWFunc) x
+	// NumBWBuckets message size buckets (BucketBounds).
+	bwSize = NumBWFuncs * NumBWBuckets * bwCellSize
+	// tailSize is what follows a slot's peer rows: its history, then its timings.
+	tailSize = historySize + bwSize
+	// commFixedSize is a slot's size without its peer rows.
+	commFixedSize = commHdrSize + tailSize
 	// A comm's history: the newest collective signatures (a ring by position) and the marks,
 	// NumMarkLevels levels (every 16, 256, 4096 positions) of marksPerLevel each.
 	numSigs       = 64
@@ -62,7 +70,12 @@ const (
 	hdrJobID          = 224
 	hdrDisabledReason = 288
 	hdrPluginVersion  = 416
-	hdrFieldsEnd      = 448
+	hdrChainABI       = 448
+	hdrChainState     = 452
+	hdrChainDropped   = 456
+	hdrChainName      = 464
+	hdrChainError     = 496
+	hdrFieldsEnd      = 592
 
 	// struct nw_op
 	opSeq        = 0
@@ -148,4 +161,10 @@ const (
 	histSigs   = 0
 	histMarks  = numSigs * sigSize
 	histDigest = histMarks + numMarkLevels*marksPerLevel*markSize
+
+	// struct nw_bw_cell
+	bwOps      = 0
+	bwBytes    = 8
+	bwExecNs   = 16
+	bwGPUTimed = 24
 )

@@ -5,10 +5,11 @@ var layoutTable = map[string]int{
 	"magic": int(Magic), "layout_version": LayoutVersion,
 	"max_comms": DefaultMaxComms, "max_peers": DefaultMaxPeers, "str": strLen,
 	"sigs": numSigs, "mark_levels": numMarkLevels, "marks_per_level": marksPerLevel,
+	"bw_funcs": NumBWFuncs, "bw_buckets": NumBWBuckets, "sizeof.bw_cell": bwCellSize,
 	"sizeof.sig": sigSize, "sizeof.mark": markSize, "sizeof.history": historySize,
 	"sizeof.hdr": headerSize, "sizeof.op": opSize, "sizeof.peer_dir": peerDirSize, "sizeof.peer": peerSize,
-	"sizeof.comm_hdr": commHdrSize, "sizeof.comm_slot": commHdrSize + DefaultMaxPeers*peerSize + historySize,
-	"sizeof.region": headerSize + DefaultMaxComms*(commHdrSize+DefaultMaxPeers*peerSize+historySize),
+	"sizeof.comm_hdr": commHdrSize, "sizeof.comm_slot": commFixedSize + DefaultMaxPeers*peerSize,
+	"sizeof.region": headerSize + DefaultMaxComms*(commFixedSize+DefaultMaxPeers*peerSize),
 
 	"hdr.magic": hdrMagic, "hdr.layout_version": hdrLayoutVersion, "hdr.header_size": hdrHeaderSize,
 	"hdr.region_size": hdrRegionSize, "hdr.max_comms": hdrMaxComms, "hdr.comm_size": hdrCommSize,
@@ -21,7 +22,8 @@ var layoutTable = map[string]int{
 	"hdr.comms_finalized": hdrCommsFinalized, "hdr.rank": hdrRank, "hdr.local_rank": hdrLocalRank,
 	"hdr.world_size": hdrWorldSize, "hdr.local_world_size": hdrLocalWorldSize, "hdr.host": hdrHost,
 	"hdr.job_id": hdrJobID, "hdr.disabled_reason": hdrDisabledReason, "hdr.plugin_version": hdrPluginVersion,
-	"hdr.reserved": hdrFieldsEnd,
+	"hdr.chain_abi": hdrChainABI, "hdr.chain_state": hdrChainState, "hdr.chain_dropped": hdrChainDropped,
+	"hdr.chain_name": hdrChainName, "hdr.chain_error": hdrChainError, "hdr.reserved": hdrFieldsEnd,
 
 	"op.seq": opSeq, "op.nccl_seq": opNCCLSeq, "op.count": opCount, "op.issue_us": opIssueUs,
 	"op.gpu_start_us": opGPUStartUs, "op.gpu_timer": opGPUTimer, "op.root": opRoot, "op.kind": opKind,
@@ -51,10 +53,17 @@ var layoutTable = map[string]int{
 	"history.sigs": histSigs, "history.marks": histMarks, "history.digest": histDigest,
 
 	"comm_slot.peers": commHdrSize, "comm_slot.hist": commHdrSize + DefaultMaxPeers*peerSize,
+	"comm_slot.bw": commHdrSize + DefaultMaxPeers*peerSize + historySize,
+	"bw_cell.ops":  bwOps, "bw_cell.bytes": bwBytes, "bw_cell.exec_ns": bwExecNs, "bw_cell.gpu_timed": bwGPUTimed,
 	"region.comms": headerSize,
 
 	"enum.proc_running": int(ProcRunning), "enum.proc_exited": int(ProcExited),
 	"enum.slot_free": slotFree, "enum.slot_live": slotLive,
 	"enum.op_none": int(OpNone), "enum.op_coll": int(OpColl), "enum.op_p2p": int(OpP2P),
 	"enum.send": dirSend, "enum.recv": dirRecv,
+	"enum.bw_allreduce": int(BWAllReduce), "enum.bw_allgather": int(BWAllGather),
+	"enum.bw_reducescatter": int(BWReduceScatter), "enum.bw_broadcast": int(BWBroadcast),
+	"enum.bw_reduce": int(BWReduce), "enum.bw_send": int(BWSend), "enum.bw_recv": int(BWRecv),
+	"enum.bw_other":   int(BWOther),
+	"enum.chain_none": int(ChainNone), "enum.chain_active": int(ChainActive), "enum.chain_failed": int(ChainFailed),
 }

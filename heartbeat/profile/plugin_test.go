@@ -46,9 +46,13 @@ var variants = []variant{
 
 type built struct {
 	so, driver string
-	env        []string
-	skip       string
-	err        error
+	// standin[v] is the chain test's second plugin exporting ncclProfiler_v3 to _v<v>
+	// (profiler/test/standin.c); notable a library that exports no table at all.
+	standin map[int]string
+	notable string
+	env     []string
+	skip    string
+	err     error
 }
 
 var (
@@ -100,7 +104,8 @@ func doBuild(t *testing.T, gcc string, v variant) *built {
 		}
 	}
 	args := append(slices.Clone(pluginCFlags), v.cflags...)
-	args = append(args, "-o", b.so, filepath.Join(root, "profiler", "plugin.c"), "-ldl")
+	args = append(args, "-o", b.so)
+	args = append(append(args, pluginSources(root)...), "-ldl")
 	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
 		return &built{err: fmt.Errorf("gcc plugin.c %v: %v\n%s", args, err, out)}
 	}
@@ -108,6 +113,25 @@ func doBuild(t *testing.T, gcc string, v variant) *built {
 	args = append(args, "-o", b.driver, filepath.Join(root, "profiler", "test", "driver.c"), "-ldl")
 	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
 		return &built{err: fmt.Errorf("gcc driver.c %v: %v\n%s", args, err, out)}
+	}
+	b.standin = map[int]string{}
+	for _, max := range []int{3, 4, 6} {
+		so := filepath.Join(dir, fmt.Sprintf("libstandin-v%d.so", max))
+		args = append([]string{"-std=gnu11", "-O1", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread", "-Wall",
+			"-Wextra", "-Werror", fmt.Sprintf("-DSTANDIN_MAX=%d", max)}, v.cflags...)
+		args = append(args, "-o", so, filepath.Join(root, "profiler", "test", "standin.c"))
+		if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+			return &built{err: fmt.Errorf("gcc standin.c %v: %v\n%s", args, err, out)}
+		}
+		b.standin[max] = so
+	}
+	b.notable = filepath.Join(dir, "libnotable.so")
+	src := filepath.Join(dir, "notable.c")
+	if err := os.WriteFile(src, []byte("int not_a_profiler(void) { return 0; }\n"), 0o644); err != nil {
+		return &built{err: err}
+	}
+	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-o", b.notable, src).CombinedOutput(); err != nil {
+		return &built{err: fmt.Errorf("gcc notable.c: %v\n%s", err, out)}
 	}
 	return b
 }
@@ -127,7 +151,8 @@ func (b *built) command(ctx context.Context, dir, scenario string, ver, n int, e
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "NCCLWATCH_PROFILER", "NCCLWATCH_PROFILER_DIR", "NCCLWATCH_PROFILER_STEPS", "NCCL_DEBUG_FILE",
+		case "NCCLWATCH_PROFILER", "NCCLWATCH_PROFILER_DIR", "NCCLWATCH_PROFILER_STEPS", "NCCLWATCH_PROFILER_CHAIN",
+			"NCCL_DEBUG_FILE", "STANDIN_DIR", "STANDIN_QUIET", "STANDIN_INIT_FAIL", "STANDIN_MASK", "DRIVER_LOG",
 			"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID":
 			continue
 		}
@@ -203,6 +228,16 @@ func settled(t *testing.T, c Comm) Comm {
 	if want := refDigest(c.Sigs); len(c.Sigs) == int(c.CollIssued) && c.Digest != want {
 		t.Errorf("comm %s: digest %#x, the signatures give %#x", c.ID, c.Digest, want)
 	}
+	c.Timings = slices.Clone(c.Timings)
+	for i := range c.Timings {
+		// Host-clock timings (ABI v3 has no GPU timer) take what the machine took.
+		if m := &c.Timings[i]; m.GPUTimed == 0 {
+			if m.ExecNs > m.Ops*uint64(time.Minute) {
+				t.Errorf("comm %s: %d ns for %d ops", c.ID, m.ExecNs, m.Ops)
+			}
+			m.ExecNs = 0
+		}
+	}
 	c.Peers = slices.Clone(c.Peers)
 	for i := range c.Peers {
 		for _, d := range []*PeerDir{&c.Peers[i].Send, &c.Peers[i].Recv} {
@@ -225,7 +260,7 @@ func checkProcess(t *testing.T, p Process, abi int) {
 		t.Errorf("identity not recorded: %+v", p)
 	}
 	if p.ABI != abi || p.Rank != 3 || p.LocalRank != 1 || p.WorldSize != 8 || p.LocalWorldSize != 2 ||
-		p.JobID != "test-job" || p.EventMask != 0x5f || p.Plugin != "ncclwatch-profiler 3" || p.Disabled {
+		p.JobID != "test-job" || p.EventMask != 0x5f || p.Plugin != "ncclwatch-profiler 4" || p.Disabled {
 		t.Errorf("process header: %+v", p)
 	}
 	// The driver is not linked with NCCL, so there is no ncclGetVersion to ask.
@@ -282,9 +317,11 @@ func checkExports(t *testing.T, so string) {
 	}
 }
 
-func testBasic(t *testing.T, b *built, ver int) {
+// testBasic runs the basic scenario (env: more of the driver's environment, e.g. a chained
+// plugin, which must change nothing in the region) and returns the region.
+func testBasic(t *testing.T, b *built, ver int, env ...string) *Region {
 	dir := t.TempDir()
-	out := b.run(t, dir, "basic", ver, 0)
+	out := b.run(t, dir, "basic", ver, 0, env...)
 	if ver >= 4 && !strings.Contains(out, "NCCL watchdog profiler: recording to "+dir) {
 		t.Errorf("no INFO line through NCCL's logger:\n%s", out)
 	}
@@ -322,9 +359,22 @@ func testBasic(t *testing.T, b *built, ver int) {
 		},
 	}
 	want.Digest = refDigest(want.Sigs)
+	// The completed ops, timed by the kernel channels' GPU clock from the first start to the
+	// last stop (the driver's timers: starts 1000+seq and 1001+seq, stops 2000 and 2001; a
+	// p2p's channel 5000 to 5001); under v3 by the host's clock.
+	want.Timings = []OpTiming{{Func: BWAllReduce, Bucket: 0, Ops: 1, Bytes: 4000, ExecNs: 1001, GPUTimed: 1},
+		{Func: BWAllReduce, Bucket: 1, Ops: 1, Bytes: 8000, ExecNs: 1000, GPUTimed: 1},
+		{Func: BWSend, Bucket: 1, Ops: 1, Bytes: 4096, ExecNs: 1, GPUTimed: 1},
+		{Func: BWRecv, Bucket: 1, Ops: 1, Bytes: 4096, ExecNs: 1, GPUTimed: 1}}
+	if ver == 3 {
+		for i := range want.Timings {
+			want.Timings[i].ExecNs, want.Timings[i].GPUTimed = 0, 0
+		}
+	}
 	if got := settled(t, r.Comms[0]); !reflect.DeepEqual(got, want) {
 		t.Errorf("comm\n got %s\nwant %s", dump(got), dump(want))
 	}
+	return r
 }
 
 func dump(c Comm) string {
@@ -338,9 +388,9 @@ func dump(c Comm) string {
 	return s
 }
 
-func testOrders(t *testing.T, b *built, ver int) {
+func testOrders(t *testing.T, b *built, ver int, env ...string) {
 	dir := t.TempDir()
-	b.run(t, dir, "orders", ver, 0)
+	b.run(t, dir, "orders", ver, 0, env...)
 	r := oneRegion(t, dir)
 	p := r.Process
 	if p.CommsInited != 2 || p.CommsFinalized != 1 || p.DroppedEvents != 0 {
@@ -357,9 +407,9 @@ func testOrders(t *testing.T, b *built, ver int) {
 	}
 }
 
-func testOverflow(t *testing.T, b *built) {
+func testOverflow(t *testing.T, b *built, env ...string) {
 	dir := t.TempDir()
-	b.run(t, dir, "overflow", 5, 0)
+	b.run(t, dir, "overflow", 5, 0, env...)
 	r := oneRegion(t, dir)
 	p := r.Process
 	// 6 comms past 64 slots (each dropping a Group and a Coll), a send past a ring full of
@@ -397,7 +447,7 @@ func testOverflow(t *testing.T, b *built) {
 // each with its send and receive proxy op posted at launch), in which the first plugin
 // dropped 132 events and left coll_done below coll_issued once the queue drained. Now nothing
 // is dropped while queued, and everything completes.
-func testBurst(t *testing.T, b *built) {
+func testBurst(t *testing.T, b *built, env ...string) {
 	for _, c := range []struct {
 		done                         int
 		collDone, pending, inFlight  uint64
@@ -408,7 +458,7 @@ func testBurst(t *testing.T, b *built) {
 		{done: 300, collDone: 300, sendOpen: 0, stepsDone: 300, netStep: 300},
 	} {
 		dir := t.TempDir()
-		b.run(t, dir, "burst", 5, c.done)
+		b.run(t, dir, "burst", 5, c.done, env...)
 		r := oneRegion(t, dir)
 		if r.Process.DroppedEvents != 0 || len(r.Comms) != 1 {
 			t.Fatalf("burst %d: dropped %d, %d comms", c.done, r.Process.DroppedEvents, len(r.Comms))
@@ -474,10 +524,10 @@ func checkHistory(t *testing.T, m Comm, each Sig) {
 
 // testThreads runs four communicators with NCCL's three calling threads each. With
 // `watch`, the test reads the region all along and checks what must hold at any moment.
-func testThreads(t *testing.T, b *built, ops int, watch bool) {
+func testThreads(t *testing.T, b *built, ops int, watch bool, env ...string) string {
 	dir := t.TempDir()
 	start := time.Now()
-	cmd := b.command(context.Background(), dir, "threads", 5, ops)
+	cmd := b.command(context.Background(), dir, "threads", 5, ops, env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -535,6 +585,7 @@ func testThreads(t *testing.T, b *built, ops int, watch bool) {
 			t.Errorf("comm %s peers %+v", c.ID, c.Peers)
 		}
 	}
+	return out.String()
 }
 
 // checkMonotonic: counters never go back, and an op is never done before it started or
@@ -558,9 +609,9 @@ func checkMonotonic(t *testing.T, prev, c Comm) {
 	}
 }
 
-func testFork(t *testing.T, b *built) {
+func testFork(t *testing.T, b *built, env ...string) {
 	dir := t.TempDir()
-	out := b.run(t, dir, "fork", 5, 0)
+	out := b.run(t, dir, "fork", 5, 0, env...)
 	var parent, child int
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {

@@ -92,7 +92,7 @@ func readMapped(mem []byte) (r *Region, err error) {
 	return decode(img, g, busy)
 }
 
-// copySlot copies one comm slot (its header, the peer rows in use and its history) between two equal,
+// copySlot copies one comm slot (its header, the peer rows in use, its history and timings) between two equal,
 // even loads of its sequence number.
 func copySlot(dst, src []byte, maxPeers int) bool {
 	for try := range slotTries {
@@ -105,7 +105,7 @@ func copySlot(dst, src []byte, maxPeers int) bool {
 			}
 			end := commHdrSize + n*peerSize
 			loadWords(dst[commHdrSize:end], src[commHdrSize:end])
-			if n := len(src) - historySize; n >= end {
+			if n := len(src) - tailSize; n >= end {
 				loadWords(dst[n:], src[n:])
 			}
 			if load64(src, chSeq) == s1 {

@@ -167,7 +167,41 @@ type Process struct {
 	CommsInited    uint64          `json:"comms_inited"`
 	CommsFinalized uint64          `json:"comms_finalized"`
 	Plugin         string          `json:"plugin"`
+	// A second profiler plugin NCCLWATCH_PROFILER_CHAIN named, called beside this one: its
+	// state, the ABI version it is called with, its name, why it failed, and the events it did
+	// not get.
+	Chain        ChainState `json:"chain,omitempty"`
+	ChainABI     int        `json:"chain_abi,omitempty"`
+	ChainName    string     `json:"chain_name,omitempty"`
+	ChainError   string     `json:"chain_error,omitempty"`
+	ChainDropped uint64     `json:"chain_dropped,omitempty"`
 }
+
+// ChainState says whether a second profiler plugin is chained beside this one.
+type ChainState uint32
+
+const (
+	ChainNone   ChainState = 0
+	ChainActive ChainState = 1
+	// ChainFailed: NCCLWATCH_PROFILER_CHAIN named a plugin that could not be used (ChainError
+	// says why); this one went on alone.
+	ChainFailed ChainState = 2
+)
+
+func (s ChainState) String() string {
+	switch s {
+	case ChainNone:
+		return "none"
+	case ChainActive:
+		return "active"
+	case ChainFailed:
+		return "failed"
+	}
+	return "state" + strconv.Itoa(int(s))
+}
+
+// MarshalText writes the state's name in JSON.
+func (s ChainState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // NCCLRange names the NCCL releases that pick the profiler ABI the process used.
 func (p Process) NCCLRange() string {
@@ -228,6 +262,82 @@ type Comm struct {
 	Sigs   []Sig  `json:"sigs,omitempty"`
 	Marks  []Mark `json:"marks,omitempty"`
 	Digest uint64 `json:"digest,omitempty"`
+	// Timings are the completed ops timed, per function and message size bucket (cells with
+	// none left out), cumulative since the communicator's init.
+	Timings []OpTiming `json:"timings,omitempty"`
+}
+
+// BWFunc is what an OpTiming times: a collective function, or a Send or Recv.
+type BWFunc uint8
+
+const (
+	BWAllReduce     BWFunc = 0
+	BWAllGather     BWFunc = 1
+	BWReduceScatter BWFunc = 2
+	BWBroadcast     BWFunc = 3
+	BWReduce        BWFunc = 4
+	BWSend          BWFunc = 5
+	BWRecv          BWFunc = 6
+	// BWOther: any other collective (AllToAll, Gather, Scatter, ...), whose bus bandwidth
+	// NCCL does not define.
+	BWOther BWFunc = 7
+
+	// NumBWFuncs and NumBWBuckets are the region's timing table: functions x size buckets.
+	NumBWFuncs   = 8
+	NumBWBuckets = 6
+)
+
+var bwFuncNames = [NumBWFuncs]string{"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "Send", "Recv", "other"}
+
+func (f BWFunc) String() string {
+	if int(f) < NumBWFuncs {
+		return bwFuncNames[f]
+	}
+	return "func" + strconv.Itoa(int(f))
+}
+
+// MarshalText writes the function's name in JSON.
+func (f BWFunc) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
+
+// BucketLow is the smallest message (bytes per rank: count x datatype size) of size bucket b:
+// 0, 4 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB. Bucket b holds messages below BucketLow(b+1).
+func BucketLow(b int) uint64 {
+	if b <= 0 {
+		return 0
+	}
+	return 4096 << (4 * (b - 1))
+}
+
+// BucketName names size bucket b by its bounds: "0-4KiB", ..., "256MiB+".
+func BucketName(b int) string {
+	if b >= NumBWBuckets-1 {
+		return iec(BucketLow(NumBWBuckets-1)) + "+"
+	}
+	return iec(BucketLow(b)) + "-" + iec(BucketLow(b+1))
+}
+
+func iec(n uint64) string {
+	for _, u := range []string{"", "Ki", "Mi", "Gi"} {
+		if n < 1024 || n%1024 != 0 {
+			return strconv.FormatUint(n, 10) + u + "B"
+		}
+		n /= 1024
+	}
+	return strconv.FormatUint(n, 10) + "TiB"
+}
+
+// OpTiming is the completed ops of one function and size bucket that the plugin timed.
+type OpTiming struct {
+	Func   BWFunc `json:"func"`
+	Bucket int    `json:"bucket"`
+	Ops    uint64 `json:"ops"`
+	// Bytes sums the ops' messages: count x datatype size each, as the rank passed them
+	// (an AllGather's input, a ReduceScatter's output).
+	Bytes uint64 `json:"bytes"`
+	// ExecNs sums their execution times: from the first kernel channel's start to the last
+	// one's stop; GPUTimed of them measured by the GPU's own clock, the others by the host's.
+	ExecNs   uint64 `json:"exec_ns"`
+	GPUTimed uint64 `json:"gpu_timed,omitempty"`
 }
 
 // Sig is what a collective was called with.
@@ -368,7 +478,7 @@ func checkHeader(b []byte) (geometry, error) {
 			ErrCorrupt, hs, ps, ops, LayoutVersion, headerSize, peerSize, opSize)
 	case mc == 0 || mc > 4096 || mp == 0 || mp > 65536:
 		return g, fmt.Errorf("%w: %d comm slots of %d peers", ErrCorrupt, mc, mp)
-	case uint64(cs) != commHdrSize+uint64(mp)*peerSize+historySize:
+	case uint64(cs) != commFixedSize+uint64(mp)*peerSize:
 		return g, fmt.Errorf("%w: comm slot of %d bytes for %d peers", ErrCorrupt, cs, mp)
 	case rs != headerSize+uint64(mc)*uint64(cs):
 		return g, fmt.Errorf("%w: region of %d bytes for %d slots of %d", ErrCorrupt, rs, mc, cs)
@@ -439,6 +549,11 @@ func decodeProcess(b []byte) Process {
 		CommsInited:    u64(b, hdrCommsInited),
 		CommsFinalized: u64(b, hdrCommsFinalized),
 		Plugin:         cstr(b, hdrPluginVersion, 32),
+		ChainABI:       int(u32(b, hdrChainABI)),
+		Chain:          ChainState(u32(b, hdrChainState)),
+		ChainDropped:   u64(b, hdrChainDropped),
+		ChainName:      cstr(b, hdrChainName, 32),
+		ChainError:     cstr(b, hdrChainError, 96),
 	}
 	if p.Disabled {
 		p.DisabledReason = cstr(b, hdrDisabledReason, 128)
@@ -489,7 +604,8 @@ func decodeComm(s []byte, slot, maxPeers int) (Comm, error) {
 		InFlight:      decodeOp(s[chInflight : chInflight+opSize]),
 		Last:          decodeOp(s[chLast : chLast+opSize]),
 	}
-	c.Sigs, c.Marks, c.Digest = decodeHistory(s[len(s)-historySize:], c.CollIssued)
+	c.Sigs, c.Marks, c.Digest = decodeHistory(s[len(s)-tailSize:], c.CollIssued)
+	c.Timings = decodeTimings(s[len(s)-bwSize:])
 	for i := range n {
 		p := s[commHdrSize+i*peerSize : commHdrSize+(i+1)*peerSize]
 		c.Peers = append(c.Peers, Peer{
@@ -525,6 +641,20 @@ func decodeHistory(h []byte, issued uint64) (sigs []Sig, marks []Mark, digest ui
 	// A mark of a higher level repeats one of a lower level at the same position.
 	marks = slices.CompactFunc(marks, func(a, b Mark) bool { return a.Seq == b.Seq })
 	return sigs, marks, u64(h, histDigest)
+}
+
+func decodeTimings(b []byte) []OpTiming {
+	var out []OpTiming
+	for f := range NumBWFuncs {
+		for k := range NumBWBuckets {
+			c := b[(f*NumBWBuckets+k)*bwCellSize:]
+			if ops := u64(c, bwOps); ops > 0 {
+				out = append(out, OpTiming{Func: BWFunc(f), Bucket: k, Ops: ops, Bytes: u64(c, bwBytes),
+					ExecNs: u64(c, bwExecNs), GPUTimed: u64(c, bwGPUTimed)})
+			}
+		}
+	}
+	return out
 }
 
 func decodeOp(b []byte) *Op {

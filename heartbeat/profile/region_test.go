@@ -20,7 +20,7 @@ type image struct {
 }
 
 func newImage(maxComms, maxPeers int) *image {
-	commSize := commHdrSize + maxPeers*peerSize + historySize
+	commSize := commFixedSize + maxPeers*peerSize
 	m := &image{b: make([]byte, headerSize+maxComms*commSize), maxComms: maxComms, maxPeers: maxPeers}
 	b := m.b
 	le.PutUint64(b[hdrMagic:], Magic)
@@ -50,8 +50,8 @@ func newImage(maxComms, maxPeers int) *image {
 }
 
 func (m *image) slot(i int) []byte {
-	off := headerSize + i*(commHdrSize+m.maxPeers*peerSize+historySize)
-	return m.b[off : off+commHdrSize+m.maxPeers*peerSize+historySize]
+	off := headerSize + i*(commFixedSize+m.maxPeers*peerSize)
+	return m.b[off : off+commFixedSize+m.maxPeers*peerSize]
 }
 
 // comm fills slot i with a live communicator: a collective in flight and one peer.

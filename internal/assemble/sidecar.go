@@ -47,6 +47,8 @@ type SidecarConfig struct {
 	// ProfilerDirs are the folders of the NCCL profiler plugin's regions (none: the plugin
 	// is not read; heartbeat.DefaultProfilerDirs gives the plugin's own defaults).
 	ProfilerDirs []string
+	// FRDumpDir is the folder PyTorch writes its Flight Recorder dumps to ("": not read).
+	FRDumpDir string
 	// PollLogs polls the logs instead of using inotify (tests, odd filesystems).
 	PollLogs bool
 	// LogKeep bounds each NCCL log on disk: its header and its last LogKeep bytes stay, the
@@ -73,8 +75,8 @@ type SidecarConfig struct {
 	NetRoot       string
 	NetInterfaces []string
 
-	// CheckPIDs watches the ranks' processes under ProcRoot (default /proc). Liveness,
-	// when set, answers instead (simulated ranks).
+	// CheckPIDs watches the ranks' processes under ProcRoot (default /proc), which also
+	// names the GPUs' processes. Liveness, when set, answers instead (simulated ranks).
 	CheckPIDs bool
 	ProcRoot  string
 	Liveness  heartbeat.Liveness
@@ -115,7 +117,7 @@ func Sidecar(ctx context.Context, cli *clientv3.Client, cfg SidecarConfig) (sc *
 	}
 	opts := heartbeat.Options{
 		Job: cfg.Job, Node: cfg.Node, LogPatterns: cfg.LogPatterns, StdoutPatterns: cfg.StdoutPatterns,
-		StateDir: cfg.StateDir, ProfilerDirs: cfg.ProfilerDirs, PollLogs: cfg.PollLogs, LogKeep: cfg.LogKeep,
+		StateDir: cfg.StateDir, ProfilerDirs: cfg.ProfilerDirs, FRDumpDir: cfg.FRDumpDir, PollLogs: cfg.PollLogs, LogKeep: cfg.LogKeep,
 		SampleEvery: cfg.SampleEvery,
 		Logger:      log, Registerer: cfg.Registerer,
 	}
@@ -131,7 +133,7 @@ func Sidecar(ctx context.Context, cli *clientv3.Client, cfg SidecarConfig) (sc *
 			gpus.Close()
 		}
 	}
-	gopts := gpu.Options{Logger: log.With("part", "nvml"), Window: cfg.GPUWindow}
+	gopts := gpu.Options{Logger: log.With("part", "nvml"), Window: cfg.GPUWindow, ProcRoot: cfg.ProcRoot}
 	switch {
 	case cfg.GPULibrary != nil:
 		s, err := gpu.NewWithLibrary(cfg.GPULibrary, gopts)

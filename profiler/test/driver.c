@@ -8,6 +8,13 @@
  * with NCCLWATCH_PROFILER_DIR set. Scenarios: basic, orders, threads, bench, overflow, burst,
  * disabled, fork, script. Prints "ok" on success; anything the driver can check by itself (masks,
  * handles) fails with exit status 1, what is in the region is the Go test's job.
+ *
+ * Chained (NCCLWATCH_PROFILER_CHAIN set: a second plugin, test/standin.c, beside the watchdog's),
+ * the handles the driver gets are pairs, non-NULL whenever either plugin took the event, so the
+ * checks that the watchdog gave no handle are left out. DRIVER_LOG=FILE writes every call that
+ * must reach the chained plugin in the stand-in's own line format (see standin.c), numbering
+ * events and contexts as it does, so that a test can compare the two files line by line; the
+ * threads scenario instead prints its totals ("calls starts=N stops=N states=N").
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -51,6 +58,114 @@ static void logger(int level, unsigned long flags, const char *file, int line, c
 /* ---- one API over the four ABI versions ----------------------------------------------- */
 
 static int ver;
+static int mypid;
+static int chain_mode; /* NCCLWATCH_PROFILER_CHAIN is set */
+
+/* A check that the watchdog gave no handle: chained, the other plugin may have taken it. */
+#define NO_HANDLE(h, ...)                                                                                            \
+  do {                                                                                                               \
+    if ((h) && !chain_mode) fail(__VA_ARGS__);                                                                       \
+  } while (0)
+
+/* ---- the calls a chained plugin must see, in its line format (DRIVER_LOG) ------------- */
+
+static FILE *dlog;
+static pthread_mutex_t dlog_mu = PTHREAD_MUTEX_INITIALIZER;
+enum { HMAP = 1 << 17, MAX_CTXS = 256 };
+static struct {
+  void *h;
+  long ev;
+  int ctx;
+  uint64_t type;
+  int stopped;
+} hmap[HMAP];
+static struct {
+  void *ctx;
+  int live;
+} ctxs[MAX_CTXS];
+static int nctxs;
+static long nevs;
+static unsigned long long n_starts, n_stops, n_states; /* chained totals (threads) */
+
+static unsigned hused;
+
+static unsigned hslot(const void *h) {
+  uint64_t x = (uint64_t)(uintptr_t)h * 0x9E3779B97F4A7C15ULL;
+  unsigned i = (unsigned)(x >> 47) % HMAP;
+  while (hmap[i].h && hmap[i].h != h) i = (i + 1) % HMAP;
+  return i;
+}
+
+static int ctx_num(const void *ctx) {
+  for (int i = nctxs - 1; i >= 0; i--)
+    if (ctxs[i].ctx == ctx && ctxs[i].live) return i;
+  return -1;
+}
+
+static void log_init(void *ctx, uint64_t id) {
+  if (!ctx) return;
+  if (nctxs < MAX_CTXS) ctxs[nctxs++] = (typeof(ctxs[0])){ctx, 1};
+  if (dlog) fprintf(dlog, "init ctx=%d id=0x%llx\n", nctxs - 1, (unsigned long long)id);
+}
+
+static void log_fin(void *ctx) {
+  int c = ctx_num(ctx);
+  if (c < 0) return;
+  ctxs[c].live = 0;
+  if (dlog) fprintf(dlog, "fin ctx=%d\n", c);
+}
+
+static const char *tname(uint64_t t) {
+  switch (t) {
+  case NW_EV_GROUP: return "Group";
+  case NW_EV_COLL: return "Coll";
+  case NW_EV_P2P: return "P2p";
+  case NW_EV_PROXY_OP: return "ProxyOp";
+  case NW_EV_PROXY_STEP: return "ProxyStep";
+  case NW_EV_PROXY_CTRL: return "ProxyCtrl";
+  case NW_EV_KERNEL_CH: return "KernelCh";
+  case NW_EV_NET_PLUGIN: return "NetPlugin";
+  case NW_EV_COLL_API: return "CollApi";
+  default: return "unknown";
+  }
+}
+
+static int leaf_type(uint64_t t) { return t == NW_EV_PROXY_OP || t == NW_EV_PROXY_STEP || t == NW_EV_KERNEL_CH; }
+
+struct ev;
+static void log_start(void *ctx, const struct ev *e, void *h);
+/* Without DRIVER_LOG (threads) only the totals are kept: every event reaches the chained
+ * plugin there, and no table of handles would hold them. */
+static void log_stop(void *h) {
+  if (!chain_mode) return;
+  if (!dlog) {
+    if (h) __atomic_fetch_add(&n_stops, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  pthread_mutex_lock(&dlog_mu);
+  unsigned i = hslot(h);
+  if (h && hmap[i].h == h && ctxs[hmap[i].ctx].live && !(hmap[i].stopped && leaf_type(hmap[i].type))) {
+    n_stops++;
+    if (dlog) fprintf(dlog, "stop ev=%ld%s\n", hmap[i].ev, hmap[i].stopped ? " again" : "");
+    hmap[i].stopped = 1;
+  }
+  pthread_mutex_unlock(&dlog_mu);
+}
+
+static void log_state(void *h, int st) {
+  if (!chain_mode) return;
+  if (!dlog) {
+    if (h) __atomic_fetch_add(&n_states, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  pthread_mutex_lock(&dlog_mu);
+  unsigned i = hslot(h);
+  if (h && hmap[i].h == h && ctxs[hmap[i].ctx].live && !(hmap[i].stopped && leaf_type(hmap[i].type))) {
+    n_states++;
+    if (dlog) fprintf(dlog, "state ev=%ld st=%d\n", hmap[i].ev, st);
+  }
+  pthread_mutex_unlock(&dlog_mu);
+}
 /* v5/v6: garbage in the type's upper bytes, as an 8-bit type field with stack padding would
  * leave; the plugin must still see the event's type. */
 static int type_garbage;
@@ -67,6 +182,62 @@ struct ev {
   const char *func, *dtype, *algo, *proto;
   int root_or_peer, nch, pid, channel, nsteps, is_send, step;
 };
+
+/* A start the chained plugin gets: every one on a live context. Its parent by event number:
+ * - none (or a value no start returned), x another process's proxy op's. */
+static void log_start(void *ctx, const struct ev *e, void *h) {
+  if (!dlog) {
+    if (ctx) __atomic_fetch_add(&n_starts, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  pthread_mutex_lock(&dlog_mu);
+  int c = ctx_num(ctx);
+  /* An API event's type under garbage (type_garbage) is no event the chained plugin knows. */
+  if (c < 0 || (type_garbage && e->type > 0xFF)) {
+    pthread_mutex_unlock(&dlog_mu);
+    return;
+  }
+  long ev = nevs++;
+  n_starts++;
+  if (dlog) {
+    char parent[24] = "-";
+    if (e->type == NW_EV_PROXY_OP && e->pid != 0 && e->pid != mypid && e->parent) {
+      snprintf(parent, sizeof parent, "x");
+    } else if (e->parent) {
+      /* A parent of another communicator (a finalized one's) is none to the chained plugin. */
+      unsigned i = hslot(e->parent);
+      if (hmap[i].h == e->parent && hmap[i].ctx == c) snprintf(parent, sizeof parent, "%ld", hmap[i].ev);
+    }
+    char f[200] = "";
+    switch (e->type) {
+    case NW_EV_COLL:
+      snprintf(f, sizeof f, " func=%s count=%llu dtype=%s root=%d nch=%d", e->func, (unsigned long long)e->count, e->dtype,
+               e->root_or_peer, e->nch);
+      break;
+    case NW_EV_P2P:
+      snprintf(f, sizeof f, " func=%s count=%llu dtype=%s peer=%d", e->func, (unsigned long long)e->count, e->dtype,
+               e->root_or_peer);
+      break;
+    case NW_EV_PROXY_OP:
+      snprintf(f, sizeof f, " peer=%d send=%d steps=%d ch=%d", e->root_or_peer, e->is_send, e->nsteps, e->channel);
+      break;
+    case NW_EV_PROXY_STEP: snprintf(f, sizeof f, " step=%d", e->step); break;
+    case NW_EV_KERNEL_CH: snprintf(f, sizeof f, " ch=%d", e->channel); break;
+    default: break;
+    }
+    fprintf(dlog, "start ctx=%d ev=%ld type=%s parent=%s%s\n", c, ev, tname(e->type), parent, f);
+  }
+  if (h) {
+    if (++hused > HMAP / 2) fail("DRIVER_LOG: more than %d events", HMAP / 2);
+    unsigned i = hslot(h);
+    hmap[i].h = h;
+    hmap[i].ev = ev;
+    hmap[i].ctx = c;
+    hmap[i].type = e->type;
+    hmap[i].stopped = 0;
+  }
+  pthread_mutex_unlock(&dlog_mu);
+}
 
 static void load(const char *path, int v) {
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -97,13 +268,17 @@ static void *init(uint64_t id, int nnodes, int nranks, int rank, int want_mask) 
   default: rc = p6->init(&ctx, id, &mask, NULL, nnodes, nranks, rank, logger); break;
   }
   if (rc != 0) fail("init returned %d", rc);
-  if (mask != want_mask) fail("init mask 0x%x, want 0x%x", mask, want_mask);
+  /* Chained, the mask NCCL gets also holds what the other plugin asked for. */
+  if (chain_mode ? (mask & want_mask) != want_mask : mask != want_mask)
+    fail("init mask 0x%x, want 0x%x", mask, want_mask);
+  if (chain_mode) log_init(ctx, id);
   return ctx;
 }
 
 static void fin(void *ctx) {
   int rc = ver == 3 ? p3->finalize(ctx) : ver == 4 ? p4->finalize(ctx) : ver == 5 ? p5->finalize(ctx) : p6->finalize(ctx);
   if (rc) fail("finalize returned %d", rc);
+  if (chain_mode) log_fin(ctx);
 }
 
 static void fill_coll_v4(struct nw_coll_v4 *c, const struct ev *e) {
@@ -227,15 +402,18 @@ static void *start(void *ctx, const struct ev *e) {
   }
   if (rc) fail("startEvent returned %d", rc);
   if (h == (void *)0x1) fail("startEvent left the handle unset");
+  if (chain_mode) log_start(ctx, e, h);
   return h;
 }
 
 static void stop(void *h) {
+  log_stop(h);
   int rc = ver == 3 ? p3->stopEvent(h) : ver == 4 ? p4->stopEvent(h) : ver == 5 ? p5->stopEvent(h) : p6->stopEvent(h);
   if (rc) fail("stopEvent returned %d", rc);
 }
 
 static void state(void *h, int st, uint64_t timer, int null_args) {
+  log_state(h, st);
   int rc;
   if (ver == 3) {
     union nw_state_args_v3 a = {.proxyOp = {.transSize = 1, .steps = 1}};
@@ -250,8 +428,6 @@ static void state(void *h, int st, uint64_t timer, int null_args) {
 }
 
 /* ---- NCCL-shaped sequences ------------------------------------------------------------ */
-
-static int mypid;
 
 static void *group(void *ctx) {
   struct ev e = {.type = NW_EV_GROUP};
@@ -410,22 +586,22 @@ static void orders(void) {
   int on_stack = 0;
   stop(&on_stack);
   state(&on_stack, NW_ST_STEP_SEND_WAIT, 0, 1);
-  if (kch(ctx, NULL, 0, 1)) fail("KernelCh without a parent got a handle");
-  if (kch(ctx, &on_stack, 0, 1)) fail("KernelCh with a foreign parent got a handle");
+  NO_HANDLE(kch(ctx, NULL, 0, 1), "KernelCh without a parent got a handle");
+  NO_HANDLE(kch(ctx, &on_stack, 0, 1), "KernelCh with a foreign parent got a handle");
   struct ev foreign = {.type = NW_EV_PROXY_OP, .parent = c2, .pid = mypid + 1, .root_or_peer = 0, .nsteps = 2, .is_send = 1};
   void *fop = start(ctx, &foreign); /* posted by another process: parent not followed */
   stop(fop);
   struct ev st = {.type = NW_EV_PROXY_STEP, .parent = NULL};
-  if (start(ctx, &st)) fail("ProxyStep without a parent got a handle");
+  NO_HANDLE(start(ctx, &st), "ProxyStep without a parent got a handle");
   struct ev unknown = {.type = NW_EV_PROXY_CTRL};
-  if (start(ctx, &unknown)) fail("ProxyCtrl got a handle");
+  NO_HANDLE(start(ctx, &unknown), "ProxyCtrl got a handle");
   unknown.type = NW_EV_NET_PLUGIN;
-  if (start(ctx, &unknown)) fail("NetPlugin got a handle");
+  NO_HANDLE(start(ctx, &unknown), "NetPlugin got a handle");
   if (ver >= 5) {
     unknown.type = NW_EV_COLL_API;
-    if (start(ctx, &unknown)) fail("CollApi got a handle");
+    NO_HANDLE(start(ctx, &unknown), "CollApi got a handle");
   }
-  if (start(NULL, &unknown)) fail("a NULL context got a handle");
+  NO_HANDLE(start(NULL, &unknown), "a NULL context got a handle");
 
   /* State records with NULL arguments, as NCCL does for some states. */
   g = group(ctx);
@@ -449,7 +625,7 @@ static void orders(void) {
   state(open_step, NW_ST_STEP_SEND_WAIT, 0, 0);
   stop(open_step);
   stop(open_s);
-  if (kch(ctx, open_c, 1, 10)) fail("event on a finalized comm got a handle");
+  NO_HANDLE(kch(ctx, open_c, 1, 10), "event on a finalized comm got a handle");
   fin(ctx); /* finalize twice */
 
   void *ctx2 = init(0xD00D, 1, 2, 0, WANT_MASK);
@@ -460,7 +636,7 @@ static void orders(void) {
   full_coll(ctx2, 0xD00D, 0, 10, 1, 1, 2);
   if (type_garbage) {
     struct ev api = {.type = NW_EV_COLL_API};
-    if (start(ctx2, &api)) fail("CollApi with garbage above its bit got a handle");
+    NO_HANDLE(start(ctx2, &api), "CollApi with garbage above its bit got a handle");
   }
   type_garbage = 0;
 }
@@ -606,8 +782,8 @@ static void overflow(void) {
   for (int i = 64; i < 70; i++) {
     /* A dropped comm gets no Group handle, so NCCL 2.27 skips the plan's events at once. */
     struct ev e = {.type = NW_EV_GROUP};
-    if (start(ctx[i], &e)) fail("a dropped comm got a Group handle");
-    if (coll(ctx[i], NULL, 0, 0, "AllReduce", 1, 1)) fail("a dropped comm got a Coll handle");
+    NO_HANDLE(start(ctx[i], &e), "a dropped comm got a Group handle");
+    NO_HANDLE(coll(ctx[i], NULL, 0, 0, "AllReduce", 1, 1), "a dropped comm got a Coll handle");
   }
   for (int peer = 0; peer < 70; peer++) full_p2p(ctx[0], 0, "Send", peer + 1, 1);
   void *last = NULL;
@@ -615,19 +791,19 @@ static void overflow(void) {
     void *g = group(ctx[1]);
     void *c = coll(ctx[1], g, 0, (uint64_t)i, "AllReduce", 1, 1);
     if (!c) fail("op %d: no handle", i);
-    if (i >= 256 && last && c != last) fail("op %d past the ring did not share the newest entry", i);
+    if (i >= 256 && last && c != last && !chain_mode) fail("op %d past the ring did not share the newest entry", i);
     last = c;
     stop(c);
     stop(g);
   }
   void *g1 = group(ctx[1]);
-  if (p2p(ctx[1], g1, 0, "Send", 1, 1, 1)) fail("a send past a ring full of collectives got a handle");
+  NO_HANDLE(p2p(ctx[1], g1, 0, "Send", 1, 1, 1), "a send past a ring full of collectives got a handle");
   stop(g1);
   void *g = group(ctx[2]);
   void *c = coll(ctx[2], g, 0, 0, "AllReduce", 1, 1);
   for (int i = 0; i < 1100; i++) {
     void *op = pxop(ctx[2], c, 1, i & 1, 2, i % 32);
-    if ((i < 1024) != (op != NULL)) fail("proxy op %d: handle %p", i, op);
+    if ((i < 1024) != (op != NULL) && !(chain_mode && op)) fail("proxy op %d: handle %p", i, op);
   }
   for (int i = 3; i < 70; i++) fin(ctx[i]);
   void *late = init(0x9999, 1, 2, 0, WANT_MASK); /* lands in a slot freed above */
@@ -669,7 +845,7 @@ static void burst(int done) {
 static void disabled(void) {
   void *ctx = init(0x1, 1, 2, 0, 0);
   struct ev e = {.type = NW_EV_GROUP};
-  if (start(ctx, &e)) fail("a disabled plugin returned a handle");
+  NO_HANDLE(start(ctx, &e), "a disabled plugin returned a handle");
   stop(NULL);
   fin(ctx);
 }
@@ -823,6 +999,10 @@ static void script(void) {
 int main(int argc, char **argv) {
   if (argc < 4) fail("usage: driver PLUGIN.so SCENARIO VERSION [N]");
   mypid = getpid();
+  const char *chain = getenv("NCCLWATCH_PROFILER_CHAIN");
+  chain_mode = chain && *chain;
+  const char *dl = getenv("DRIVER_LOG");
+  if (chain_mode && dl && *dl && !(dlog = fopen(dl, "w"))) fail("cannot write %s", dl);
   load(argv[1], atoi(argv[3]));
   int n = argc > 4 ? atoi(argv[4]) : 1000;
   const char *s = argv[2];
@@ -836,6 +1016,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(s, "disabled")) disabled();
   else if (!strcmp(s, "fork")) forked();
   else fail("unknown scenario %s", s);
+  if (dlog) fclose(dlog);
+  if (chain_mode) printf("calls starts=%llu stops=%llu states=%llu\n", n_starts, n_stops, n_states);
   printf("ok %s v%d pid %d\n", s, ver, mypid);
   return 0;
 }

@@ -19,6 +19,8 @@ int main(void) {
   VAL("sigs", NW_SIGS);
   VAL("mark_levels", NW_MARK_LEVELS);
   VAL("marks_per_level", NW_MARKS_PER_LEVEL);
+  VAL("bw_funcs", NW_BW_FUNCS);
+  VAL("bw_buckets", NW_BW_BUCKETS);
   VAL("enum.proc_running", NW_PROC_RUNNING);
   VAL("enum.proc_exited", NW_PROC_EXITED);
   VAL("enum.slot_free", NW_SLOT_FREE);
@@ -28,6 +30,17 @@ int main(void) {
   VAL("enum.op_p2p", NW_OP_P2P);
   VAL("enum.send", NW_SEND);
   VAL("enum.recv", NW_RECV);
+  VAL("enum.bw_allreduce", NW_BW_ALLREDUCE);
+  VAL("enum.bw_allgather", NW_BW_ALLGATHER);
+  VAL("enum.bw_reducescatter", NW_BW_REDUCESCATTER);
+  VAL("enum.bw_broadcast", NW_BW_BROADCAST);
+  VAL("enum.bw_reduce", NW_BW_REDUCE);
+  VAL("enum.bw_send", NW_BW_SEND);
+  VAL("enum.bw_recv", NW_BW_RECV);
+  VAL("enum.bw_other", NW_BW_OTHER);
+  VAL("enum.chain_none", NW_CHAIN_NONE);
+  VAL("enum.chain_active", NW_CHAIN_ACTIVE);
+  VAL("enum.chain_failed", NW_CHAIN_FAILED);
 
   SIZE("hdr", struct nw_hdr);
   SIZE("op", struct nw_op);
@@ -37,6 +50,7 @@ int main(void) {
   SIZE("sig", struct nw_sig);
   SIZE("mark", struct nw_mark);
   SIZE("history", struct nw_history);
+  SIZE("bw_cell", struct nw_bw_cell);
   SIZE("comm_slot", struct nw_comm_slot);
   SIZE("region", struct nw_region);
 
@@ -72,6 +86,11 @@ int main(void) {
   OFF("hdr", struct nw_hdr, job_id);
   OFF("hdr", struct nw_hdr, disabled_reason);
   OFF("hdr", struct nw_hdr, plugin_version);
+  OFF("hdr", struct nw_hdr, chain_abi);
+  OFF("hdr", struct nw_hdr, chain_state);
+  OFF("hdr", struct nw_hdr, chain_dropped);
+  OFF("hdr", struct nw_hdr, chain_name);
+  OFF("hdr", struct nw_hdr, chain_error);
   OFF("hdr", struct nw_hdr, reserved);
 
   OFF("op", struct nw_op, seq);
@@ -152,6 +171,11 @@ int main(void) {
 
   OFF("comm_slot", struct nw_comm_slot, peers);
   OFF("comm_slot", struct nw_comm_slot, hist);
+  OFF("comm_slot", struct nw_comm_slot, bw);
+  OFF("bw_cell", struct nw_bw_cell, ops);
+  OFF("bw_cell", struct nw_bw_cell, bytes);
+  OFF("bw_cell", struct nw_bw_cell, exec_ns);
+  OFF("bw_cell", struct nw_bw_cell, gpu_timed);
   OFF("region", struct nw_region, comms);
   return 0;
 }

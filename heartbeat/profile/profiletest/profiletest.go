@@ -54,7 +54,8 @@ func Build(t testing.TB) *Kit {
 		}
 		k := &Kit{SO: filepath.Join(dir, "libnccl-profiler-ncclwatch.so"), Driver: filepath.Join(dir, "driver")}
 		so := []string{"-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread", "-Wall", "-Wextra",
-			"-Werror", "-Wl,-z,nodelete", "-o", k.SO, filepath.Join(root, "profiler", "plugin.c"), "-ldl"}
+			"-Werror", "-Wl,-z,nodelete", "-o", k.SO, filepath.Join(root, "profiler", "plugin.c"),
+			filepath.Join(root, "profiler", "chain.c"), "-ldl"}
 		drv := []string{"-std=gnu11", "-O1", "-pthread", "-Wall", "-Wextra", "-Werror", "-o", k.Driver,
 			filepath.Join(root, "profiler", "test", "driver.c"), "-ldl"}
 		for _, args := range [][]string{so, drv} {

@@ -3,10 +3,11 @@
 import math
 import time as _time
 
-from . import cuda, distributed  # noqa: F401
+from . import _C, cuda, distributed  # noqa: F401
+from ._fakenccl import hog_factor as _hog_factor
 
 __version__ = "stub"
-uint8, int32, int64, float32 = "uint8", "int32", "int64", "float32"
+uint8, int32, int64, float32, bfloat16 = "uint8", "int32", "int64", "float32", "bfloat16"
 calls = []  # (op, args) log, read by distributed
 
 
@@ -26,7 +27,9 @@ class Tensor:
         return self
 
     def __matmul__(self, other):
-        _time.sleep(0.0005)  # "compute" takes a little time, so calibration has something to time
+        # "compute" takes a little time, so calibration has something to time; longer while
+        # hog.py computes on this rank's GPU (a dry run's slow GPU)
+        _time.sleep(0.0005 * _hog_factor())
         return self
 
     def __getitem__(self, s):
@@ -37,6 +40,7 @@ class Tensor:
         return Tensor(self.n, dtype)
 
     def fill_(self, v):
+        self.value = v
         return self
 
     def clone(self):

@@ -16,6 +16,22 @@ aborts the process.
 
 Without STUB_NCCL_DIR (jobcheck.sh runs one rank alone) nothing is written and every
 operation completes at once.
+
+More of a real job, for the 4-GPU harness:
+- the device: torch.cuda.set_device(k) makes the rank's lines say cudaDev k and its bus id;
+- the socket transport (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1): before an operation
+  "arrives", its rank sends count*4/STUB_NET_SCALE (64) bytes over a real loopback TCP
+  connection, through libc's send(), so the rate-limit shim (ratelimit/shim.c) slows that
+  rank's operations as it would slow NCCL's proxy threads;
+- a slow GPU: the fake compute (torch's matmul) takes 1 + W*D times longer while hog.py
+  says W workers of duty D compute on the rank's GPU (HOG_DIR/gpu<k>.state);
+- Flight Recorder (TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE > 0): every
+  operation is recorded as PyTorch records it; with TORCH_NCCL_DUMP_ON_TIMEOUT=1 the rank
+  whose watchdog times out writes the dump (a plain-data pickle in PyTorch 2.11's layout) to
+  TORCH_FR_DUMP_TEMP_FILE<rank> and signals the others, which dump too (PyTorch does it
+  through the TCPStore); torch._C._distributed_c10d._dump_nccl_trace_json gives the JSON
+  form; TORCH_NCCL_ENABLE_TIMING=1 adds the "started" state;
+- destroy_process_group(group) of one group: its communicator is destroyed on this rank only.
 """
 import collections
 import ctypes
@@ -23,6 +39,7 @@ import datetime
 import hashlib
 import json
 import os
+import pickle
 import random
 import signal
 import socket
@@ -60,6 +77,8 @@ class _Log:
             self.f = open(path, "a", buffering=1)
         self.lock = threading.Lock()
 
+    dev = 0  # the CUDA device, as NCCL prints it in brackets
+
     def _write(self, level, msg, src=""):
         if not self.f:
             return
@@ -68,7 +87,7 @@ class _Log:
             pre = datetime.datetime.now().strftime("[%Y-%m-%d %H:%M:%S.%f] ")
         tid = threading.get_native_id()
         with self.lock:
-            self.f.write(f"{pre}{self.host}:{self.pid}:{tid} [0] {src}NCCL {level} {msg}\n")
+            self.f.write(f"{pre}{self.host}:{self.pid}:{tid} [{self.dev}] {src}NCCL {level} {msg}\n")
 
     def info_line(self, msg):
         if self.info:
@@ -216,6 +235,158 @@ class _Profiler:
             self.t.finalize(comm.prof[0])
 
 
+def bus_id(dev):
+    """A bus id per device, as NCCL prints it (e.g. 18000)."""
+    return f"{0x18 + 0x11 * dev:x}000"
+
+
+_hog = {"t": 0.0, "f": 1.0}
+
+
+def hog_factor():
+    """How much slower this rank's GPU computes now: 1 + W*D while hog.py runs W workers of
+    duty D on it (HOG_DIR/gpu<k>.state), else 1. Read at most every 50 ms."""
+    d = os.environ.get("HOG_DIR")
+    if not d:
+        return 1.0
+    now = time.time()
+    if now - _hog["t"] < 0.05:
+        return _hog["f"]
+    _hog["t"] = now
+    try:
+        with open(os.path.join(d, f"gpu{nccl.device}.state")) as f:
+            w, duty = f.read().split()[:2]
+        _hog["f"] = 1.0 + max(0, int(w)) * max(0.0, float(duty))
+    except (OSError, ValueError):
+        _hog["f"] = 1.0
+    return _hog["f"]
+
+
+def _fr_size():
+    for k in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        v = os.environ.get(k)
+        if v:
+            try:
+                return int(v)
+            except ValueError:
+                return 0
+    return 0
+
+
+class FlightRecorder:
+    """PyTorch's Flight Recorder as far as a dump shows it: per operation its process group,
+    sequence ids, sizes, dtypes, state and times; per group its ranks and status."""
+    VERSION = "2.10"
+    DTYPE = {"float32": "Float", "int32": "Int", "int64": "Long", "uint8": "Byte"}
+    NAMES = {"AllReduce": "all_reduce", "Broadcast": "broadcast", "Send": "send", "Recv": "recv"}
+
+    def __init__(self, rank):
+        self.rank = rank
+        self.size = _fr_size()
+        self.entries = collections.deque(maxlen=max(1, self.size))
+        self.timing = os.environ.get("TORCH_NCCL_ENABLE_TIMING") == "1"
+        self.pg_config, self.pg_status = {}, {}
+        self.next_id = 0
+        self.lock = threading.Lock()
+        self.dumped = False
+
+    @property
+    def on(self):
+        return self.size > 0
+
+    def add_pg(self, comm):
+        if not self.on:
+            return
+        with self.lock:
+            self.pg_config[comm.pg_name] = {"name": comm.pg_name, "desc": comm.pg_desc, "ranks": str(list(comm.ranks))}
+            self.pg_status[comm.pg_name] = {"last_enqueued_collective": -1, "last_started_collective": -1,
+                                            "last_completed_collective": -1}
+
+    def record(self, op):
+        if not self.on:
+            return
+        c = op.comm
+        name = "nccl:" + self.NAMES.get(op.func, op.func.lower())
+        if op.peer is not None:
+            me, peer = c.rank, op.peer_comm
+            name += f" {me}->{peer}" if op.func == "Send" else f" {me}<-{peer}"
+        shape = [[op.count]]
+        e = {"record_id": 0, "pg_id": c.pg_id, "process_group": (c.pg_name, c.pg_desc),
+             "collective_seq_id": c.seq, "p2p_seq_id": c.p2p_total, "op_id": c.pg_seq,
+             "profiling_name": name, "time_created_ns": time.time_ns(),
+             "input_sizes": shape, "input_dtypes": [self.DTYPE.get(op.dtype, op.dtype)],
+             "output_sizes": shape, "output_dtypes": [self.DTYPE.get(op.dtype, op.dtype)],
+             "state": "scheduled", "time_discovered_started_ns": None, "time_discovered_completed_ns": None,
+             "retired": False, "timeout_ms": int(c.timeout_s * 1000), "is_p2p": op.peer is not None,
+             "frames": [{"name": self.NAMES.get(op.func, op.func.lower()), "filename": "e2e/gpu/job.py", "line": 0}],
+             "thread_id": str(threading.get_ident()), "thread_name": "python"}
+        with self.lock:
+            e["record_id"] = self.next_id
+            self.next_id += 1
+            self.entries.append(e)
+            if op.peer is None:
+                self.pg_status[c.pg_name]["last_enqueued_collective"] = c.seq
+        op.fr = e
+
+    def started(self, op):
+        e = getattr(op, "fr", None)
+        if e is None or not self.timing:
+            return
+        with self.lock:
+            e["state"] = "started"
+            e["time_discovered_started_ns"] = time.time_ns()
+            if op.peer is None:
+                self.pg_status[op.comm.pg_name]["last_started_collective"] = e["collective_seq_id"]
+
+    def completed(self, op):
+        e = getattr(op, "fr", None)
+        if e is None:
+            return
+        with self.lock:
+            e["state"] = "completed"
+            e["time_discovered_completed_ns"] = time.time_ns()
+            e["retired"] = True
+            if op.peer is None:
+                self.pg_status[op.comm.pg_name]["last_completed_collective"] = e["collective_seq_id"]
+
+    def snapshot(self, frames=True):
+        with self.lock:
+            entries = [dict(e) for e in self.entries]
+            d = {"version": self.VERSION, "pg_config": {k: dict(v) for k, v in self.pg_config.items()},
+                 "comm_lib_version": VERSION, "pg_status": {k: dict(v) for k, v in self.pg_status.items()},
+                 "entries": entries}
+        if not frames:
+            for e in entries:
+                e.pop("frames", None)
+        return d
+
+    def dump_json(self):
+        d = self.snapshot(frames=False)
+        for e in d["entries"]:
+            e["process_group"] = list(e["process_group"])
+        return json.dumps(d)
+
+    def dump_file(self, why):
+        """The pickle PyTorch writes on a timeout: TORCH_FR_DUMP_TEMP_FILE<rank>."""
+        if not self.on or self.dumped or os.environ.get("TORCH_NCCL_DUMP_ON_TIMEOUT") != "1":
+            return None
+        self.dumped = True
+        prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") or "/tmp/nccl_trace_rank_"
+        path = f"{prefix}{self.rank}"
+        t = datetime.datetime.now()
+        print(f"[rank{self.rank}]:[E{t:%m%d %H:%M:%S}.{t.microsecond:06d}000 ProcessGroupNCCL.cpp:1628] [PG ID 0 PG GUID 0(default_pg) "
+              f"Rank {self.rank}] ProcessGroupNCCL preparing to dump debug info. Include stack trace: 1, only active collectives: 0 ({why})",
+              file=sys.stderr, flush=True)
+        try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(path + ".stubtmp", "wb") as f:
+                pickle.dump(self.snapshot(), f, protocol=2)
+            os.replace(path + ".stubtmp", path)
+        except OSError as e:
+            print(f"stub Flight Recorder: cannot write {path}: {e}", file=sys.stderr, flush=True)
+        return path
+
+
 class Comm:
     def __init__(self, key, ranks, me, comm_id, pg_desc, pg_id, timeout_s):
         self.key, self.ranks, self.me = key, list(ranks), me
@@ -226,7 +397,9 @@ class Comm:
         self.seq = 0            # collectives issued
         self.pg_seq = 0         # PyTorch's SeqNum on this process group (p2p included)
         self.p2p_seq = collections.Counter()  # per peer pair
+        self.p2p_total = 0      # PyTorch's p2p_seq_id on this process group
         self.pg_desc, self.pg_id, self.timeout_s = pg_desc, pg_id, timeout_s
+        self.pg_name = str(pg_id)
         self.prof = None
 
 
@@ -242,6 +415,7 @@ class Op:
         self.pg_seq = comm.pg_seq
         self.arrived = False
         self.task, self.kch, self.proxy = None, [], []
+        self.fr = None
 
 
 class FakeNCCL:
@@ -254,13 +428,19 @@ class FakeNCCL:
         self.queues = collections.OrderedDict()  # stream -> deque of Op
         self.serial = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
         self.arrived = {}   # op key -> last sequence position this rank arrived at
-        self.values = {}    # op key -> [position, value] of an all-reduce that carries a value
+        self.values = {}    # op key -> {position: value} of the last all-reduces that carry a value
         self.comms = []
         self.splits = 0
         self.world_comm = None
         self.warned_dead = set()
         self.prof = None
         self.thread = None
+        self.device = 0
+        self.fr = FlightRecorder(self.rank)
+        self.net = os.environ.get("NCCL_P2P_DISABLE") == "1" and os.environ.get("NCCL_SHM_DISABLE") == "1"
+        self.tx = None
+        self.net_scale = max(1, int(os.environ.get("STUB_NET_SCALE", "64")))
+        self.dump_signal = os.path.join(self.dir, "fr_dump_signal") if self.dir else None
         plugin = os.environ.get("NCCL_PROFILER_PLUGIN", "")
         if self.dir and plugin and plugin != "none":
             try:
@@ -272,10 +452,21 @@ class FakeNCCL:
     def active(self):
         return self.dir is not None
 
+    def set_device(self, dev):
+        self.device = int(dev)
+        _Log.dev = self.device
+
     # ---- communicators ------------------------------------------------------------------
     def _init_lines(self, comm, what):
         self.log.info_line(f"{what} - Init START")
-        self.log.info_line(f"comm {comm.ptr} rank {comm.rank} nRanks {comm.nranks} nNodes {comm.nranks} localRanks 1 localRank 0 MNNVL 0")
+        nodes, local = (comm.nranks, 1) if os.environ.get("ONE_GPU") == "1" else (1, comm.nranks)
+        self.log.info_line(f"comm {comm.ptr} rank {comm.rank} nRanks {comm.nranks} nNodes {nodes} localRanks {local} localRank {comm.rank if local > 1 else 0} MNNVL 0")
+        if comm.nranks > 1:
+            via = "NET/Socket/0" if self.net or os.environ.get("ONE_GPU") == "1" else "P2P/CUMEM/read"
+            nxt, prv = (comm.rank + 1) % comm.nranks, (comm.rank - 1) % comm.nranks
+            dev = lambda r: comm.ranks[r] if os.environ.get("ONE_GPU") != "1" else 0  # noqa: E731
+            self.log.info_line(f"Channel 00/0 : {prv}[{dev(prv)}] -> {comm.rank}[{dev(comm.rank)}] [receive] via {via}")
+            self.log.info_line(f"Channel 00/0 : {comm.rank}[{dev(comm.rank)}] -> {nxt}[{dev(nxt)}] [send] via {via}")
         if self.prof:
             comm.prof = self.prof.init(comm.comm_id, comm.nranks, comm.nranks, comm.rank)
             self.log.info_line("PROFILER/Plugin: Loaded ncclwatch (v5)")
@@ -287,11 +478,14 @@ class FakeNCCL:
         self.log.info_line(f"NCCL version {VERSION}+cuda13.0")
         self.log.info_line("NET/Socket : Using [0]lo:127.0.0.1<0>")
         self.log.info_line("Using network Socket")
+        if self.net:
+            self._net_start()
         cid = _hash64(self.dir, "world")
         c = Comm("world", range(self.world), self.rank, cid, "default_pg", 0, timeout_s)
-        self._init_lines(c, f"ncclCommInitRankConfig comm {c.ptr} rank {c.rank} nranks {c.nranks} cudaDev 0 nvmlDev 0 busId 60 commId 0x{cid:016x}")
+        self._init_lines(c, f"ncclCommInitRankConfig comm {c.ptr} rank {c.rank} nranks {c.nranks} cudaDev {self.device} nvmlDev {self.device} busId {bus_id(self.device)} commId 0x{cid:016x}")
         self.world_comm = c
         self.comms.append(c)
+        self.fr.add_pg(c)
         self._publish()
         self.thread = threading.Thread(target=self._progress, name="fakenccl-progress", daemon=True)
         self.thread.start()
@@ -307,11 +501,48 @@ class FakeNCCL:
         color = _hash64(*ranks) & 0x7FFFFFFF
         key = f"split{self.splits}:" + "-".join(map(str, ranks))
         cid = _hash64(self.dir, key)
-        c = Comm(key, ranks, self.rank, cid, f"group{self.splits}", self.splits, timeout_s)
+        c = Comm(key, ranks, self.rank, cid, "undefined", self.splits, timeout_s)
         w = self.world_comm
-        self._init_lines(c, f"ncclCommSplit comm {c.ptr} rank {c.rank} nranks {c.nranks} cudaDev 0 nvmlDev 0 busId 60 parent {w.ptr} splitCount {self.splits} color {color} key {c.rank}")
+        self._init_lines(c, f"ncclCommSplit comm {c.ptr} rank {c.rank} nranks {c.nranks} cudaDev {self.device} nvmlDev {self.device} busId {bus_id(self.device)} parent {w.ptr} splitCount {self.splits} color {color} key {c.rank}")
         self.comms.append(c)
+        self.fr.add_pg(c)
         return c
+
+    def destroy_comm(self, c):
+        """destroy_process_group(group): this rank's communicator of one group goes."""
+        if not self.active or c is None or c not in self.comms:
+            return
+        with self.lock:
+            for q in self.queues.values():
+                for op in [o for o in q if o.comm is c]:
+                    q.remove(op)
+        if self.prof and c.prof:
+            self.prof.finalize(c)
+        self.log.info_line(f"comm {c.ptr} rank {c.rank} nranks {c.nranks} cudaDev {self.device} busId {bus_id(self.device)} - Destroy COMPLETE")
+        self.comms.remove(c)
+
+    # ---- the socket transport ---------------------------------------------------------------
+    def _net_start(self):
+        """A loopback TCP connection to a sink thread: what the rank 'sends' goes through it."""
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(1)
+        self.tx = socket.create_connection(ls.getsockname())
+        rx, _ = ls.accept()
+        ls.close()
+        self.txbuf = memoryview(bytearray(1 << 20))
+
+        def drain():
+            while rx.recv(1 << 20):
+                pass
+        threading.Thread(target=drain, name="fakenccl-net-sink", daemon=True).start()
+
+    def _transmit(self, op):
+        n = max(1024, op.count * 4 // self.net_scale)
+        while n > 0:
+            k = min(n, len(self.txbuf))
+            self.tx.sendall(self.txbuf[:k])
+            n -= k
 
     # ---- operations -----------------------------------------------------------------------
     def collective(self, comm, func, count, dtype, root=0, tensor=None, red=None):
@@ -320,6 +551,7 @@ class FakeNCCL:
         comm.seq += 1
         comm.pg_seq += 1
         op = Op(comm, comm.key, comm.seq, func, count, dtype, root=root, tensor=tensor, red=red)
+        self.fr.record(op)
         self._issue(op, f"{func}: opCount 0 sendbuff 0x7f0000000000 recvbuff 0x7f0000000000 count {count} "
                         f"datatype {DTYPES[dtype][0]} op 0 root {root} comm {comm.ptr} [nranks={comm.nranks}] stream (nil)")
 
@@ -330,7 +562,9 @@ class FakeNCCL:
         pair = f"p2p:{comm.key}:{lo}-{hi}"
         comm.p2p_seq[pair] += 1
         comm.pg_seq += 1
+        comm.p2p_total += 1
         op = Op(comm, pair, comm.p2p_seq[pair], func, count, dtype, peer=peer)
+        self.fr.record(op)
         self._issue(op, f"{func}: opCount 0 sendbuff (nil) recvbuff 0x7f0000000000 count {count} datatype {DTYPES[dtype][0]} "
                         f"op 0 root {comm.ranks.index(peer)} comm {comm.ptr} [nranks={comm.nranks}] stream 0x7f00000000")
 
@@ -359,7 +593,7 @@ class FakeNCCL:
         for c in reversed(self.comms):
             if self.prof and c.prof:
                 self.prof.finalize(c)
-            self.log.info_line(f"comm {c.ptr} rank {c.rank} nranks {c.nranks} cudaDev 0 busId 60 - Destroy COMPLETE")
+            self.log.info_line(f"comm {c.ptr} rank {c.rank} nranks {c.nranks} cudaDev {self.device} busId {bus_id(self.device)} - Destroy COMPLETE")
         self.comms = []
 
     # ---- progress -------------------------------------------------------------------------
@@ -387,15 +621,28 @@ class FakeNCCL:
         return [((r + 1) % n, 1), ((r - 1) % n, 0)] if n > 1 else []
 
     def _progress(self):
+        next_signal_check = 0.0
         while True:
             changed = False
             with self.lock:
+                heads = [q[0] for q in self.queues.values() if q and not q[0].arrived]
+            if self.net:  # the bytes go out first (the rate-limit shim may hold them back)
+                for op in heads:
+                    self._transmit(op)
+            with self.lock:
                 for q in self.queues.values():
-                    if q and not q[0].arrived:
+                    if q and not q[0].arrived and q[0] in heads:
                         self._arrive(q[0])
                         changed = True
             if changed:
                 self._publish()
+            if self.fr.on and not self.fr.dumped and time.time() >= next_signal_check:
+                next_signal_check = time.time() + 0.2
+                if os.path.exists(self.dump_signal):
+                    t = datetime.datetime.now()
+                    print(f"[rank{self.rank}]:[E{t:%m%d %H:%M:%S}.{t.microsecond:06d}000 ProcessGroupNCCL.cpp:1849] [PG ID 0 PG GUID 0(default_pg) "
+                          f"Rank {self.rank}] Observed flight recorder dump signal from another rank via TCPStore.", file=sys.stderr, flush=True)
+                    self.fr.dump_file("signal from another rank")
             peers = self._peers()
             changed = False
             with self.lock:
@@ -406,7 +653,8 @@ class FakeNCCL:
                         self._reduce(op, peers)
                         if self.prof and op.comm.prof:
                             self.prof.complete(op)
-                        if q:
+                        self.fr.completed(op)
+                        if q and not self.net:
                             self._arrive(q[0])
                             changed = True
                 heads = [q[0] for q in self.queues.values() if q]
@@ -419,17 +667,21 @@ class FakeNCCL:
         """An all-reduce of a value (job.py's calibration: MAX of the iteration counts)."""
         if op.tensor is None or not hasattr(op.tensor, "value"):
             return
-        vals = [op.tensor.value] + [peers.get(m, {}).get("values", {}).get(op.key, [0, None])[1]
-                                    for m in op.members if m != self.rank
-                                    if peers.get(m, {}).get("values", {}).get(op.key, [0])[0] == op.k]
+        # Peers keep their last few positions: one may already be at the next one.
+        vals = [op.tensor.value] + [peers.get(m, {}).get("values", {}).get(op.key, {}).get(str(op.k))
+                                    for m in op.members if m != self.rank]
         vals = [v for v in vals if v is not None]
         op.tensor.value = max(vals) if op.red == "max" else sum(vals)
 
     def _arrive(self, op):
         op.arrived = True
         self.arrived[op.key] = op.k
+        self.fr.started(op)
         if op.tensor is not None and hasattr(op.tensor, "value"):
-            self.values[op.key] = [op.k, op.tensor.value]
+            v = self.values.setdefault(op.key, {})
+            v[str(op.k)] = op.tensor.value
+            for old in sorted(v, key=int)[:-8]:
+                del v[old]
         if self.prof and op.comm.prof:
             self.prof.arrive(op.comm, op, self._proxy_peers(op))
 
@@ -440,6 +692,8 @@ class FakeNCCL:
                 p = peers.get(m)
                 if m == self.rank or not p or m in self.warned_dead or _alive(p.get("pid")):
                     continue
+                if p.get("arrived", {}).get(op.key, 0) >= op.k:
+                    continue  # it got there before it exited (a clean end): nothing is lost
                 # NET/Socket notices a dead peer when its connection closes (on lo: 127.0.0.1).
                 self.warned_dead.add(m)
                 self.log.warn_line("misc/socket.cc:901", f"socketProgress: Connection closed by remote peer 127.0.0.1<{40000 + m}>")
@@ -456,6 +710,10 @@ class FakeNCCL:
               f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum={op.pg_seq}, OpType={OPTYPES.get(op.func, op.func.upper())}, "
               f"NumelIn={op.count}, NumelOut={op.count}, Timeout(ms)={ms}) ran for {int((now - op.issue_t) * 1000)} "
               "milliseconds before timing out.", file=sys.stderr, flush=True)
+        if self.fr.dump_file("collective timeout on this rank"):
+            with open(self.dump_signal, "w") as f:  # PyTorch: a key in the TCPStore
+                f.write(str(self.rank))
+            time.sleep(1.0)  # the others dump meanwhile (PyTorch waits for its own dump)
         # TORCH_NCCL_ASYNC_ERROR_HANDLING: PyTorch takes the process down.
         os.kill(os.getpid(), signal.SIGABRT)
 

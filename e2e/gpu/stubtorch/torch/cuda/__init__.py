@@ -4,16 +4,18 @@ from .._fakenccl import nccl as _fake
 
 class _Props:
     name = "stub GPU"
-    pci_bus_id = 0
     uuid = "stub"
+
+    def __init__(self, i):
+        self.pci_bus_id = i
 
 
 def set_device(i):
-    pass
+    _fake.set_device(getattr(i, "index", i) or 0)
 
 
 def get_device_properties(i):
-    return _Props()
+    return _Props(i)
 
 
 def synchronize():

@@ -84,5 +84,8 @@ def _coalescing_manager(group=None, device=None, async_ops=False):
     yield
 
 
-def destroy_process_group():
-    nccl.destroy()
+def destroy_process_group(group=None):
+    if group is None or group is _world:
+        nccl.destroy()
+    else:
+        nccl.destroy_comm(_group(group).comm)

@@ -1,0 +1,475 @@
+package detect
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// The ledger is the engine's time accounting: per communicator and training step, which
+// member the step waited for and how long, so that the job time each root costs can be read
+// over a sliding window of steps. Live, the detector keeps one ledger per job across
+// evaluations (each snapshot holds only the newest ops); offline, one is filled from the
+// whole history at once. Either way it holds a bounded number of steps per communicator.
+
+// ledgerWindows bounds what a communicator keeps: its waits of the last few judged windows,
+// and at most maxSpans of them.
+const (
+	ledgerWindows = 4
+	maxSpans      = 2048
+)
+
+// Ledger is the time accounting of one job. Safe for use by one evaluation at a time.
+type Ledger struct {
+	mu     sync.Mutex
+	groups map[string]*groupLedger
+	// measured holds what the profiler plugin's timing windows said at recent evaluations.
+	measured map[string][]measuredSample
+	// linkBase is each send direction's fastest network time per step seen (µs), by
+	// communicator, sender and peer: a pair's own speed before.
+	linkBase map[string]int64
+}
+
+// NewLedger returns an empty ledger.
+func NewLedger() *Ledger {
+	return &Ledger{groups: map[string]*groupLedger{}, measured: map[string][]measuredSample{}, linkBase: map[string]int64{}}
+}
+
+// groupLedger is one communicator's waits: per training step, the span of wall time its
+// members waited for one of them. Within a step a late rank's lag counts once, at its
+// longest: the others' hosts issue the step's ops ahead of their GPUs, so a rank late by d
+// at every op of a step holds the job up by d, not by d per op; the hosts that wait for the
+// step to finish (a synchronize, a loss read back) start the next step that much later.
+type groupLedger struct {
+	done      int64 // the last position accounted
+	positions int64 // positions per step (0: not known yet)
+	period    int64 // µs per step, median
+	first     snapshot.Micros
+	last      snapshot.Micros // the newest arrival booked
+	spans     []lateSpan
+	// steps are the start times of the newest steps (their first arrival), for the step
+	// period over time; baseline is the shortest median period of a whole window seen.
+	steps    []stepStart
+	baseline int64
+	keys     []string // proc keys, indexed by lateSpan.root
+	keyIndex map[string]int32
+}
+
+// stepStart is when step k's first arrival came.
+type stepStart struct {
+	k int64
+	t snapshot.Micros
+}
+
+// lateSpan is wall time the members waited for root in one step: from the second-last
+// arrival at a position to root's own (or to that of whom root itself waited for).
+type lateSpan struct {
+	root       int32
+	step       int64
+	start, end snapshot.Micros
+	seq        int64 // the position where it waited longest
+}
+
+// measuredSample is one evaluation's plugin-measured lateness of a rank on a communicator.
+type measuredSample struct {
+	at    time.Time
+	group string
+	share float64
+	late  int64 // µs per op
+	queue int64 // µs its kernels start after issue, beyond its peers'
+}
+
+func (gl *groupLedger) keyOf(k string) int32 {
+	if i, ok := gl.keyIndex[k]; ok {
+		return i
+	}
+	i := int32(len(gl.keys))
+	gl.keys = append(gl.keys, k)
+	gl.keyIndex[k] = i
+	return i
+}
+
+// Observe accounts the positions every member of each communicator issued since the last
+// call. Positions one member has not reported yet wait for a later call. A member that
+// arrived late because it had been waiting in another communicator's op for someone else is
+// not booked: the wait is followed to that one (follow).
+func (l *Ledger) Observe(j *Job, cfg SlowdownConfig) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := make(map[string]bool, len(j.Groups))
+	gls := make([]*groupLedger, len(j.Groups))
+	for i, g := range j.Groups {
+		if len(g.Members) < 2 {
+			continue
+		}
+		gl := l.groups[g.ID]
+		if gl == nil {
+			gl = &groupLedger{keyIndex: map[string]int32{}}
+			l.groups[g.ID] = gl
+		}
+		gls[i], seen[g.ID] = gl, true
+	}
+	for id := range l.groups {
+		if !seen[id] {
+			delete(l.groups, id)
+		}
+	}
+	fresh := make([][]arrival, len(j.Groups))
+	j.eachGroup(func(i int, g *Group) {
+		if gls[i] != nil {
+			fresh[i] = groupArrivals(g, gls[i].done, 0)
+		}
+	})
+	fw := newFollower(j)
+	for i, g := range j.Groups {
+		if gls[i] == nil || len(fresh[i]) == 0 {
+			continue
+		}
+		gl := gls[i]
+		gl.shape(g, fresh[i])
+		for k := range fresh[i] {
+			a := &fresh[i][k]
+			if gl.ranAhead(g, a) {
+				a.delay = 0
+			}
+			if gl.period > 0 && a.delay*10 >= gl.period {
+				a.root = fw.follow(g, a)
+			}
+		}
+		gl.book(g, fresh[i], ledgerWindows*gl.window(cfg))
+	}
+	l.observeMeasured(j, cfg)
+}
+
+func (gl *groupLedger) shape(g *Group, arr []arrival) {
+	if sh := shapeOf(g, arr); sh.positions > 0 && (gl.positions == 0 || sh.period > 0) {
+		gl.positions = sh.positions
+		if sh.period > 0 {
+			gl.period = sh.period
+		}
+	}
+}
+
+// ranAhead says whether the member that arrived second-last had already issued the next
+// step's first op of the communicator when the last one arrived: then it never waited for
+// it (hosts that run ahead of their GPUs issue with a steady offset that costs nothing). A
+// host that waits for the step's collectives before its next step (a synchronize, a loss
+// read back) issues the next step only after the last rank's arrival.
+func (gl *groupLedger) ranAhead(g *Group, a *arrival) bool {
+	if a.delay <= 0 || a.prev < 0 || gl.positions == 0 {
+		return false
+	}
+	next := ((a.seq-1)/gl.positions+1)*gl.positions + 1
+	o := opAt(g.Members[a.prev].Comm, next)
+	return o != nil && o.T != 0 && o.T < a.at
+}
+
+// book records each position's wait as a span of wall time; a root's waits of one step are
+// one span, as long as the longest.
+func (gl *groupLedger) book(g *Group, arr []arrival, keep int64) {
+	if gl.positions == 0 {
+		return
+	}
+	for _, a := range arr {
+		if gl.first == 0 || a.first < gl.first {
+			gl.first = a.first
+		}
+		gl.last = max(gl.last, a.at)
+		k := (a.seq - 1) / gl.positions
+		if n := len(gl.steps); n == 0 || gl.steps[n-1].k < k {
+			gl.steps = append(gl.steps, stepStart{k: k, t: a.first})
+		} else if gl.steps[n-1].k == k {
+			gl.steps[n-1].t = min(gl.steps[n-1].t, a.first)
+		}
+		if a.delay <= 0 {
+			continue
+		}
+		root := a.root
+		if root == nil {
+			root = g.Members[a.last].Proc
+		}
+		sp := lateSpan{root: gl.keyOf(root.Key()), step: (a.seq - 1) / gl.positions, start: a.at - snapshot.Micros(a.delay), end: a.at, seq: a.seq}
+		if n := len(gl.spans); n > 0 && gl.spans[n-1].root == sp.root && gl.spans[n-1].step == sp.step {
+			if prev := &gl.spans[n-1]; sp.end-sp.start > prev.end-prev.start {
+				*prev = sp
+			}
+			continue
+		}
+		gl.spans = append(gl.spans, sp)
+	}
+	gl.done = arr[len(arr)-1].seq
+	cut := 0
+	for cut < len(gl.spans) && (len(gl.spans)-cut > maxSpans || int64(gl.last-gl.spans[cut].end) > keep) {
+		cut++
+	}
+	if cut > 0 {
+		gl.spans = append(gl.spans[:0], gl.spans[cut:]...)
+	}
+	if n := len(gl.steps); n > maxSteps {
+		gl.steps = append(gl.steps[:0], gl.steps[n-maxSteps:]...)
+	}
+}
+
+// maxSteps bounds the step times kept per communicator.
+const maxSteps = 512
+
+// slowedSteps compares the step period over the newest window of steps with the job's own
+// baseline (the shortest window median seen after the warm-up): the share of wall time the
+// job now loses, whoever causes it; 0 when there is no baseline yet.
+func (gl *groupLedger) slowedSteps(cfg SlowdownConfig) (share float64, now, base int64, since snapshot.Micros) {
+	win := max(cfg.SlowdownSteps, 2)
+	var d []int64
+	var at []snapshot.Micros
+	for i := 1; i < len(gl.steps); i++ {
+		a, b := gl.steps[i-1], gl.steps[i]
+		if b.k == a.k+1 && b.t > a.t && a.k >= int64(cfg.SlowdownWarmupSteps) {
+			d, at = append(d, int64(b.t-a.t)), append(at, a.t)
+		}
+	}
+	if len(d) < 2*win {
+		return 0, 0, 0, 0
+	}
+	for i := win; i <= len(d)-win; i += win / 2 {
+		if m := median(d[i-win : i]); gl.baseline == 0 || m < gl.baseline {
+			gl.baseline = m
+		}
+	}
+	now = median(d[len(d)-win:])
+	if gl.baseline <= 0 || now <= gl.baseline {
+		return 0, now, gl.baseline, 0
+	}
+	// The onset: the first step of the newest run of steps slower than halfway there.
+	since = at[len(at)-1]
+	for i := len(d) - 1; i >= 0 && 2*d[i] >= now+gl.baseline; i-- {
+		since = at[i]
+	}
+	return 1 - float64(gl.baseline)/float64(now), now, gl.baseline, since
+}
+
+// follower follows a late arrival across communicators: the member that arrived last at a
+// position had, just before it in its own issue order, an op of another communicator; if
+// there it waited for someone who arrived only shortly before it issued this one, its host
+// was held by that op, and the wait is that one's. Followed at most maxHops times.
+type follower struct {
+	j      *Job
+	byID   map[string]*Group
+	cached map[*Group]map[int64]arrival
+}
+
+const maxHops = 4
+
+func newFollower(j *Job) *follower {
+	f := &follower{j: j, byID: make(map[string]*Group, len(j.Groups)), cached: map[*Group]map[int64]arrival{}}
+	for _, g := range j.Groups {
+		f.byID[g.ID] = g
+	}
+	return f
+}
+
+func (f *follower) arrivalAt(g *Group, seq int64) (arrival, bool) {
+	m, ok := f.cached[g]
+	if !ok {
+		m = map[int64]arrival{}
+		for _, a := range groupArrivals(g, 0, 0) {
+			m[a.seq] = a
+		}
+		f.cached[g] = m
+	}
+	a, ok := m[seq]
+	return a, ok
+}
+
+// follow returns the root of a's wait, nil when it is the member that arrived last.
+func (f *follower) follow(g *Group, a *arrival) *Proc {
+	var root *Proc
+	cur, seq, at, delay := g.Members[a.last], a.seq, a.at, a.delay
+	for hop := 0; hop < maxHops; hop++ {
+		o := opAt(cur.Comm, seq)
+		if o == nil || o.Idx == 0 {
+			break
+		}
+		h, prev := f.previousOp(cur.Proc, o.Idx, g)
+		if h == nil {
+			break
+		}
+		b, ok := f.arrivalAt(h, prev.Seq)
+		if !ok || b.last < 0 || h.Members[b.last].Proc == cur.Proc {
+			break
+		}
+		// It waited there (arrived well before the last), and issued here right after
+		// the last one arrived there.
+		if int64(b.at-prev.T) < delay/2 || b.at > at || int64(at-b.at) > delay/2 {
+			break
+		}
+		next := h.Members[b.last]
+		root, g, cur, seq, at, delay = next.Proc, h, next, prev.Seq, b.at, b.delay
+		if delay <= 0 {
+			break
+		}
+	}
+	return root
+}
+
+// previousOp is the op p issued last before issue index idx on another communicator than g.
+func (f *follower) previousOp(p *Proc, idx int64, g *Group) (*Group, *snapshot.Op) {
+	var best *snapshot.Op
+	var bestG *Group
+	for i := range p.Comms {
+		c := &p.Comms[i]
+		if c.ID == g.ID {
+			continue
+		}
+		r := c.Recent
+		k := sort.Search(len(r), func(k int) bool { return r[k].Idx >= idx }) - 1
+		if k >= 0 && r[k].Idx > 0 && r[k].Idx < idx && (best == nil || r[k].Idx > best.Idx) {
+			if h := f.byID[c.ID]; h != nil {
+				best, bestG = &r[k], h
+			}
+		}
+	}
+	return bestG, best
+}
+
+// episode is a span of time over which one root cost the job at least the share.
+type episode struct {
+	group        string
+	root         string
+	onset, end   snapshot.Micros // end 0: still going at the newest arrival
+	share        float64         // over the window where it peaked
+	lost         int64           // µs of job time in all
+	bursts       int             // separate bursts of waiting: 1 is a steady lag, more a stall that recurs
+	intermittent bool            // stalls in a minority of its steps, not a lag at every step
+	lateSteps    int
+	longestLate  int64
+	period       int64
+	seq          int64 // a position where the job waited for it
+}
+
+// window is the wall time a share is judged over: cfg.SlowdownSteps steps, and never less
+// than minWindow (a step mistaken for a burst of back-to-back ops is a few µs long).
+func (gl *groupLedger) window(cfg SlowdownConfig) int64 {
+	return max(int64(max(cfg.SlowdownSteps, 2))*gl.period, minWindow)
+}
+
+// minWindow: 5 s.
+const minWindow = 5_000_000
+
+// episodes reads the ledger of one communicator: per root, the spans of time where the
+// waiting it caused was at least cfg.SlowdownShare of the wall time over the window, and
+// recurred (a steady lag, or stalls that came back). A single burst that ended is one
+// stall, not a slowdown; the hang rules judge stalls. Nothing is judged before the window
+// has passed after the warm-up.
+func (gl *groupLedger) episodes(id string, cfg SlowdownConfig) []episode {
+	if gl.period <= 0 || len(gl.spans) == 0 {
+		return nil
+	}
+	w := gl.window(cfg)
+	warm := gl.first + snapshot.Micros(int64(cfg.SlowdownWarmupSteps)*gl.period)
+	if int64(gl.last-warm) < w {
+		return nil
+	}
+	gap := 2 * gl.period // waits closer than this are one burst
+	byRoot := map[int32][]lateSpan{}
+	for _, sp := range gl.spans {
+		if sp.end > warm {
+			sp.start = max(sp.start, warm)
+			byRoot[sp.root] = append(byRoot[sp.root], sp)
+		}
+	}
+	var out []episode
+	for r, spans := range byRoot {
+		// Judge at each span's end and at the newest arrival.
+		var ends []snapshot.Micros
+		for _, sp := range spans {
+			if int64(sp.end-warm) >= w {
+				ends = append(ends, sp.end)
+			}
+		}
+		ends = append(ends, gl.last)
+		var cur *episode
+		for _, b := range ends {
+			a := b - snapshot.Micros(w)
+			lost, steps, bursts, lastEnd := spansIn(spans, a, b, gap)
+			share := float64(lost) / float64(w)
+			// One stall (a step or two), or one burst that is over, is no slowdown.
+			oneOff := steps < minLateSteps || (bursts == 1 && int64(b-lastEnd) > gap)
+			switch {
+			case cur == nil && share >= cfg.SlowdownShare && !oneOff:
+				cur = &episode{group: id, root: gl.keys[r], period: gl.period, share: share}
+				for _, sp := range spans {
+					if sp.end > a {
+						cur.onset, cur.seq = max(sp.start, a), sp.seq
+						break
+					}
+				}
+			case cur != nil && exitShare(spans, b, w, gap) < cfg.SlowdownShare/2:
+				out = append(out, cur.close(spans, b, gap))
+				cur = nil
+			case cur != nil:
+				cur.share = max(cur.share, share)
+			}
+		}
+		if cur != nil {
+			e := cur.close(spans, gl.last, gap)
+			if int64(gl.last-e.end) <= gap {
+				e.end = 0 // still going
+			}
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].onset < out[b].onset })
+	return out
+}
+
+// exitShare is the share over twice the window: an episode ends only once that is low, so
+// that stalls which come back every window or so stay one episode.
+func exitShare(spans []lateSpan, b snapshot.Micros, w, gap int64) float64 {
+	lost, _, _, _ := spansIn(spans, b-snapshot.Micros(2*w), b, gap)
+	return float64(lost) / float64(2*w)
+}
+
+// minLateSteps: a slowdown is late at three steps of a window at least.
+const minLateSteps = 3
+
+// spansIn sums the waiting within [a, b], counts its late steps and bursts (waits closer
+// than gap are one) and says when the last one ended.
+func spansIn(spans []lateSpan, a, b snapshot.Micros, gap int64) (lost int64, steps, bursts int, lastEnd snapshot.Micros) {
+	for _, sp := range spans {
+		s, e := max(sp.start, a), min(sp.end, b)
+		if e <= s {
+			continue
+		}
+		lost += int64(e - s)
+		steps++
+		if bursts == 0 || int64(s-lastEnd) > gap {
+			bursts++
+		}
+		lastEnd = e
+	}
+	return lost, steps, bursts, lastEnd
+}
+
+// close sums what the root cost from the episode's onset to `to`, and how it came.
+func (e *episode) close(spans []lateSpan, to snapshot.Micros, gap int64) episode {
+	var prevEnd snapshot.Micros
+	for _, sp := range spans {
+		if sp.end <= e.onset || sp.start > to {
+			continue
+		}
+		s := max(sp.start, e.onset)
+		e.lost += int64(sp.end - s)
+		e.longestLate = max(e.longestLate, int64(sp.end-s))
+		if e.bursts == 0 || int64(s-prevEnd) > gap {
+			e.bursts++
+		}
+		e.lateSteps++
+		prevEnd = sp.end
+		e.end = sp.end
+	}
+	if steps := int64(e.end-e.onset)/max(e.period, 1) + 1; e.bursts > 1 {
+		e.intermittent = int64(e.lateSteps)*2 < steps
+	}
+	return *e
+}

@@ -1,0 +1,467 @@
+package detect
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// KnowledgeConfig sets how the findings of the knowledge table are put together.
+type KnowledgeConfig struct {
+	// PeerReporters is how many hosts must report errors with one peer before the peer,
+	// not the reporters' links, is the suspect (culprit "shared").
+	PeerReporters int `yaml:"-"`
+	// MaxCulprits bounds the culprits one finding names.
+	MaxCulprits int `yaml:"-"`
+	// Quoted caps the lines of the logs one finding quotes.
+	Quoted int `yaml:"-"`
+}
+
+// silentKey starts the keys of an init that failed without a WARN (the table's init_failed
+// rows): merge.go folds them into an error another process printed.
+const silentKey = "silent-init:"
+
+// msgEvent is one event a row of the table matched.
+type msgEvent struct {
+	p     *Proc
+	e     snapshot.Event
+	r     *row
+	stage string
+	// claimer is the event of the same process this one follows from (its row's then);
+	// claims, whether others follow from this one.
+	claimer *msgEvent
+	claims  bool
+	// key is the finding it belongs to; target, the finding it is quoted in instead (under).
+	key, target string
+	bl          *blamed
+	values      map[string]string // its placeholders, once worked out
+}
+
+// blamed is whom an event's row blames.
+type blamed struct {
+	culprits []incident.Culprit
+	own      []string // the culprit processes' keys
+	involved bool     // the reporter is part of the finding (its key joins it)
+	peerHost string   // the peer's host, when the peer is blamed for being shared
+	viaShare bool
+	key      string // {blame}
+}
+
+// messages is one evaluation's reading of the events.
+type messages struct {
+	j         *Job
+	cfg       KnowledgeConfig
+	book      *peerBook
+	opsLogged bool
+	// reporters are, per peer host, the hosts that report errors with it.
+	reporters map[string]map[string]bool
+}
+
+// building is a finding being put together from its events.
+type building struct {
+	f         *Finding
+	lead      *msgEvent
+	reporters []*Proc
+	peers     []string
+	quoted    int
+}
+
+// Messages judges what the processes logged by the knowledge table (knowledge.csv): each
+// event takes the first row that matches it, and the events whose keys come out equal are
+// one finding, worded by the earliest row's first event. What stays code is what every row
+// shares: when an event came, whom a row blames, follow-up lines quoted as evidence, and
+// consequences quoted in the finding they follow from.
+func Messages(j *Job, cfg Config) []Finding {
+	m := &messages{j: j, cfg: cfg.KnowledgeConfig}
+	byProc := m.classify(cfg.EventConfig)
+	if byProc == nil {
+		return nil
+	}
+	m.claim(byProc)
+	return m.assemble(byProc)
+}
+
+// classify matches each recent event of each process to its row; nil where none holds.
+func (m *messages) classify(ec EventConfig) [][]*msgEvent {
+	var out [][]*msgEvent // nil until an event matches: most evaluations have none
+	for pi, p := range m.j.Procs {
+		cause := false
+		for i, e := range p.Events {
+			if !recentEvent(m.j, ec, int64(e.T)) || echoed(m.j, p, e) {
+				continue
+			}
+			ev := m.match(p, e)
+			if ev == nil || e.Kind == snapshot.EventBreadcrumb && cause {
+				// Breadcrumbs trace an error: after one that a row reads, they are its path.
+				continue
+			}
+			cause = cause || e.Kind != snapshot.EventBreadcrumb && ev.r.role != roleFallback
+			if out == nil {
+				out = make([][]*msgEvent, len(m.j.Procs))
+			}
+			if out[pi] == nil {
+				out[pi] = make([]*msgEvent, len(p.Events))
+			}
+			out[pi][i] = ev
+		}
+	}
+	return out
+}
+
+// match finds an event's row; nil for none, or a row that ignores it.
+func (m *messages) match(p *Proc, e snapshot.Event) *msgEvent {
+	if m.book == nil {
+		m.book = newPeerBook(m.j)
+		// A process that logged no op line had not reached its first op, when others did.
+		for _, q := range m.j.Procs {
+			for _, c := range q.Comms {
+				m.opsLogged = m.opsLogged || c.Count > 0 || len(c.Recent) > 0
+			}
+		}
+	}
+	stage := m.stageOf(p, e)
+	addr := func(a string) bool { return m.addrIs(a, p, e) }
+	for i := range knowledge {
+		if r := &knowledge[i]; r.matches(p, e, stage, addr) {
+			if r.ignore {
+				return nil
+			}
+			return &msgEvent{p: p, e: e, r: r, stage: stage}
+		}
+	}
+	return nil
+}
+
+// stageOf is when an event came, as far as the logs tell (the table's stage column): with
+// no op line anywhere (COLL not logged, a posted excerpt), an event past init, or of a
+// process with no communicator known, may have come at any time.
+func (m *messages) stageOf(p *Proc, e snapshot.Event) string {
+	s := e.Stage
+	if p.Lines > 0 && !m.opsLogged && (s == snapshot.StageReady || len(p.Comms) == 0) {
+		s = snapshot.StageUnknown
+	}
+	switch {
+	case s != snapshot.StageUnknown:
+		return string(s)
+	case p.Lines > 0:
+		return "undated"
+	}
+	return "quoted"
+}
+
+// addrIs checks the table's addr column.
+func (m *messages) addrIs(a string, p *Proc, e snapshot.Event) bool {
+	switch a {
+	case "named":
+		return peerName(e.Peer) != ""
+	case "loopback":
+		return e.Peer != "" && loopback(e.Peer)
+	case "unlogged":
+		return e.Peer != "" && len(m.book.procs[m.book.host(e.Peer)]) == 0
+	case "stray":
+		return strayInterface(p) != ""
+	}
+	return false
+}
+
+// claim marks the events that follow from another of their process (its row's then):
+// first the neighbours a row names, then every later event of the kinds it names.
+func (m *messages) claim(byProc [][]*msgEvent) {
+	for pi, evs := range byProc {
+		for i, ev := range evs {
+			if ev == nil {
+				continue
+			}
+			for _, f := range ev.r.then {
+				if f.adj == 0 {
+					continue
+				}
+				if k := nextNonBreadcrumb(m.j.Procs[pi].Events, i, f.adj); k >= 0 && evs[k] != nil && evs[k].e.Kind == f.kind && evs[k].claimer == nil {
+					evs[k].claimer, ev.claims = ev, true
+				}
+			}
+		}
+		for i, ev := range evs {
+			if ev == nil || ev.claimer != nil {
+				continue
+			}
+			for _, q := range evs[i+1:] {
+				if q != nil && q.claimer == nil && !q.claims && slices.Contains(ev.r.then, follow{kind: q.e.Kind}) {
+					q.claimer, ev.claims = ev, true
+				}
+			}
+		}
+	}
+}
+
+// assemble decides, row by row in the table's order, each event's finding (or the earlier
+// finding it is quoted in), then builds the findings in the order of the logs.
+func (m *messages) assemble(byProc [][]*msgEvent) []Finding {
+	byRow := make([][]*msgEvent, len(knowledge))
+	m.reporters = map[string]map[string]bool{}
+	for _, evs := range byProc {
+		for _, ev := range evs {
+			if ev == nil || ev.claimer != nil {
+				continue
+			}
+			byRow[ev.r.index] = append(byRow[ev.r.index], ev)
+			if c := ev.r.culprit; c == "shared" || c == "remote" {
+				if h := m.book.host(ev.e.Peer); h != "" {
+					if m.reporters[h] == nil {
+						m.reporters[h] = map[string]bool{}
+					}
+					m.reporters[h][ev.p.Host] = true
+				}
+			}
+		}
+	}
+	leadRow := map[string]int{}
+	var order []string
+	for ri, evs := range byRow {
+		r := &knowledge[ri]
+		for _, ev := range evs {
+			if r.under != "" {
+				prefix := r.under.render(m.value(ev))
+				for _, k := range order {
+					if leadRow[k] < ri && strings.HasPrefix(k, prefix) {
+						ev.target = k
+						break
+					}
+				}
+				if ev.target != "" {
+					continue
+				}
+			}
+			ev.key = r.key.render(m.value(ev))
+			if _, ok := leadRow[ev.key]; !ok {
+				leadRow[ev.key] = ri
+				order = append(order, ev.key)
+			}
+		}
+	}
+	found := map[string]*building{}
+	for _, evs := range byProc {
+		for _, ev := range evs {
+			if ev == nil || ev.key == "" {
+				continue
+			}
+			b := found[ev.key]
+			if b == nil {
+				b = &building{f: &Finding{Key: ev.key, Culprits: []incident.Culprit{}}}
+				found[ev.key] = b
+			}
+			if b.lead == nil && ev.r.index == leadRow[ev.key] {
+				b.lead = ev
+			}
+			m.join(b, ev)
+		}
+	}
+	for _, evs := range byProc {
+		for _, ev := range evs {
+			switch {
+			case ev == nil:
+			case ev.claimer != nil:
+				if b := found[cmp.Or(ev.claimer.key, ev.claimer.target)]; b != nil {
+					b.quote(m.cfg, "then %s: %s", ev.p.Name(), ev.e.Msg)
+				}
+			case ev.target != "":
+				found[ev.target].quote(m.cfg, "then, as a consequence, %s: %s (%s)", ev.p.Name(), ev.e.Msg, ev.r.summary.render(m.value(ev)))
+			}
+		}
+	}
+	out := make([]Finding, 0, len(order))
+	for _, k := range order {
+		out = append(out, m.finish(found[k]))
+	}
+	return out
+}
+
+// join adds an event to its finding: its culprits, its time, its line.
+func (m *messages) join(b *building, ev *msgEvent) {
+	f, bl := b.f, m.blame(ev)
+	for _, c := range bl.culprits {
+		if len(f.Culprits) < max(m.cfg.MaxCulprits, 1) && !slices.Contains(f.Culprits, c) {
+			f.Culprits = append(f.Culprits, c)
+		}
+	}
+	for _, k := range bl.own {
+		f.culpritKeys = appendUnique(f.culpritKeys, k)
+	}
+	if bl.involved {
+		f.culpritKeys = appendUnique(f.culpritKeys, ev.p.Key())
+	}
+	if !slices.Contains(b.reporters, ev.p) {
+		b.reporters = append(b.reporters, ev.p)
+	}
+	if ev.e.Peer != "" {
+		b.peers = appendUnique(b.peers, m.book.describe(ev.e.Peer))
+	}
+	if t := ev.e.T; t != 0 && (f.FaultAt.IsZero() || t.Time().Before(f.FaultAt)) {
+		f.FaultAt = t.Time()
+	}
+	hca := ""
+	if hcaEvent(ev.e.Kind) {
+		hca = eventHCA(ev.p, ev.e)
+	}
+	b.quote(m.cfg, "%s%s: %s", ev.p.Name(), hca, ev.e.Msg)
+}
+
+func (b *building) quote(cfg KnowledgeConfig, format string, args ...any) {
+	if b.quoted < max(cfg.Quoted, 1) {
+		b.quoted++
+		b.f.addEvidence(format, args...)
+	}
+}
+
+// finish words a finding by its lead row and event.
+func (m *messages) finish(b *building) Finding {
+	f, r := b.f, b.lead.r
+	f.Kind, f.Severity, f.Cause, f.role = r.kind, r.severity, r.cause, r.role
+	v := m.value(b.lead)
+	f.Summary = r.summary.render(v)
+	if r.advice != "" {
+		f.Summary += ": " + r.advice.render(v)
+	}
+	if (r.culprit == "reporter" || r.culprit == "peers") && len(b.reporters) > 1 {
+		f.Summary += fmt.Sprintf("; %d processes failed alike", len(b.reporters))
+	}
+	if r.culprit == "peers" && len(b.peers) > 1 {
+		f.Summary += fmt.Sprintf(", with %d peers in all", len(b.peers))
+	}
+	if bl := m.blame(b.lead); bl.viaShare {
+		hosts := slices.Sorted(maps.Keys(m.reporters[bl.peerHost]))
+		f.Summary += fmt.Sprintf("; %d hosts (%s) report it with %s, the one they share: look at its link and node first",
+			len(hosts), strings.Join(hosts, ", "), m.book.describe(b.lead.e.Peer))
+	}
+	if len(f.Culprits) > 0 {
+		for _, p := range b.reporters {
+			if !slices.Contains(m.blame(b.lead).own, p.Key()) {
+				f.Victims++
+			}
+		}
+	}
+	return *f
+}
+
+// blame is whom an event's row names as the culprit.
+func (m *messages) blame(ev *msgEvent) *blamed {
+	if ev.bl != nil {
+		return ev.bl
+	}
+	p, e := ev.p, ev.e
+	b := &blamed{involved: true}
+	port := ""
+	if hcaEvent(e.Kind) {
+		port = eventPort(p, e)
+	}
+	reporter := func() {
+		c := p.Culprit()
+		c.Port = port
+		b.culprits, b.own, b.key = []incident.Culprit{c}, []string{p.Key()}, p.Host+":"+hcaName(eventPort(p, e))
+	}
+	peer := func(host string) {
+		name := host
+		if name == "" {
+			name = peerName(e.Peer)
+		}
+		b.peerHost, b.key = host, "peer:"+name
+		if ps := m.book.procs[host]; host != "" && len(ps) == 1 {
+			b.culprits, b.own = []incident.Culprit{ps[0].Culprit()}, []string{ps[0].Key()}
+		} else if name != "" {
+			b.culprits = []incident.Culprit{{Rank: -1, Host: name}}
+		}
+	}
+	switch ev.r.culprit {
+	case "reporter":
+		reporter()
+	case "host":
+		b.culprits, b.key = []incident.Culprit{{Rank: -1, Host: p.Host, Port: port}}, p.Host+":"+hcaName(port)
+	case "peer":
+		b.involved = false
+		peer(m.book.host(e.Peer))
+	case "peers":
+		// The peers a set-up could not reach, by host; a loopback address names none.
+		if h := m.book.host(e.Peer); h != "" {
+			b.culprits = []incident.Culprit{{Rank: -1, Host: h}}
+		} else if e.Peer != "" && !loopback(e.Peer) {
+			b.culprits = []incident.Culprit{{Rank: -1, Host: peerName(e.Peer)}}
+		}
+	case "remote", "shared":
+		h := m.book.host(e.Peer)
+		if h != "" && h != p.Host && (ev.r.culprit == "remote" || len(m.reporters[h]) >= max(m.cfg.PeerReporters, 2)) {
+			peer(h)
+			b.viaShare = ev.r.culprit == "shared"
+		} else {
+			reporter()
+		}
+	case "ranks":
+		// The ranks the line names: their processes when the job has them.
+		for _, r := range e.Ranks {
+			if q := procOfRank(m.j, r); q != nil {
+				b.culprits, b.own = append(b.culprits, q.Culprit()), append(b.own, q.Key())
+			} else {
+				b.culprits = append(b.culprits, incident.Culprit{Rank: r, Host: p.Host})
+			}
+		}
+		if len(b.culprits) == 0 {
+			reporter()
+		}
+	case "rank", "coderank":
+		b.involved = false
+		r := e.Code
+		if ev.r.culprit == "rank" {
+			r = e.Ranks[0]
+		}
+		switch q := procOfRank(m.j, r); {
+		case q != nil:
+			b.culprits, b.own = []incident.Culprit{q.Culprit()}, []string{q.Key()}
+		case ev.r.culprit == "rank":
+			b.culprits = []incident.Culprit{{Rank: r}}
+		default:
+			b.culprits, b.own = []incident.Culprit{p.Culprit()}, []string{p.Key()}
+		}
+	}
+	ev.bl = b
+	return b
+}
+
+// value names the placeholders of an event's templates (see knowledge.csv).
+func (m *messages) value(ev *msgEvent) map[string]string {
+	if ev.values != nil {
+		return ev.values
+	}
+	p, e, b := ev.p, ev.e, m.blame(ev)
+	host, peerHost, rank, culprit := p.Host, m.book.host(e.Peer), "?", p.Key()
+	if host == "" || host == "?" {
+		host = "a host these lines do not name"
+	}
+	if len(e.Ranks) > 0 {
+		rank = strconv.Itoa(e.Ranks[0])
+	}
+	if len(b.own) > 0 {
+		culprit = b.own[0]
+	}
+	origin := "inside NCCL"
+	if e.Src == snapshot.SrcTorchWatchdog {
+		origin = "under PyTorch's NCCL watchdog (its check of the GPU's work)"
+	}
+	ev.values = map[string]string{"who": p.Name(), "host": host, "proc": p.Key(), "hca": eventHCA(p, e),
+		"port": orUnknown(eventPort(p, e)), "peer": m.book.describe(e.Peer), "peerhost": peerName(e.Peer),
+		"peername": cmp.Or(peerHost, peerName(e.Peer)), "peeraddr": peerIP(e.Peer), "blame": b.key, "culprit": culprit,
+		"detail": orUnknown(e.Detail), "text": cmp.Or(e.Detail, e.Msg, "unknown"), "msg": e.Msg, "code": strconv.Itoa(e.Code),
+		"event": string(e.Kind), "src": orUnknown(e.Src), "status": snapshot.IBStatusName(e.Code), "result": ncclResultWords(e.Code),
+		"errno": ofiWords(e), "ranks": rankWords(e.Ranks), "rank": rank, "when": whenWords(ev.stage, e), "origin": origin,
+		"strayaddr": strayInterface(p), "wrongtype": socketTypeWords(e.Detail)}
+	if r := m.book.ranksOn(peerHost); r != "" {
+		ev.values["peerhost"] = peerHost + " (" + r + ")"
+	} else if peerHost != "" {
+		ev.values["peerhost"] = peerHost
+	}
+	return ev.values
+}

@@ -1,0 +1,499 @@
+package detect
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// SlowdownConfig: a root (a rank, its GPU, a link) slows the job when the waiting it causes
+// is at least SlowdownShare of the job's wall time over the last SlowdownSteps training
+// steps, and recurs (a steady lag, or stalls that come back): never by an absolute number of
+// milliseconds, since 20 ms late in a 20 ms step halves the job's speed and is nothing in a
+// 10 s one. A step is the communicator's repeating op pattern; the first SlowdownWarmupSteps
+// steps are not judged (ranks reach their first collectives after different start-up work).
+//
+// With the profiler plugin, lateness is also measured on the GPUs (a late rank's kernels run
+// shortest: its peers wait inside theirs), over at least MeasuredMinOps collectives; and a
+// link is slow when its send steps spend SlowLinkFactor times the other links' time on the
+// network, over at least SlowLinkMinSteps steps.
+type SlowdownConfig struct {
+	SlowdownShare       float64 `yaml:"slowdown_share"`
+	SlowdownSteps       int     `yaml:"slowdown_steps"`
+	SlowdownWarmupSteps int     `yaml:"slowdown_warmup_steps"`
+	MeasuredMinOps      int     `yaml:"measured_min_ops"`
+	SlowLinkFactor      float64 `yaml:"slow_link_factor"`
+	SlowLinkMinSteps    int     `yaml:"slow_link_min_steps"`
+}
+
+// Timing says whether arrival times can be trusted for lag claims.
+type Timing int
+
+const (
+	// TimingOK: NCCL timestamps with sub-second digits, or live read times.
+	TimingOK Timing = iota
+	// TimingNone: offline logs without NCCL timestamps: no lag can be measured.
+	TimingNone
+	// TimingCoarse: NCCL timestamps with whole seconds only.
+	TimingCoarse
+)
+
+// TimestampHint tells the user how to make lag measurable.
+const TimestampHint = "set NCCL_DEBUG_TIMESTAMP_LEVELS=INFO (or ALL) and NCCL_DEBUG_TIMESTAMP_FORMAT='[%F %T.%6f] ' (NCCL 2.26+; on 2.26.3+ '[%F_%T.%6f]_' avoids spaces in the value)"
+
+// JobTiming judges the job's timing source. Live jobs are timed by the sidecar's read time
+// when NCCL prints no timestamp, which is good to ~10 ms.
+func JobTiming(j *Job) Timing {
+	if !j.Offline {
+		return TimingOK
+	}
+	worst := TimingOK
+	for _, p := range j.Procs {
+		if !p.Timestamps {
+			return TimingNone
+		}
+		if p.TSDigits == 0 {
+			worst = TimingCoarse
+		}
+	}
+	return worst
+}
+
+// Slowdowns runs the time accounting: it books the job's new positions into its ledger (the
+// live detector's, kept across evaluations, or a fresh one holding this job's history), then
+// names each root whose cost reached the share: ranks the others waited for (host side, or
+// on their GPUs with the plugin), and slow links. Offline, every episode is a finding, with
+// its onset and end; live, the one still going.
+func Slowdowns(j *Job, cfg Config, timing Timing) []Finding {
+	led := j.Ledger
+	if led == nil {
+		led = NewLedger()
+	}
+	sc := cfg.SlowdownConfig
+	if timing == TimingOK {
+		led.Observe(j, sc)
+	} else {
+		led.observeMeasured(j, sc)
+	}
+	links := led.slowLinks(j, sc)
+	// What a slow link adds to each op of its communicator (µs): lateness on the GPUs up to
+	// about that much is the link's doing, not a rank's.
+	onLinks := map[string]int64{}
+	for _, r := range links {
+		for _, l := range r.links {
+			onLinks[l.group] = max(onLinks[l.group], l.excessPerOp)
+		}
+	}
+	led.mu.Lock()
+	defer led.mu.Unlock()
+	procs := make(map[string]*Proc, len(j.Procs))
+	for _, p := range j.Procs {
+		procs[p.Key()] = p
+	}
+	groups := make(map[string]*Group, len(j.Groups))
+	for _, g := range j.Groups {
+		groups[g.ID] = g
+	}
+	var out []Finding
+	if timing == TimingOK {
+		out = append(out, led.rankEpisodes(j, sc, procs, groups)...)
+	}
+	out = append(out, led.measuredRoots(j, sc, procs, groups, onLinks, out)...)
+	for _, l := range links {
+		out = append(out, l.finding(j))
+	}
+	if timing == TimingOK {
+		if f, ok := led.unattributed(j, sc, groups, out); ok {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// unattributed finds the job slower than its own baseline with no root booked for most of
+// it: every rank arrives on time and waits in its collectives (a slow link seen only from
+// logs, a GPU slower than its peers while the hosts wait for it). The root is then the one
+// member whose own evidence shows a cause (its GPU shared, throttled or faulted); else the
+// finding says what is known and how to see more.
+func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Group, named []Finding) (Finding, bool) {
+	var best struct {
+		g         *Group
+		share     float64
+		now, base int64
+		since     snapshot.Micros
+	}
+	for _, f := range named {
+		if f.Episode != nil || f.Kind == incident.KindLink {
+			// A named root slows every communicator of the job: the job's slowdown is
+			// its, whatever share each communicator shows.
+			return Finding{}, false
+		}
+	}
+	ids := make([]string, 0, len(l.groups))
+	for id := range l.groups {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		g := groups[id]
+		share, now, base, since := l.groups[id].slowedSteps(sc)
+		if g == nil || share < sc.SlowdownShare || share <= best.share {
+			continue
+		}
+		best.g, best.share, best.now, best.base, best.since = g, share, now, base, since
+	}
+	if best.g == nil {
+		return Finding{}, false
+	}
+	g := best.g
+	f := Finding{Kind: incident.KindStraggler, Severity: incident.SeverityWarning, Comm: g.ID, Key: "slowdown:" + j.Name,
+		Victims: len(g.Members), FaultAt: best.since.Time(),
+		Episode: &incident.Episode{Onset: best.since.Time(), LostShare: best.share}}
+	what := fmt.Sprintf("the job's steps take %s, %.0f%% of their time more than its own baseline of %s (communicator %s), since %s",
+		micros(best.now), 100*best.share/(1-best.share), micros(best.base), shortComm(g.ID), fmtTime(best.since.Time()))
+	// The members whose own evidence names a cause.
+	var suspects []*Proc
+	var why []string
+	for _, m := range g.Members {
+		e := episode{}
+		// NVML's word only: the plugin's timings are what the slowdown distorts.
+		if c, w := slowCause(j, m.Proc, e, nil); c == incident.CauseGPUBusy || c == incident.CauseGPUThrottled || c == incident.CauseGPUFault {
+			suspects = append(suspects, m.Proc)
+			why = append(why, w)
+			f.Cause = c
+		}
+	}
+	if len(suspects) == 1 {
+		p := suspects[0]
+		f.Culprits, f.culpritKeys, f.Victims = []incident.Culprit{p.Culprit()}, []string{p.Key()}, len(g.Members)-1
+		f.Key = "straggler:" + p.Key()
+		f.Summary = fmt.Sprintf("%s slows the job: %s; no rank arrives late, so every rank waits on the GPUs, and %s: %s",
+			p.Name(), what, p.Name(), why[0])
+		processEvidence(j, p, &f)
+		return f, true
+	}
+	f.Cause = ""
+	f.Summary = fmt.Sprintf("the job slowed down: %s; no rank arrives late at its collectives, so the time goes inside them: a slow link or NIC, or a GPU slower than its peers; the logs cannot say which (the NCCL profiler plugin measures both)", what)
+	if len(suspects) > 1 {
+		f.Summary += fmt.Sprintf("; %d ranks' GPUs show a cause", len(suspects))
+		for i, p := range suspects {
+			f.addEvidence("%s: %s", p.Name(), why[i])
+		}
+	}
+	return f, true
+}
+
+// rankEpisodes turns each communicator's episodes into findings, one per root and episode:
+// the communicator where the root cost the job most.
+func (l *Ledger) rankEpisodes(j *Job, sc SlowdownConfig, procs map[string]*Proc, groups map[string]*Group) []Finding {
+	var all []episode
+	for id, gl := range l.groups {
+		all = append(all, gl.episodes(id, sc)...)
+	}
+	// One finding per root and overlapping span: its costliest communicator.
+	sort.Slice(all, func(a, b int) bool {
+		if all[a].root != all[b].root {
+			return all[a].root < all[b].root
+		}
+		if all[a].lost != all[b].lost {
+			return all[a].lost > all[b].lost
+		}
+		return all[a].group < all[b].group
+	})
+	var kept []episode
+	for _, e := range all {
+		dup := false
+		for i := range kept {
+			if k := &kept[i]; k.root == e.root && overlaps(*k, e) {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			kept = append(kept, e)
+		}
+	}
+	sort.Slice(kept, func(a, b int) bool { return kept[a].onset < kept[b].onset })
+	var out []Finding
+	n := map[string]int{}
+	for _, e := range kept {
+		p := procs[e.root]
+		if p == nil || (!j.Offline && e.end != 0) {
+			continue // live, an episode that ended is over: its incident resolves
+		}
+		n[e.root]++
+		out = append(out, l.episodeFinding(j, e, p, groups[e.group], n[e.root]))
+	}
+	return out
+}
+
+func overlaps(a, b episode) bool {
+	aEnd, bEnd := a.end, b.end
+	if aEnd == 0 {
+		aEnd = 1 << 62
+	}
+	if bEnd == 0 {
+		bEnd = 1 << 62
+	}
+	return a.onset <= bEnd && b.onset <= aEnd
+}
+
+// episodeFinding names a rank the job waited for, what it cost and why, from its evidence.
+func (l *Ledger) episodeFinding(j *Job, e episode, p *Proc, g *Group, nth int) Finding {
+	key := "straggler:" + p.Key()
+	if nth > 1 {
+		key += fmt.Sprintf("#%d", nth)
+	}
+	victims := 0
+	if g != nil {
+		victims = len(g.Members) - 1
+	}
+	f := Finding{Kind: incident.KindStraggler, Severity: incident.SeverityWarning, Comm: e.group, Seq: e.seq,
+		Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{p.Key()}, Key: key, Victims: victims,
+		LagSeconds: e.share * float64(e.period) / 1e6, FaultAt: e.onset.Time()}
+	if e.intermittent {
+		f.LagSeconds = float64(e.longestLate) / 1e6
+	}
+	steps := 0
+	if e.period > 0 {
+		to := e.end
+		if to == 0 {
+			to = snapshot.MicrosOf(j.Now)
+		}
+		steps = int(int64(to-e.onset) / e.period)
+	}
+	f.Episode = &incident.Episode{Onset: e.onset.Time(), End: e.end.Time(), LostShare: e.share,
+		Lost: time.Duration(e.lost) * time.Microsecond, Steps: steps}
+	m := l.latestMeasured(p.Key(), j.Now)
+	cause, why := slowCause(j, p, e, m)
+	f.Cause = cause
+	pattern := fmt.Sprintf("the others waited for it about %s a step", micros(int64(e.share*float64(e.period))))
+	if e.intermittent {
+		pattern = fmt.Sprintf("it stalled %d times, for up to %s", e.bursts, micros(e.longestLate))
+	}
+	since := "since " + fmtTime(e.onset.Time())
+	if e.end != 0 {
+		since = fmt.Sprintf("from %s to %s", fmtTime(e.onset.Time()), fmtTime(e.end.Time()))
+	}
+	f.Summary = fmt.Sprintf("%s is a straggler: it slows the job, costing %.0f%% of its time (%s lost, steps of %s), %s; %s: %s",
+		p.Name(), 100*e.share, micros(e.lost), micros(e.period), since, pattern, why)
+	f.addEvidence("communicator %s: the step takes %s; the job waited for %s %s in all over %d step(s) since its onset",
+		shortComm(e.group), micros(e.period), p.Name(), micros(e.lost), steps)
+	if m != nil {
+		f.addEvidence("measured on the GPUs by the NCCL profiler plugin: its collectives start %s late per op, its kernels %s after issue beyond its peers'",
+			micros(m.late), micros(m.queue))
+	}
+	processEvidence(j, p, &f)
+	return f
+}
+
+// slowCause names why a rank is late, from its own evidence: its GPU shared with another
+// process or throttled or faulted (NVML), its kernels queued behind others (the plugin), or
+// else its host: late at every step (input pipeline, CPU), or stalling now and then.
+func slowCause(j *Job, p *Proc, e episode, m *measuredSample) (incident.Cause, string) {
+	if g := gpuOf(j, p); g != nil {
+		if n, mine := gpuShared(j, p, g); n > 0 {
+			return incident.CauseGPUBusy, fmt.Sprintf("its GPU %d is shared with %d other process(es) (NVML lists %d on it, %d of them this job's)",
+				g.Index, n, len(g.Procs), mine)
+		}
+		if r := throttled(g); r != "" {
+			return incident.CauseGPUThrottled, fmt.Sprintf("its GPU %d is throttled (%s, SM at %d of %d MHz)", g.Index, r, g.SMClockMHz, g.SMMaxMHz)
+		}
+		if len(g.XIDs) > 0 {
+			return incident.CauseGPUFault, fmt.Sprintf("its GPU %d reported XID %d", g.Index, g.XIDs[len(g.XIDs)-1].Code)
+		}
+	}
+	if m != nil && m.late > 0 && m.queue*2 >= m.late {
+		return incident.CauseGPUBusy, "its GPU starts its collectives late after the host issued them: the GPU is busy with its own work (longer kernels, slower compute)"
+	}
+	host := "its host issues its collectives late every step (input pipeline, CPU, Python)"
+	if e.intermittent {
+		host = "its host stalls now and then before issuing its collectives (checkpoints, garbage collection, I/O, data loading)"
+	}
+	switch p.Stat {
+	case "D":
+		host += "; the process is in uninterruptible I/O (state D)"
+	case "R":
+		if p.CPUPct > 0 {
+			host += fmt.Sprintf("; the process burns %.0f%% CPU", p.CPUPct)
+		}
+	case "S":
+		host += "; the process sleeps"
+	}
+	if e.intermittent {
+		return incident.CauseHostStalled, host
+	}
+	return incident.CauseHostSlow, host
+}
+
+// gpuShared counts the processes on a rank's GPU beyond the job's ranks using it, and those
+// ranks. NVML may list host PIDs the sidecar's namespace does not share, so counts decide.
+func gpuShared(j *Job, p *Proc, g *snapshot.GPU) (others, mine int) {
+	if !g.Has("procs") || len(g.Procs) == 0 {
+		return 0, 0
+	}
+	for _, q := range j.Procs {
+		if q.Node == p.Node && q.State != snapshot.ProcExited && gpuOf(j, q) == g {
+			mine++
+		}
+	}
+	return max(len(g.Procs)-mine, 0), mine
+}
+
+// throttled names the clock-event reasons that slow a busy GPU. Idle and application-clock
+// settings do not; a software power cap is what every busy GPU at its power limit reports,
+// so it counts only where the SM clock fell well below its maximum.
+func throttled(g *snapshot.GPU) string {
+	slowed := g.SMMaxMHz > 0 && g.SMClockMHz > 0 && g.SMClockMHz*100 < g.SMMaxMHz*85
+	var r []string
+	for _, x := range g.Reasons {
+		switch strings.ToLower(strings.ReplaceAll(x, "_", "")) {
+		case "gpuidle", "applicationsclockssetting", "none", "":
+		case "swpowercap", "syncboost":
+			if slowed {
+				r = append(r, x)
+			}
+		default:
+			r = append(r, x)
+		}
+	}
+	return strings.Join(r, "+")
+}
+
+// observeMeasured books what the plugin's timing windows say now: per rank, how much
+// shorter its kernels run than its peers' (it arrives that late on the GPU), as a share of
+// the window.
+func (l *Ledger) observeMeasured(j *Job, sc SlowdownConfig) {
+	type timed struct {
+		m Member
+		t *snapshot.Timing
+	}
+	for _, g := range j.Groups {
+		var ts []timed
+		for _, m := range g.Members {
+			if d := m.Comm.Done; d != nil && d.Timing != nil && d.Timing.N >= int64(max(sc.MeasuredMinOps, 1)) &&
+				d.Timing.Window > 0 && m.Proc.State != snapshot.ProcExited {
+				ts = append(ts, timed{m, d.Timing})
+			}
+		}
+		if len(ts) < 2 {
+			continue
+		}
+		for i, self := range ts {
+			var busy, queue []int64
+			for k, o := range ts {
+				if k != i {
+					busy, queue = append(busy, o.t.Busy), append(queue, o.t.Queue)
+				}
+			}
+			late := median(busy) - self.t.Busy
+			if late <= 0 {
+				continue
+			}
+			s := measuredSample{at: j.Now, group: g.ID, late: late, queue: self.t.Queue - median(queue),
+				share: float64(self.t.N*late) / float64(self.t.Window)}
+			k := self.m.Proc.Key()
+			h := l.measured[k]
+			if n := len(h); n > 0 && h[n-1].at.Equal(j.Now) {
+				if s.share > h[n-1].share {
+					h[n-1] = s
+				}
+				continue
+			}
+			if len(h) >= 8 {
+				h = h[1:]
+			}
+			l.measured[k] = append(h, s)
+		}
+	}
+	for k, h := range l.measured {
+		if len(h) > 0 && j.Now.Sub(h[len(h)-1].at) > time.Minute {
+			delete(l.measured, k)
+		}
+	}
+}
+
+// waitedElsewhere says whom p's GPU waited for in another communicator, when p is a member
+// of one where someone else arrived late on the GPUs by at least half p's own lateness: its
+// kernels of that communicator ran long, so it reached this op late only by waiting there.
+func (l *Ledger) waitedElsewhere(p *Proc, m *measuredSample, now time.Time) string {
+	in := map[string]bool{}
+	for i := range p.Comms {
+		if p.Comms[i].ID != m.group {
+			in[p.Comms[i].ID] = true
+		}
+	}
+	for k, h := range l.measured {
+		if k == p.Key() || len(h) == 0 || !h[len(h)-1].at.Equal(now) {
+			continue
+		}
+		if o := h[len(h)-1]; in[o.group] && o.late*2 >= m.late {
+			return k
+		}
+	}
+	return ""
+}
+
+// latestMeasured is a rank's plugin measurement at this evaluation, nil when none.
+func (l *Ledger) latestMeasured(key string, now time.Time) *measuredSample {
+	h := l.measured[key]
+	if len(h) == 0 || !h[len(h)-1].at.Equal(now) {
+		return nil
+	}
+	return &h[len(h)-1]
+}
+
+// measuredRoots names the ranks the plugin measured late by at least the share at this and
+// the previous evaluation, which the arrival ledger did not already name, and whose lateness
+// a slow link of their communicator does not explain.
+func (l *Ledger) measuredRoots(j *Job, sc SlowdownConfig, procs map[string]*Proc, groups map[string]*Group, onLinks map[string]int64, named []Finding) []Finding {
+	done := map[string]bool{}
+	for _, f := range named {
+		done[f.culpritKeys[0]] = true
+	}
+	var out []Finding
+	keys := make([]string, 0, len(l.measured))
+	for k := range l.measured {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		h := l.measured[k]
+		m := l.latestMeasured(k, j.Now)
+		p := procs[k]
+		if m == nil || p == nil || done[k] || 2*m.late <= 3*onLinks[m.group] || m.share < sc.SlowdownShare {
+			continue
+		}
+		if len(h) >= 2 && h[len(h)-2].share < sc.SlowdownShare/2 {
+			continue // not yet twice in a row
+		}
+		if by := l.waitedElsewhere(p, m, j.Now); by != "" {
+			continue // its GPU reached this op late because it waited in another for `by`
+		}
+		e := episode{group: m.group, root: k, share: m.share, longestLate: m.late, bursts: 1}
+		cause, why := slowCause(j, p, e, m)
+		g := groups[m.group]
+		f := Finding{Kind: incident.KindStraggler, Severity: incident.SeverityWarning, Comm: m.group,
+			Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{k}, Key: "straggler:" + k,
+			LagSeconds: float64(m.late) / 1e6, measured: true, Cause: cause,
+			Episode: &incident.Episode{Onset: h[0].at, LostShare: m.share}}
+		if g != nil {
+			f.Victims = len(g.Members) - 1
+		}
+		f.Summary = fmt.Sprintf("%s is a straggler: it slows the job, costing %.0f%% of its time; measured on the GPUs, it reaches the collectives of communicator %s %s late per op while its peers wait in theirs: %s",
+			p.Name(), 100*m.share, shortComm(m.group), micros(m.late), why)
+		f.addEvidence("measured by the NCCL profiler plugin over its recent collectives: kernels %s shorter than its peers' (median), starting %s after issue beyond theirs",
+			micros(m.late), micros(m.queue))
+		processEvidence(j, p, &f)
+		out = append(out, f)
+	}
+	return out
+}
+
+func micros(v int64) string {
+	return (time.Duration(v) * time.Microsecond).Round(time.Microsecond).String()
+}

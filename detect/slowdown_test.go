@@ -1,0 +1,378 @@
+package detect
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// The fake job's step is 3 positions (step) at period apart: 300 ms per step at 100 ms.
+const fakePeriod = 100 * time.Millisecond
+
+// delays says how late rank 1 is at step k. The ranks synchronize at every step's end (the
+// job reads its loss back), so the others start step k+1 only after rank 1's step k: every
+// step after a late one is shifted for everyone by the lateness so far.
+type delays func(k int64) time.Duration
+
+func late(from, to int64, d time.Duration) delays {
+	return func(k int64) time.Duration {
+		if k >= from && k < to {
+			return d
+		}
+		return 0
+	}
+}
+
+func stallEvery(from, n int64, d time.Duration) delays {
+	return func(k int64) time.Duration {
+		if k >= from && (k-from)%n == 0 {
+			return d
+		}
+		return 0
+	}
+}
+
+// syncedJob is three ranks of the fake step, rank 1 late by d at each step.
+func syncedJob(n int, d delays, extra time.Duration) *Job {
+	shift := func(self bool) func(int64, *snapshot.Op) {
+		return func(s int64, o *snapshot.Op) {
+			k := (s - 1) / 3
+			var before time.Duration
+			for i := int64(0); i < k; i++ {
+				before += d(i)
+			}
+			o.T += snapshot.Micros(before.Microseconds())
+			if self {
+				o.T += snapshot.Micros(d(k).Microseconds())
+			}
+		}
+	}
+	var total time.Duration
+	for k := int64(0); k < int64(n/3); k++ {
+		total += d(k)
+	}
+	return job(time.Duration(n)*fakePeriod+total+extra, rank(0, n, fakePeriod, 0, shift(false)), rank(1, n, fakePeriod, 0, shift(true)),
+		rank(2, n, fakePeriod, time.Millisecond, shift(false)))
+}
+
+func TestSlowdowns(t *testing.T) {
+	cfg := DefaultConfig()
+	steps := func(n int) int { return 3 * n }
+	for _, c := range []struct {
+		name    string
+		offline bool
+		timing  Timing
+		edit    delays // rank 1's
+		n       int    // positions
+		culprit int    // -1: no finding
+		cause   incident.Cause
+		say     string
+		ended   bool
+	}{
+		{"steady 60 ms late in a 300 ms step", false, TimingOK, late(0, 1<<30, 60*time.Millisecond), steps(40), 1, incident.CauseHostSlow, "costing 16%", false},
+		{"8 ms late in a 300 ms step is jitter", false, TimingOK, late(0, 1<<30, 8*time.Millisecond), steps(40), -1, "", "", false},
+		{"start-up skew, then level", false, TimingOK, late(0, 3, 415*time.Millisecond), steps(40), -1, "", "", false},
+		{"a lag that ended, live", false, TimingOK, late(5, 25, 60*time.Millisecond), steps(60), -1, "", "", false},
+		{"a lag that ended, offline: one episode with its end", true, TimingOK, late(5, 25, 60*time.Millisecond), steps(60), 1, incident.CauseHostSlow, "to 12:00", true},
+		{"a stall of 900 ms every 5 steps", false, TimingOK, stallEvery(4, 5, 900*time.Millisecond), steps(60), 1, incident.CauseHostStalled, "stalled", false},
+		{"one long stall, then on time again", false, TimingOK, late(10, 11, 8*time.Second), steps(60), -1, "", "", false},
+		{"one long stall, offline", true, TimingOK, late(10, 11, 8*time.Second), steps(60), -1, "", "", false},
+		{"no usable timestamps", true, TimingNone, late(0, 1<<30, 60*time.Millisecond), steps(40), -1, "", "", false},
+		{"fewer steps than the window", false, TimingOK, late(0, 1<<30, 60*time.Millisecond), steps(20), -1, "", "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := syncedJob(c.n, c.edit, 2*time.Second)
+			j.Offline = c.offline
+			fs := Slowdowns(j, cfg, c.timing)
+			if c.culprit < 0 {
+				if len(fs) != 0 {
+					t.Fatalf("want none, got %s", fs[0].Summary)
+				}
+				return
+			}
+			f := only(t, fs, incident.KindStraggler)
+			if got := culpritRanks(f); len(got) != 1 || got[0] != c.culprit || f.Cause != c.cause || !strings.Contains(f.Summary, c.say) {
+				t.Fatalf("culprits %v cause %q: %s", got, f.Cause, f.Summary)
+			}
+			if f.Episode == nil || f.Episode.Onset.IsZero() || f.Episode.End.IsZero() != !c.ended {
+				t.Fatalf("episode %+v", f.Episode)
+			}
+		})
+	}
+}
+
+// A persistent lag on the ledger the live detector keeps: found once the window is full,
+// however few ops each evaluation sees, and gone once it ended.
+func TestSlowdownsAcrossEvaluations(t *testing.T) {
+	cfg := DefaultConfig()
+	led := NewLedger()
+	window := func(upTo int) *Job {
+		j := syncedJob(upTo, late(10, 50, 90*time.Millisecond), 50*time.Millisecond)
+		for _, p := range j.Procs {
+			if len(p.Comms[0].Recent) > 16 {
+				p.Comms[0].Recent = p.Comms[0].Recent[len(p.Comms[0].Recent)-16:] // a live history holds only the newest
+			}
+		}
+		j.Ledger = led
+		return j
+	}
+	var firstAt, goneAt int
+	for n := 10; n <= 3*90; n += 5 {
+		fs := Slowdowns(window(n), cfg, TimingOK)
+		if len(fs) > 0 && firstAt == 0 {
+			firstAt = n
+		}
+		if firstAt > 0 && goneAt == 0 && len(fs) == 0 {
+			goneAt = n
+		}
+	}
+	// The lag starts at step 10 (position 31): judged after 3 warm-up and 20 steps.
+	if firstAt == 0 || firstAt > 3*35 || goneAt == 0 || goneAt > 3*75 {
+		t.Fatalf("found at position %d, gone at %d", firstAt, goneAt)
+	}
+}
+
+// A rank that only waited is never blamed: rank 0 arrives late at its tensor-parallel
+// pair's collectives {0,1} because its host waited in its data-parallel pair {0,2} for rank
+// 2, which arrived late there. Rank 2 is not in the first pair: only following the wait
+// across communicators finds it.
+func TestSlowdownFollowsAWaitAcrossCommunicators(t *testing.T) {
+	const n, hold = 40, 100 * time.Millisecond
+	comm := func(id string, r int) snapshot.Comm {
+		return snapshot.Comm{ID: id, Ptr: "0x" + id[2:], Rank: r, NRanks: 2, State: "ready", Count: n}
+	}
+	op := func(k int64, at time.Duration, idx int64) snapshot.Op {
+		return snapshot.Op{Seq: k, Op: "AllReduce", Count: 8, Dtype: "float32", Red: "sum", T: us(at), Idx: idx}
+	}
+	dp0, tp0, dp2, tp1 := comm("0xdp", 0), comm("0xtp", 0), comm("0xdp", 1), comm("0xtp", 1)
+	for k := int64(1); k <= n; k++ {
+		at := time.Duration(k) * 300 * time.Millisecond
+		dp0.Recent = append(dp0.Recent, op(k, at, 2*k-1))
+		dp2.Recent = append(dp2.Recent, op(k, at+hold, k))
+		tp0.Recent = append(tp0.Recent, op(k, at+hold+2*time.Millisecond, 2*k)) // right after the dp op completed
+		tp1.Recent = append(tp1.Recent, op(k, at+10*time.Millisecond, k))
+	}
+	proc := func(r int, cs ...snapshot.Comm) *Proc {
+		for i := range cs {
+			last := cs[i].Recent[n-1]
+			cs[i].Last = &last
+		}
+		host := "node" + string(rune('0'+r))
+		return &Proc{Process: snapshot.Process{Host: host, PID: 100 + r, Rank: r, Comms: cs}, Node: host}
+	}
+	j := NewJob("j", t0.Add(13*time.Second), []*Proc{proc(0, dp0, tp0), proc(1, tp1), proc(2, dp2)}, map[string]*snapshot.Node{})
+	fs := Slowdowns(j, DefaultConfig(), TimingOK)
+	if len(fs) != 1 || culpritRanks(fs[0])[0] != 2 {
+		for _, f := range fs {
+			t.Log(f.Summary)
+		}
+		t.Fatalf("want rank 2 alone, got %d findings", len(fs))
+	}
+}
+
+// timedRank is rank r whose plugin timed its collectives on 0xc0ffee: mean busy and queue.
+func timedRank(r int, busy, queue time.Duration) *Proc {
+	p := rank(r, 40, fakePeriod, 0, nil)
+	p.Comms[0].Done = &snapshot.Completion{Issued: 40, Done: 40,
+		Timing: &snapshot.Timing{N: 200, Window: 30e6, Busy: busy.Microseconds(), Queue: queue.Microseconds()}}
+	return p
+}
+
+// With the plugin: a late rank's kernels run shortest (its peers wait in theirs), 200 ops of
+// a 30 s window: 25 ms late per op is 17% of the time.
+func TestMeasuredSlowdowns(t *testing.T) {
+	cfg := DefaultConfig()
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name    string
+		procs   []*Proc
+		culprit int // -1: none
+		cause   incident.Cause
+	}{
+		{"slow GPU", []*Proc{timedRank(0, 31*ms, ms), timedRank(1, 30*ms, ms), timedRank(2, 5*ms, 26*ms), timedRank(3, 30*ms, ms)}, 2, incident.CauseGPUBusy},
+		{"late host", []*Proc{timedRank(0, 31*ms, ms), timedRank(1, 5*ms, ms), timedRank(2, 30*ms, ms)}, 1, incident.CauseHostSlow},
+		{"two ranks", []*Proc{timedRank(0, 40*ms, ms), timedRank(1, 8*ms, ms)}, 1, incident.CauseHostSlow},
+		{"jitter", []*Proc{timedRank(0, 31*ms, ms), timedRank(1, 28*ms, ms), timedRank(2, 33*ms, ms)}, -1, ""},
+		{"7% of the time", []*Proc{timedRank(0, 12*ms, ms), timedRank(1, 2*ms, ms)}, -1, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := Slowdowns(job(10*time.Second, c.procs...), cfg, TimingOK)
+			if c.culprit < 0 {
+				if len(fs) != 0 {
+					t.Fatalf("%+v", fs)
+				}
+				return
+			}
+			f := only(t, fs, incident.KindStraggler)
+			if got := culpritRanks(f); got[0] != c.culprit || !f.measured || f.Cause != c.cause {
+				t.Fatalf("culprit %v cause %s: %s\n%s", got, f.Cause, f.Summary, strings.Join(f.Evidence, "\n"))
+			}
+		})
+	}
+}
+
+// NVML names another process on a late rank's GPU: the cause is the GPU, not the host.
+func TestSlowdownOnASharedGPU(t *testing.T) {
+	j := syncedJob(3*40, late(0, 1<<30, 80*time.Millisecond), 0)
+	node := gpuNode("node1", snapshot.GPUComputing)
+	node.GPUs[0].T = snapshot.MicrosOf(j.Now)
+	node.GPUs[0].Procs = []snapshot.GPUProc{{PID: 101}, {PID: 9999, Name: "python3"}}
+	j.Nodes["node1"] = node
+	f := only(t, Slowdowns(j, DefaultConfig(), TimingOK), incident.KindStraggler)
+	if culpritRanks(f)[0] != 1 || f.Cause != incident.CauseGPUBusy || !strings.Contains(f.Summary, "shared with 1 other process") {
+		t.Fatalf("cause %s: %s", f.Cause, f.Summary)
+	}
+}
+
+func TestSlowLinks(t *testing.T) {
+	ring := func(slow int64, slowFrom ...int) *Job {
+		var ps []*Proc
+		for r := 0; r < 4; r++ {
+			p := timedRank(r, 30*time.Millisecond, time.Millisecond)
+			p.NetDevs = []string{"mlx5_" + string(rune('0'+r)) + ":1/IB"}
+			for _, peer := range []int{(r + 1) % 4, (r + 2) % 4} {
+				net := int64(300)
+				for _, s := range slowFrom {
+					if r == s && (peer == (r+1)%4 || len(slowFrom) == 1) {
+						net = slow
+					}
+				}
+				p.Comms[0].Done.Peers = append(p.Comms[0].Done.Peers, snapshot.PeerProgress{Peer: peer, Dir: snapshot.DirSend, NetUs: net, NetSteps: 5000})
+			}
+			ps = append(ps, p)
+		}
+		return job(10*time.Second, ps...)
+	}
+	cfg := DefaultConfig()
+	if fs := Slowdowns(ring(500, 1), cfg, TimingOK); len(fs) != 0 {
+		t.Fatalf("a link within the spread: %+v", fs)
+	}
+	// Rank 1's sends are slow to both its peers: one root, its NIC.
+	f := only(t, Slowdowns(ring(2000, 1), cfg, TimingOK), incident.KindLink)
+	if got := culpritRanks(f); len(got) != 1 || got[0] != 1 || f.Cause != incident.CauseLink || !strings.Contains(f.Summary, "network of rank 1") ||
+		f.Culprits[0].Port != "mlx5_1:1/IB" {
+		t.Fatalf("culprits %v: %s\n%s", got, f.Summary, strings.Join(f.Evidence, "\n"))
+	}
+	// Two slow links with no endpoint in common: two pairs.
+	fs := Slowdowns(ring(2000, 0, 2), cfg, TimingOK)
+	if len(fs) != 2 || fs[0].Kind != incident.KindLink || len(fs[0].Culprits) != 2 {
+		t.Fatalf("%+v", fs)
+	}
+}
+
+// Live on one H100, a two-rank communicator's send steps from rank 3 to rank 2 took 857 µs
+// against 143 µs the other way, before any fault: rank 2's GPU, shared with three other
+// ranks, posted its receives late. A pair's reverse direction does not witness against it.
+func TestSlowLinkNeedsOtherLinks(t *testing.T) {
+	var ps []*Proc
+	for r, net := range []int64{143, 857} {
+		p := timedRank(r, 30*time.Millisecond, time.Millisecond)
+		p.Comms[0].Done.Peers = []snapshot.PeerProgress{{Peer: 1 - r, Dir: snapshot.DirSend, NetUs: net, NetSteps: 136},
+			{Peer: 1 - r, Dir: snapshot.DirRecv}}
+		ps = append(ps, p)
+	}
+	if fs := Slowdowns(job(10*time.Second, ps...), DefaultConfig(), TimingOK); len(fs) != 0 {
+		t.Fatalf("one direction of a two-rank communicator is no slow link: %+v", fs)
+	}
+}
+
+// Every rank arrives on time, but the steps grow from 300 to 450 ms (a slow link seen only
+// from logs, a GPU the hosts wait for): the job's own baseline says it slowed, and the one
+// rank whose GPU NVML shows shared is the root; without such evidence nobody is blamed.
+func TestUnattributedSlowdown(t *testing.T) {
+	slower := func(from int64, extra time.Duration, pauseAt int64) *Job {
+		shift := func(s int64, o *snapshot.Op) {
+			k := (s - 1) / 3
+			if k > from {
+				o.T += snapshot.Micros((time.Duration(k-from) * extra).Microseconds())
+			}
+			if pauseAt > 0 && k > pauseAt {
+				o.T += snapshot.Micros((60 * time.Second).Microseconds())
+			}
+		}
+		n := 3 * 90
+		end := time.Duration(n)*fakePeriod + time.Duration(90-from)*extra + time.Second
+		if pauseAt > 0 {
+			end += 60 * time.Second
+		}
+		return job(end, rank(0, n, fakePeriod, 0, shift), rank(1, n, fakePeriod, time.Millisecond, shift), rank(2, n, fakePeriod, 2*time.Millisecond, shift))
+	}
+	cfg := DefaultConfig()
+	f := only(t, Slowdowns(slower(50, 150*time.Millisecond, 0), cfg, TimingOK), incident.KindStraggler)
+	if len(f.Culprits) != 0 || !strings.Contains(f.Summary, "50% of their time more") {
+		t.Fatalf("%+v: %s", f.Culprits, f.Summary)
+	}
+	j := slower(50, 150*time.Millisecond, 0)
+	node := gpuNode("node2", snapshot.GPUComputing)
+	node.GPUs[0].T = snapshot.MicrosOf(j.Now)
+	node.GPUs[0].Procs = []snapshot.GPUProc{{PID: 102}, {PID: 4242}}
+	j.Nodes["node2"] = node
+	f = only(t, Slowdowns(j, cfg, TimingOK), incident.KindStraggler)
+	if got := culpritRanks(f); len(got) != 1 || got[0] != 2 || f.Cause != incident.CauseGPUBusy {
+		t.Fatalf("%v %s: %s", got, f.Cause, f.Summary)
+	}
+	for _, c := range []struct {
+		name string
+		j    *Job
+	}{{"steady", slower(200, 0, 0)}, {"a 60 s pause between two steps", slower(200, 0, 40)}, {"5% slower", slower(50, 15*time.Millisecond, 0)}} {
+		if fs := Slowdowns(c.j, cfg, TimingOK); len(fs) != 0 {
+			t.Errorf("%s: %s", c.name, fs[0].Summary)
+		}
+	}
+}
+
+func TestInstances(t *testing.T) {
+	p := timedRank(0, 30*time.Millisecond, time.Millisecond)
+	p.Comms[0].Done = &snapshot.Completion{Issued: 40, Started: 39, Done: 38,
+		InFlight: &snapshot.Flight{Op: snapshot.Op{Seq: 39, Op: "AllReduce"}, GPUStart: us(time.Second)}}
+	q := rank(1, 38, fakePeriod, 0, nil)
+	g := job(5*time.Second, p, q).Groups[0]
+	for _, c := range []struct {
+		seq                             int64
+		issued, started, done, measured [2]bool
+	}{
+		{38, [2]bool{true, true}, [2]bool{true, false}, [2]bool{true, false}, [2]bool{true, false}},
+		{39, [2]bool{true, false}, [2]bool{true, false}, [2]bool{false, false}, [2]bool{true, false}},
+		{41, [2]bool{false, false}, [2]bool{false, false}, [2]bool{false, false}, [2]bool{true, false}},
+	} {
+		for i, in := range g.Instances(c.seq) {
+			if in.Issued != c.issued[i] || in.Started != c.started[i] || in.Done != c.done[i] || in.Measured != c.measured[i] {
+				t.Errorf("seq %d member %d: %+v", c.seq, i, in)
+			}
+		}
+	}
+}
+
+// A two-rank communicator has no other link to compare with: its slow direction is judged
+// against its own speed before and the other direction now (the live 2-GPU run: rank 1's
+// sends limited by the shim went from 250 µs to 3.6 ms a step, rank 0's stayed at 230 µs).
+func TestSlowLinkOfAPair(t *testing.T) {
+	led := NewLedger()
+	pair := func(at time.Duration, r0, r1 int64) *Job {
+		var ps []*Proc
+		for r, net := range []int64{r0, r1} {
+			p := timedRank(r, 30*time.Millisecond, time.Millisecond)
+			p.Comms[0].Done.Peers = []snapshot.PeerProgress{{Peer: 1 - r, Dir: snapshot.DirSend, NetUs: net, NetSteps: 2000}}
+			ps = append(ps, p)
+		}
+		j := job(at, ps...)
+		j.Ledger = led
+		return j
+	}
+	if fs := Slowdowns(pair(10*time.Second, 230, 250), DefaultConfig(), TimingOK); len(fs) != 0 {
+		t.Fatalf("healthy: %s", fs[0].Summary)
+	}
+	f := only(t, Slowdowns(pair(20*time.Second, 236, 3628), DefaultConfig(), TimingOK), incident.KindLink)
+	if got := culpritRanks(f); len(got) != 2 || got[0] != 1 || !strings.Contains(f.Summary, "before and in the other direction") {
+		t.Fatalf("%v: %s", got, f.Summary)
+	}
+	// A pair asymmetric from its start (one H100 shared by four ranks: 857 against 143 µs)
+	// has no speed before to fall from.
+	led = NewLedger()
+	if fs := Slowdowns(pair(10*time.Second, 143, 857), DefaultConfig(), TimingOK); len(fs) != 0 {
+		t.Fatalf("asymmetric from the start: %s", fs[0].Summary)
+	}
+}
