@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
+	"github.com/ncclwatch/watchdog/internal/etcdexec"
 	"github.com/ncclwatch/watchdog/internal/procstat"
 	"github.com/ncclwatch/watchdog/internal/testpki"
 )
@@ -135,5 +136,41 @@ func TestMonitorLogsTheCause(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "etcd connection fails"); n != 1 {
 		t.Errorf("logged %d times:\n%s", n, logs.String())
+	}
+}
+
+// TestExplainAgainstEtcd34: the same names for the failures of a real etcd 3.4 server with
+// TLS and client certificates (its TLS stack is Go 1.19's, its HTTP/2 serving its own).
+func TestExplainAgainstEtcd34(t *testing.T) {
+	ca, other := testpki.NewCA(t, "etcd-ca"), testpki.NewCA(t, "other-ca")
+	server, client := ca.Server(t, "etcd", "127.0.0.1", "localhost"), ca.Client(t, "ncclwatch")
+	srv := etcdexec.Start(t, etcdexec.Options{CertFile: server.CertFile, KeyFile: server.KeyFile, ClientCAFile: ca.CertFile})
+	ep := srv.Endpoints()[0]
+	plain := "http://" + strings.TrimPrefix(ep, "https://")
+	for _, c := range []struct {
+		name string
+		cfg  etcdconn.Config
+		want string
+	}{
+		{"works", etcdconn.Config{Endpoints: []string{ep}, CAFile: ca.CertFile, CertFile: client.CertFile, KeyFile: client.KeyFile}, ""},
+		{"unknown CA", etcdconn.Config{Endpoints: []string{ep}, CAFile: other.CertFile, CertFile: client.CertFile, KeyFile: client.KeyFile}, "unknown CA"},
+		{"missing client certificate", etcdconn.Config{Endpoints: []string{ep}, CAFile: ca.CertFile}, "missing client certificate"},
+		{"http to a TLS port", etcdconn.Config{Endpoints: []string{plain}}, "speaks TLS"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := etcdconn.Explain(context.Background(), c.cfg)
+			if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+				t.Errorf("%v, want %q", err, c.want)
+			}
+		})
+	}
+	// And the client itself works over it, with a user on top of the certificate.
+	cli, err := etcdconn.New(etcdconn.Config{Endpoints: []string{ep}, CAFile: ca.CertFile, CertFile: client.CertFile, KeyFile: client.KeyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if err := putWithin(cli, "/ncclwatch/v1/tls", 10*time.Second); err != nil {
+		t.Errorf("write over TLS to etcd %s: %v", srv.Version(), err)
 	}
 }
