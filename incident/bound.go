@@ -89,6 +89,10 @@ func Bound(inc Incident) Incident {
 		t := *inc.ResolvedAt
 		out.ResolvedAt = &t
 	}
+	if inc.Episode != nil {
+		e := *inc.Episode
+		out.Episode = &e
+	}
 	// The caps above bound each part; the whole is checked, and evidence, then culprits,
 	// halved until it fits (only texts near their caps in every field get here).
 	out.Omitted = omittedOrNil(om)
@@ -131,7 +135,7 @@ func omittedOrNil(om Omitted) *Omitted {
 // roughSize bounds the JSON size of inc from above without encoding it: every string at
 // its worst escaping (6 bytes a byte), every element with room for its names and numbers.
 func roughSize(inc Incident) int {
-	n := 1024 + 6*(len(inc.ID)+len(inc.Key)+len(inc.Kind)+len(inc.Job)+len(inc.Comm)+len(inc.Summary))
+	n := 1280 + 6*(len(inc.ID)+len(inc.Key)+len(inc.Kind)+len(inc.Job)+len(inc.Comm)+len(inc.Summary)+len(inc.Cause))
 	for _, c := range inc.Culprits {
 		n += 128 + 6*(len(c.Host)+len(c.GPU)+len(c.Port))
 	}

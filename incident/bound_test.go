@@ -141,7 +141,8 @@ func TestRoughSizeBoundsTheJSON(t *testing.T) {
 		Culprits: []Culprit{{Host: hostile, GPU: hostile, Port: hostile}}, Evidence: []string{hostile, hostile},
 		Ops:      map[string]Op{hostile: {Op: hostile, Datatype: hostile, RedOp: hostile, Count: 1 << 63, Root: -1 << 62}},
 		OpGroups: []OpGroup{{Op: Op{Op: hostile}, Ranks: 1 << 40, Examples: []string{hostile}}}, Omitted: &Omitted{Culprits: 1 << 50, Evidence: 1 << 50, OpGroups: 1, OpRanks: 1, Text: 1},
-		LagSeconds: -1.234567890123e-300, Seq: -1 << 62, Victims: 1 << 62, Revision: 1 << 62}} {
+		LagSeconds: -1.234567890123e-300, Seq: -1 << 62, Victims: 1 << 62, Revision: 1 << 62, Cause: Cause(hostile),
+		ResolvedAt: &time.Time{}, Episode: &Episode{Onset: time.Now(), End: time.Now(), LostShare: -1.234567890123e-300, Lost: -1 << 62, Steps: -1 << 62}}} {
 		if r, s := roughSize(inc), size(inc); r < s {
 			t.Errorf("rough size %d < JSON size %d", r, s)
 		}
