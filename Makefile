@@ -12,7 +12,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 .PHONY: build test lint demo bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-detector-scale bench-scale bench-reconnect bench-logbound fuzz-short clean plugin
 .PHONY: bench-plugin-overhead bench-plugin-instr bench-plugin-overhead-dry
 
-# VERSION and REVISION (below) come from git describe where there is a .git, else "dev".
+# VERSION and REVISION (below): the version from git tags (deploy/tools/version.sh) and the commit.
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.revision=$(REVISION)" -o $(BIN)/watchdog ./cmd/watchdog
 
@@ -23,8 +23,10 @@ lint:
 	@out=$$(find . -name '*.go' -not -path './bin/*' -not -path './.git/*' -print0 | xargs -0 -r gofmt -l); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: lint deploy-check
-	$(GO) test $(TESTFLAGS) ./...
+# The tests run the watchdog against the embedded etcd and against Debian's etcd 3.4
+# server (etcd34, below): with the Makefile a missing 3.4 server is a failure, not a skip.
+test: lint deploy-check etcd34
+	NCCLWATCH_REQUIRE_ETCD34=1 $(GO) test $(TESTFLAGS) ./...
 	CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/watchdog
 
 # The live demo: embedded etcd, simulated faulty jobs with one sidecar per node, the
@@ -166,6 +168,11 @@ K8S_VALUES   := deploy/kubernetes/values-production.yaml
 # helm warns on stderr about the chart's symlinks into deploy/grafana and deploy/prometheus.
 HELM_QUIET    = 2> >(grep -v "found symbolic link" >&2)
 
+.PHONY: etcd34
+# Debian's etcd-server package (etcd 3.4) for the tests of internal/etcdexec's users.
+etcd34:
+	@deploy/tools/install-etcd.sh
+
 .PHONY: tools promtool deploy-check helm-check rules-check rules-check-prom3 k8s-manifests prom-e2e image
 
 $(HELM):
@@ -195,8 +202,10 @@ helm-check: $(HELM)
 	  for f in ncclwatch.yaml training-pod.yaml; do \
 	    diff -u deploy/kubernetes/$$f $$tmp/$$f || { echo "deploy/kubernetes/$$f is stale: run make k8s-manifests"; exit 1; }; done; \
 	  echo "helm lint, helm template: ok; deploy/kubernetes is up to date"'
-	@# Every render decoded strictly into the Kubernetes types, Pod Security levels checked.
-	NCCLWATCH_HELM=$(abspath $(HELM)) $(GO) test -count=1 -run '^(TestKubernetesManifests|TestStrictDecoding)$$' ./deploy/
+	@# Every render decoded strictly into the Kubernetes types, Pod Security levels checked;
+	@# values.schema.json refuses typos and wrong types; the PDB only with 2+ replicas.
+	NCCLWATCH_HELM=$(abspath $(HELM)) $(GO) test -count=1 \
+	  -run '^(TestKubernetesManifests|TestStrictDecoding|TestValuesSchema|TestPodDisruptionBudgetOnlyWithReplicas|TestSidecarCredentials)$$' ./deploy/
 
 # deploy/kubernetes/*.yaml are the chart rendered with values-production.yaml.
 K8S_OUT ?= deploy/kubernetes
@@ -213,14 +222,44 @@ rules-check: promtool
 	  echo "$$out" | grep -v 'WARNING: file .* does not exist'
 
 # The container image (deploy/docker/Dockerfile, BuildKit). VERSION and REVISION reach the
-# binary as main.version and main.revision and the image as OCI labels.
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# binary as main.version and main.revision and the image as OCI labels. VERSION is one
+# string everywhere: `watchdog --version`, the image tag, the chart's appVersion (make
+# chart): X.Y.Z at a tag vX.Y.Z, else derived from it or from CHANGELOG.md (version.sh).
+VERSION  ?= $(shell deploy/tools/version.sh)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 IMAGE    ?= ghcr.io/ncclwatch/watchdog:$(VERSION)
+.PHONY: image image-multiarch chart release-check
 image:
 	DOCKER_BUILDKIT=1 docker build -f deploy/docker/Dockerfile \
 	  --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
 	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) -t $(IMAGE) .
+
+# The release image for amd64 and arm64 (Grace Hopper nodes) in one manifest list, pushed
+# (a multi-platform image cannot be loaded into a local engine). Needs docker buildx with
+# a builder that runs both (docker buildx create --use; QEMU binfmt for the other one):
+# each platform's build stage runs natively under it, so cgo (NVML) and the plugin's gcc
+# need no cross toolchain. PLATFORMS=linux/arm64 IMAGE_OUTPUT=--load builds one locally.
+PLATFORMS    ?= linux/amd64,linux/arm64
+IMAGE_OUTPUT ?= --push
+image-multiarch:
+	docker buildx build --platform $(PLATFORMS) -f deploy/docker/Dockerfile \
+	  --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) -t $(IMAGE) $(IMAGE_OUTPUT) .
+
+# The chart packaged with VERSION as its version and appVersion (so its default image tag
+# is the image `make image` builds), into bin/.
+chart: $(HELM)
+	@mkdir -p $(BIN)
+	$(HELM) package $(CHART) --version $(VERSION) --app-version $(VERSION) -d $(BIN) $(HELM_QUIET)
+
+# Before tagging vX.Y.Z: CHANGELOG.md has a dated "## [X.Y.Z]" section and Chart.yaml says
+# X.Y.Z; at the tag, VERSION is X.Y.Z.
+release-check:
+	@v=$$(sed -n 's/^## \[\([0-9][0-9.]*\)\] - [0-9-]*$$/\1/p' CHANGELOG.md | head -1); \
+	  test -n "$$v" || { echo "CHANGELOG.md: no dated '## [X.Y.Z] - YYYY-MM-DD' section"; exit 1; }; \
+	  grep -q "^version: $$v$$" $(CHART)/Chart.yaml && grep -q "^appVersion: \"$$v\"$$" $(CHART)/Chart.yaml || \
+	    { echo "$(CHART)/Chart.yaml: version and appVersion must be $$v"; exit 1; }; \
+	  echo "release $$v: tag it with git tag -a v$$v; VERSION is now $(VERSION)"
 
 # The same rule checks with promtool of Prometheus 3.x (Debian ships 2.x), built from the
 # prometheus module go.mod pins. Not part of deploy-check: the build takes 4 to 6 minutes

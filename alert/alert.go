@@ -106,26 +106,3 @@ func eventTime(inc incident.Incident, ev Event) time.Time {
 		return inc.OpenedAt
 	}
 }
-
-// cloneIncident copies the slices, map and pointer of inc, so the detector may keep
-// mutating its own copy after Submit.
-func cloneIncident(inc incident.Incident) incident.Incident {
-	if inc.Culprits != nil {
-		inc.Culprits = append([]incident.Culprit(nil), inc.Culprits...)
-	}
-	if inc.Evidence != nil {
-		inc.Evidence = append([]string(nil), inc.Evidence...)
-	}
-	if inc.Ops != nil {
-		ops := make(map[string]incident.Op, len(inc.Ops))
-		for k, v := range inc.Ops {
-			ops[k] = v
-		}
-		inc.Ops = ops
-	}
-	if inc.ResolvedAt != nil {
-		t := *inc.ResolvedAt
-		inc.ResolvedAt = &t
-	}
-	return inc
-}

@@ -281,6 +281,18 @@ type BuildOptions struct {
 
 // Targets builds the notifiers of c with their settings, reading secrets.
 func (c *Config) Targets(b BuildOptions) ([]Target, error) {
+	targets, errs := c.buildEach(b)
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("notifier %q: %w", c.Notifiers[i].Name, err)
+		}
+	}
+	return targets, nil
+}
+
+// buildEach builds every notifier of c: targets[i] is Notifiers[i]'s, or nil with errs[i]
+// saying why it cannot be built.
+func (c *Config) buildEach(b BuildOptions) (targets []Target, errs []error) {
 	if b.LookupEnv == nil {
 		b.LookupEnv = os.LookupEnv
 	}
@@ -292,20 +304,21 @@ func (c *Config) Targets(b BuildOptions) ([]Target, error) {
 	}
 	links := c.Links.Links()
 	base := c.Defaults.apply(DefaultSettings())
-	var out []Target
-	for _, nc := range c.Notifiers {
+	targets, errs = make([]Target, len(c.Notifiers)), make([]error, len(c.Notifiers))
+	for i, nc := range c.Notifiers {
 		n, err := nc.build(b, links)
 		if err != nil {
-			return nil, fmt.Errorf("notifier %q: %w", nc.Name, err)
+			errs[i] = err
+			continue
 		}
 		s := base
 		if nc.Type == "console" {
 			// A terminal shows each change as it happens, unless its own settings say otherwise.
 			s.GroupWait, s.RateEvery = 0, 0
 		}
-		out = append(out, Target{Notifier: n, Settings: nc.Settings.apply(s)})
+		targets[i] = Target{Notifier: n, Settings: nc.Settings.apply(s)}
 	}
-	return out, nil
+	return targets, errs
 }
 
 // New builds the notifiers of c and a dispatcher routing to them, and to extra targets

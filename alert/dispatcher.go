@@ -97,6 +97,13 @@ type Options struct {
 	Logger     *slog.Logger
 	// Clock drives group waits, rate limits and backoff; default the real clock.
 	Clock clockwork.Clock
+	// Health, when set, is told of every delivery and failure (NewHealth: the notifiers'
+	// metrics over the detector's life, beyond this dispatcher's term).
+	Health *Health
+	// OutageInBand says an Outage delivers the etcd outage (without etcd, which this
+	// dispatcher's delivery state needs): the incident of incident.KeyEtcdUnreachable is
+	// then not delivered here too.
+	OutageInBand bool
 }
 
 // Dispatcher routes incidents to notifiers, each behind its own worker and queue.
@@ -104,9 +111,10 @@ type Options struct {
 // Create one when this replica becomes the detector leader and Close it when leadership
 // is lost: Start reads the delivery state that the previous leader left in the Store.
 type Dispatcher struct {
-	workers []*worker
-	routes  []Route
-	log     *slog.Logger
+	workers      []*worker
+	routes       []Route
+	log          *slog.Logger
+	outageInBand bool
 
 	mu      sync.Mutex
 	started bool
@@ -132,7 +140,7 @@ func NewDispatcher(opts Options, targets ...Target) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{routes: opts.Routes, log: opts.Logger}
+	d := &Dispatcher{routes: opts.Routes, log: opts.Logger, outageInBand: opts.OutageInBand}
 	names := map[string]bool{}
 	for _, t := range targets {
 		if t.Notifier == nil {
@@ -202,7 +210,8 @@ func (d *Dispatcher) Close() {
 	d.wg.Wait()
 }
 
-// Submit hands a new state of an incident to the notifiers it routes to. It never blocks
+// Submit hands a new state of an incident to the notifiers it routes to, bounded
+// (incident.Bound). It never blocks
 // on a notifier: a full queue drops the incident (counted in metrics). Revisions of one
 // incident waiting in a queue collapse into the newest.
 func (d *Dispatcher) Submit(inc incident.Incident) {
@@ -210,7 +219,12 @@ func (d *Dispatcher) Submit(inc incident.Incident) {
 		d.log.Warn("alert: incident without id ignored", "kind", inc.Kind, "job", inc.Job)
 		return
 	}
-	inc = cloneIncident(inc)
+	if d.outageInBand && inc.Key == incident.KeyEtcdUnreachable {
+		return
+	}
+	// Bound copies, so the detector may keep changing its own; every notifier renders
+	// the same size-independent incident (ops grouped by signature at any job size).
+	inc = incident.Bound(inc)
 	var targets map[string]bool
 	if d.routes != nil {
 		targets = routeTargets(d.routes, inc)
@@ -255,6 +269,7 @@ type worker struct {
 	clock   clockwork.Clock
 	log     *slog.Logger
 	m       *metrics
+	health  *Health
 
 	mu       sync.Mutex
 	pending  map[string]*entry
@@ -282,6 +297,7 @@ func newWorker(t Target, opts Options, m *metrics) *worker {
 		clock:   opts.Clock,
 		log:     opts.Logger.With("notifier", t.Notifier.Name()),
 		m:       m,
+		health:  opts.Health,
 		pending: map[string]*entry{},
 		wake:    make(chan struct{}, 1),
 		known:   map[string]Delivery{},
@@ -544,6 +560,7 @@ func (w *worker) process(ctx context.Context, batch []*entry) {
 	for _, n := range failed {
 		w.m.failed.WithLabelValues(w.name, string(n.Incident.Kind)).Inc()
 	}
+	w.health.failure(w.name, len(failed))
 	if ctx.Err() != nil {
 		for _, n := range failed {
 			w.requeue(entries[n], time.Time{})
@@ -589,6 +606,7 @@ func safeNotify(ctx context.Context, n Notifier, notes []*Notification) (retry b
 func (w *worker) acked(ctx context.Context, n *Notification, e *entry) {
 	unsaved := w.remember(n.Incident, n.Previous, n.ref)
 	w.m.sent.WithLabelValues(w.name, string(n.Incident.Kind)).Inc()
+	w.health.success(w.name, 1, w.clock.Now())
 	w.m.latency.WithLabelValues(w.name).Observe(w.clock.Since(e.queuedAt).Seconds())
 	if unsaved >= saveAfterAcks {
 		w.save(ctx)

@@ -83,7 +83,7 @@ func sampleMismatch() incident.Incident {
 }
 
 func resolved(inc incident.Incident, after time.Duration) incident.Incident {
-	inc = cloneIncident(inc)
+	inc = incident.Bound(inc)
 	at := inc.OpenedAt.Add(after)
 	inc.State, inc.ResolvedAt, inc.LastSeen = incident.StateResolved, &at, at
 	inc.Revision++

@@ -128,6 +128,8 @@ type pdDetails struct {
 	Victims    int                    `json:"victims,omitempty"`
 	Evidence   []string               `json:"evidence"`
 	Ops        map[string]incident.Op `json:"ops,omitempty"`
+	OpGroups   []incident.OpGroup     `json:"op_groups,omitempty"`
+	Omitted    *incident.Omitted      `json:"omitted,omitempty"`
 	LagSeconds float64                `json:"lag_seconds,omitempty"`
 	OpenedAt   time.Time              `json:"opened_at"`
 	FaultAt    *time.Time             `json:"fault_at,omitempty"`
@@ -155,7 +157,7 @@ func pagerDutyEvent(inc incident.Incident, ev Event, routingKey string, links Li
 	}
 	d := pdDetails{
 		Incident: inc.ID, Kind: inc.Kind, Job: inc.Job, Comm: inc.Comm, Seq: inc.Seq,
-		Culprits: inc.Culprits, Victims: inc.Victims, Ops: inc.Ops, LagSeconds: inc.LagSeconds,
+		Culprits: inc.Culprits, Victims: inc.Victims, Ops: inc.Ops, OpGroups: inc.OpGroups, Omitted: inc.Omitted, LagSeconds: inc.LagSeconds,
 		OpenedAt: inc.OpenedAt.UTC(), Revision: inc.Revision, Evidence: []string{},
 	}
 	if d.Culprits == nil {

@@ -96,7 +96,7 @@ func incidentBlocks(inc incident.Incident, ev Event, links Links) []slack.Block 
 	if f := incidentFields(inc); len(f) > 0 {
 		blocks = append(blocks, slack.NewSectionBlock(nil, f, nil))
 	}
-	if len(inc.Ops) > 0 {
+	if len(inc.Ops) > 0 || len(inc.OpGroups) > 0 {
 		blocks = append(blocks, section(opsText(inc)))
 	}
 	if len(inc.Evidence) > 0 {
@@ -154,13 +154,8 @@ func opsText(inc incident.Incident) string {
 		b.WriteString(" at collective #" + strconv.FormatInt(inc.Seq, 10))
 	}
 	b.WriteString("*")
-	keys := sortedOpKeys(inc.Ops)
-	for i, k := range keys {
-		if i == maxOpLines {
-			fmt.Fprintf(&b, "\n…and %d more", len(keys)-i)
-			break
-		}
-		b.WriteString("\n• " + escapeMrkdwn(truncate(k, 100)) + ": " + escapeMrkdwn(truncate(opText(inc.Ops[k]), 200)))
+	for _, l := range opLines(inc, maxOpLines) {
+		b.WriteString("\n• " + escapeMrkdwn(l))
 	}
 	return b.String()
 }

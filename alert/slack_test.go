@@ -57,7 +57,7 @@ func TestSlackBotLifecycleGolden(t *testing.T) {
 	}
 	prev := &Delivery{Notifier: "slack", IncidentID: inc.ID, Revision: 1, State: incident.StateOpen, Message: open.ref}
 
-	upd := cloneIncident(inc)
+	upd := incident.Bound(inc)
 	upd.Revision, upd.LastSeen = 2, t0.Add(time.Minute)
 	upd.Evidence = append(upd.Evidence, "rank 137 still in AllGather after 154 s")
 	if _, err := notify(t, s, note(upd, EventUpdate, prev)); err != nil {

@@ -231,6 +231,53 @@ func opText(op incident.Op) string {
 	return op.Op + "(" + strings.Join(parts, ", ") + ")"
 }
 
+// opLines renders an incident's ops, at most max lines (plus one saying how many more):
+// per rank ("rank 3: AllReduce(...)"), or for a bounded incident of a large job per
+// signature ("AllReduce(...) on 99,999 ranks, e.g. 0 1 2 4 5").
+func opLines(inc incident.Incident, max int) []string {
+	var out []string
+	if len(inc.OpGroups) > 0 {
+		for i, g := range inc.OpGroups {
+			if i == max {
+				out = append(out, fmt.Sprintf("…and %d more signatures", len(inc.OpGroups)-i))
+				break
+			}
+			l := truncate(opText(g.Op), 200) + " on " + plural(g.Ranks, "rank")
+			if len(g.Examples) > 0 && len(g.Examples) < g.Ranks {
+				l += ", e.g. " + truncate(strings.Join(g.Examples, " "), 200)
+			} else if len(g.Examples) > 0 {
+				l += ": " + truncate(strings.Join(g.Examples, " "), 200)
+			}
+			out = append(out, l)
+		}
+		if om := inc.Omitted; om != nil && om.OpGroups > 0 {
+			out = append(out, fmt.Sprintf("…and %s on %s not listed", plural(om.OpGroups, "other signature"), plural(om.OpRanks, "rank")))
+		}
+		return out
+	}
+	keys := sortedOpKeys(inc.Ops)
+	for i, k := range keys {
+		if i == max {
+			out = append(out, fmt.Sprintf("…and %d more", len(keys)-i))
+			break
+		}
+		out = append(out, truncate(k, 100)+": "+truncate(opText(inc.Ops[k]), 200))
+	}
+	return out
+}
+
+// plural says "1 rank", "99,999 ranks".
+func plural(n int, what string) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0 && n >= 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if n == 1 {
+		return s + " " + what
+	}
+	return s + " " + what + "s"
+}
+
 func sortedOpKeys(ops map[string]incident.Op) []string {
 	keys := make([]string, 0, len(ops))
 	for k := range ops {

@@ -1,6 +1,8 @@
 package deploy_test
 
 import (
+	"bytes"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -20,9 +22,9 @@ var monotonic = []string{"errors", "replays", "xid", "discards", "dropped", "ret
 
 // TestMetricConventions: every ncclwatch_* metric the sidecar and the detector export
 // follows Prometheus's naming: counters and only counters end in _total; counts that only
-// grow are counters; values are in base units; promlint finds nothing but the bits of link
-// rates (link rates are bits per second, as links are sold: 400e9, not 50e9 bytes); and
-// both components say which build they run.
+// grow are counters; values are in base units (link rates too: bytes per second, which
+// dashboards multiply by 8 to show as links are sold); promlint (what `promtool check
+// metrics` runs) finds nothing; and both components say which build they run.
 func TestMetricConventions(t *testing.T) {
 	e := exportedMetrics(t)
 	for name, info := range e.info {
@@ -44,14 +46,32 @@ func TestMetricConventions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range problems {
-		if strings.HasSuffix(p.Metric, "_bits_per_second") && strings.Contains(p.Text, `"bits"`) {
-			continue
-		}
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
 	build, ok := e.info["ncclwatch_build_info"]
 	if !ok || !slices.Equal(build.Labels, []string{"version", "revision", "goversion"}) ||
 		!slices.Contains(build.Components, "sidecar") || !slices.Contains(build.Components, "detector") {
 		t.Errorf("ncclwatch_build_info{version,revision,goversion} on the sidecar and the detector: got %+v (exported: %t)", build, ok)
+	}
+}
+
+// TestPromtoolCheckMetrics: `promtool check metrics` (Prometheus's linter, as a site runs
+// it) finds nothing in what the live sidecar and detector serve at /metrics over HTTP.
+func TestPromtoolCheckMetrics(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("no promtool (make promtool installs Debian's prometheus package)")
+	}
+	e := exportedMetrics(t)
+	for _, comp := range []string{"sidecar", "detector"} {
+		body := e.scraped[comp]
+		if !bytes.Contains(body, []byte("ncclwatch_build_info")) {
+			t.Fatalf("%s /metrics: no ncclwatch_build_info in %d bytes", comp, len(body))
+		}
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = bytes.NewReader(body)
+		if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+			t.Errorf("promtool check metrics on the %s's /metrics: %v\n%s", comp, err, out)
+		}
 	}
 }

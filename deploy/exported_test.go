@@ -3,7 +3,10 @@ package deploy_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,6 +67,8 @@ type exported struct {
 	info map[string]metricInfo
 	// families are the ncclwatch_* series gathered, for promlint.
 	families []*dto.MetricFamily
+	// scraped is each component's /metrics as it serves it over HTTP.
+	scraped map[string][]byte
 }
 
 // metricInfo is one metric's row in docs/metrics.md.
@@ -139,8 +144,13 @@ func startComponents(t *testing.T, dir string) (exported, error) {
 	defer release()
 	var termRegs []*recorder
 	var mu sync.Mutex
-	newAlerts := assemble.Alerts(&alert.Config{Notifiers: []alert.NotifierConfig{{Name: "console", Type: "console"}}}, cli,
-		assemble.AlertOptions{Build: alert.BuildOptions{Console: discard{}}, Logger: log})
+	alertCfg := &alert.Config{Notifiers: []alert.NotifierConfig{{Name: "console", Type: "console"}}}
+	health, err := alert.NewHealth(alertCfg, alert.BuildOptions{Console: discard{}}, log, detectorReg)
+	if err != nil {
+		return exported{}, err
+	}
+	newAlerts := assemble.Alerts(alertCfg, cli,
+		assemble.AlertOptions{Build: alert.BuildOptions{Console: discard{}}, Logger: log, Health: health})
 	det, err := assemble.Detector(cli, assemble.DetectorConfig{Interval: 100 * time.Millisecond, LeaseTTL: 2 * time.Second,
 		Logger: log, Registerer: detectorReg,
 		Alerts: func(r prometheus.Registerer) (live.Alerts, error) {
@@ -170,7 +180,23 @@ func startComponents(t *testing.T, dir string) (exported, error) {
 	}
 	time.Sleep(time.Second)
 
-	out := exported{names: map[string]bool{}, histograms: map[string]bool{}, summaries: map[string]bool{}, info: map[string]metricInfo{}}
+	out := exported{names: map[string]bool{}, histograms: map[string]bool{}, summaries: map[string]bool{}, info: map[string]metricInfo{},
+		scraped: map[string][]byte{}}
+	for name, h := range map[string]http.Handler{"sidecar": sc.HTTPHandler(sidecarReg.Registerer.(prometheus.Gatherer)),
+		"detector": assemble.DetectorHandler(det, detectorReg.Registerer.(prometheus.Gatherer))} {
+		srv := httptest.NewServer(h)
+		resp, err := http.Get(srv.URL + "/metrics")
+		if err != nil {
+			srv.Close()
+			return exported{}, err
+		}
+		out.scraped[name], err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if err != nil {
+			return exported{}, err
+		}
+	}
 	types := map[string]string{}
 	type group struct {
 		component string

@@ -14,7 +14,7 @@ func Monitoring(j *Job) []Finding {
 	if j.EtcdDownSince.IsZero() {
 		return nil
 	}
-	f := Finding{Kind: incident.KindMonitoring, Severity: incident.SeverityCritical, Key: "monitoring:etcd",
+	f := Finding{Kind: incident.KindMonitoring, Severity: incident.SeverityCritical, Key: incident.KeyEtcdUnreachable,
 		Culprits: []incident.Culprit{}, FaultAt: j.EtcdDownSince}
 	f.Summary = fmt.Sprintf("the detector cannot reach etcd since %s: jobs are not being judged", j.EtcdDownSince.UTC().Format(time.RFC3339))
 	return []Finding{f}

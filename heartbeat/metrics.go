@@ -57,7 +57,7 @@ func newMetrics(s *Sidecar, reg prometheus.Registerer) *metrics {
 	c := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, port)
 	}
-	m.portRate = g("ncclwatch_port_rate_bits_per_second", "Network port link rate (absent while unknown).")
+	m.portRate = g("ncclwatch_port_rate_bytes_per_second", "Network port link rate in bytes per second, a base unit: a 400 Gb/s port is 5e10 (absent while unknown).")
 	m.portUp = g("ncclwatch_port_up", "1 when the port is ACTIVE (IB) or up (net).")
 	m.portTx = c("ncclwatch_port_transmit_bytes_total", "Bytes the port transmitted since the sidecar started (IB port_xmit_data x 4, net tx_bytes).")
 	m.portRx = c("ncclwatch_port_receive_bytes_total", "Bytes the port received since the sidecar started (IB port_rcv_data x 4, net rx_bytes).")
@@ -130,7 +130,7 @@ func (m *metrics) observePorts(ports []snapshot.Port) {
 	for _, p := range ports {
 		port, kind := strconv.Itoa(p.Port), string(p.Kind)
 		if p.RateGbps > 0 {
-			m.portRate.WithLabelValues(kind, p.Device, port).Set(p.RateGbps * 1e9)
+			m.portRate.WithLabelValues(kind, p.Device, port).Set(p.RateGbps * 1e9 / 8)
 		} else { // unknown (a net interface that is down): no stale rate
 			m.portRate.DeleteLabelValues(kind, p.Device, port)
 		}

@@ -63,9 +63,9 @@ ncclwatch_gpu_utilization_ratio{gpu="3"} 0.87
 # TYPE ncclwatch_gpu_xid_errors_total counter
 ncclwatch_gpu_xid_errors_total{gpu="3",xid="48"} 1
 ncclwatch_gpu_xid_errors_total{gpu="3",xid="79"} 1
-# HELP ncclwatch_port_rate_bits_per_second Network port link rate (absent while unknown).
-# TYPE ncclwatch_port_rate_bits_per_second gauge
-ncclwatch_port_rate_bits_per_second{device="mlx5_0",kind="ib",port="1"} 4e+11
+# HELP ncclwatch_port_rate_bytes_per_second Network port link rate in bytes per second, a base unit: a 400 Gb/s port is 5e10 (absent while unknown).
+# TYPE ncclwatch_port_rate_bytes_per_second gauge
+ncclwatch_port_rate_bytes_per_second{device="mlx5_0",kind="ib",port="1"} 5e+10
 # HELP ncclwatch_port_receive_bytes_total Bytes the port received since the sidecar started (IB port_rcv_data x 4, net rx_bytes).
 # TYPE ncclwatch_port_receive_bytes_total counter
 ncclwatch_port_receive_bytes_total{device="eth0",kind="net",port="0"} 0
@@ -79,7 +79,7 @@ ncclwatch_port_transmit_bytes_total{device="mlx5_0",kind="ib",port="1"} 8000
 ncclwatch_port_xmit_wait_total{device="mlx5_0",kind="ib",port="1"} 14
 `
 	names := []string{"ncclwatch_gpu_ecc_corrected_errors_total", "ncclwatch_gpu_pcie_replays_total", "ncclwatch_gpu_processes", "ncclwatch_gpu_sm_clock_hertz",
-		"ncclwatch_gpu_utilization_ratio", "ncclwatch_gpu_xid_errors_total", "ncclwatch_port_rate_bits_per_second",
+		"ncclwatch_gpu_utilization_ratio", "ncclwatch_gpu_xid_errors_total", "ncclwatch_port_rate_bytes_per_second",
 		"ncclwatch_port_receive_bytes_total", "ncclwatch_port_transmit_bytes_total", "ncclwatch_port_xmit_wait_total",
 		"ncclwatch_gpu_nvlink_errors_total"} // absent: NVML could not read it
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {

@@ -86,6 +86,11 @@ type Episode struct {
 	Steps int           `json:"steps,omitempty"`
 }
 
+// KeyEtcdUnreachable is the key of the incident that says the detector lost etcd. While
+// etcd is gone nothing that needs it can deliver, so alert.Outage delivers this one
+// directly to the notifiers (once, resolved when etcd returns).
+const KeyEtcdUnreachable = "monitoring:etcd"
+
 // Severity orders incidents for routing and display.
 type Severity string
 
@@ -151,6 +156,10 @@ type Incident struct {
 	Summary  string        `json:"summary"`
 	Evidence []string      `json:"evidence"`
 	Ops      map[string]Op `json:"ops,omitempty"`
+	// OpGroups summarise the ops of a large job by signature (Bound): then Ops is nil.
+	OpGroups []OpGroup `json:"op_groups,omitempty"`
+	// Omitted counts what Bound left out to keep the incident's size independent of the job's.
+	Omitted *Omitted `json:"omitted,omitempty"`
 	// LagSeconds is the median arrival lag for stragglers.
 	LagSeconds float64    `json:"lag_seconds,omitempty"`
 	OpenedAt   time.Time  `json:"opened_at"`

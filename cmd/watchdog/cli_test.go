@@ -197,7 +197,7 @@ func TestStatus(t *testing.T) {
 func TestNotifierLog(t *testing.T) {
 	var b bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&b, nil))
-	logNotifiers(log, &alert.Config{}, alert.BuildOptions{})
+	logNotifiers(log, &alert.Config{})
 	if !strings.Contains(b.String(), "level=WARN") || !strings.Contains(b.String(), "NO ALERT NOTIFIER CONFIGURED") {
 		t.Errorf("no notifier: %s", b.String())
 	}
@@ -206,8 +206,7 @@ func TestNotifierLog(t *testing.T) {
 	r := alert.RouteConfig{Notifiers: []string{"pd"}}
 	r.Match.Severity = []incident.Severity{incident.SeverityCritical}
 	cfg.Routes = []alert.RouteConfig{r}
-	env := map[string]string{"PAGERDUTY_ROUTING_KEY": "0123456789abcdef0123456789abcdef"}
-	logNotifiers(log, cfg, alert.BuildOptions{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	logNotifiers(log, cfg)
 	for _, want := range []string{`notifier=pd type=pagerduty gets="route 1 (severity critical)"`, `level=WARN msg="alert notifier named by no route`, "notifier=chat"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, b.String())

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"reflect"
@@ -42,6 +41,9 @@ type DetectorConfig struct {
 	// Alerts is the alert routing configuration (alert.Config); secrets come from the
 	// environment or files it names.
 	Alerts *alert.Config `yaml:"alerts"`
+	// IncidentKeyFile holds the keys that seal the incidents in etcd (incident/seal);
+	// empty: a key kept in etcd, readable by the detector's role only.
+	IncidentKeyFile string `yaml:"incident_key_file"`
 }
 
 func defaultDetectorConfig() DetectorConfig {
@@ -75,6 +77,7 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 	slowSteps := fs.Int("slowdown-steps", cfg.Rules.SlowdownSteps, "training steps over which a slowdown's share is judged")
 	expectedIB := fs.Float64("expected-ib-gbps", 0, "rate every IB port must run at (0: the job's usual rate)")
 	alertsPath := fs.String("alerts", "", "alert routing YAML (alert.Config); default: notifiers from SLACK_*/PAGERDUTY_* environment")
+	incidentKey := fs.String("incident-key-file", "", "keys that seal stored incidents, one a line, the first signs (default: one kept in etcd for the detector role; docs/security.md)")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -115,6 +118,7 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 	override("slowdown-share", func() { cfg.Rules.SlowdownShare = *slowShare })
 	override("slowdown-steps", func() { cfg.Rules.SlowdownSteps = *slowSteps })
 	override("expected-ib-gbps", func() { cfg.Rules.ExpectedIBGbps = *expectedIB })
+	override("incident-key-file", func() { cfg.IncidentKeyFile = *incidentKey })
 	if *alertsPath != "" {
 		a, err := alert.LoadConfig(*alertsPath)
 		if err != nil {
@@ -136,7 +140,13 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 	if alerts == nil {
 		alerts = alert.FromEnv()
 	}
-	logNotifiers(log, alerts, alert.BuildOptions{})
+	logNotifiers(log, alerts)
+	// Built once now: each notifier's health is a metric from the start, and one that
+	// cannot be built keeps the detector not ready, saying why.
+	health, err := alert.NewHealth(alerts, alert.BuildOptions{}, log, reg)
+	if err != nil {
+		return err
+	}
 
 	endpoints := cfg.EtcdEndpoints
 	if len(endpoints) == 0 {
@@ -148,15 +158,19 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 		endpoints = srv.Endpoints()
 	}
 	cli, err := etcdconn.New(etcdconn.Config{Endpoints: endpoints, CAFile: cfg.EtcdCAFile, CertFile: cfg.EtcdCertFile,
-		KeyFile: cfg.EtcdKeyFile, Username: cfg.EtcdUser, PasswordFile: cfg.EtcdPasswordFile})
+		KeyFile: cfg.EtcdKeyFile, Username: cfg.EtcdUser, PasswordFile: cfg.EtcdPasswordFile, Logger: log})
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
+	alertOpts := assemble.AlertOptions{Logger: log, Health: health, OutageInBand: true}
 	d, err := assemble.Detector(cli, assemble.DetectorConfig{Rules: cfg.Rules, Interval: cfg.Interval,
 		ResolveAfter: cfg.ResolveAfter, LeaseTTL: cfg.LeaseTTL, ID: *id, Logger: log, Registerer: reg, Version: stamped,
-		Alerts: assemble.Alerts(alerts, cli, assemble.AlertOptions{Logger: log})})
+		Ready: health.Ready, Alerts: assemble.Alerts(alerts, cli, alertOpts), IncidentKeyFile: cfg.IncidentKeyFile})
 	if err != nil {
+		return err
+	}
+	if err := assemble.Outage(ctx, d, alerts, alertOpts); err != nil {
 		return err
 	}
 	srv, err := serveHTTP(ctx, cfg.HTTP, assemble.DetectorHandler(d, reg), log)
@@ -170,10 +184,9 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 }
 
 // logNotifiers says at start where incidents will go, and warns loudly when nowhere: a
-// detector without notifiers opens incidents that nobody hears of. It also builds the
-// notifiers once, so that a missing secret shows at start rather than at the first
-// leadership term.
-func logNotifiers(log *slog.Logger, cfg *alert.Config, b alert.BuildOptions) {
+// detector without notifiers opens incidents that nobody hears of. (alert.NewHealth says
+// which cannot be built.)
+func logNotifiers(log *slog.Logger, cfg *alert.Config) {
 	if len(cfg.Notifiers) == 0 {
 		log.Warn("NO ALERT NOTIFIER CONFIGURED: incidents open and resolve in etcd, the API and `watchdog status`, but nobody is paged or messaged",
 			"fix", "set SLACK_WEBHOOK_URL, or SLACK_TOKEN and SLACK_CHANNEL, or PAGERDUTY_ROUTING_KEY (or their *_FILE twins), or give --alerts or alerts: in --config")
@@ -197,11 +210,6 @@ func logNotifiers(log *slog.Logger, cfg *alert.Config, b alert.BuildOptions) {
 	}
 	if err := cfg.Validate(); err != nil {
 		log.Error("alert configuration invalid: no notification will be sent until it is fixed", "err", err)
-		return
-	}
-	b.Console = io.Discard
-	if _, err := cfg.Targets(b); err != nil {
-		log.Error("alert notifier cannot be built (read at each leadership term: no notification until fixed)", "err", err)
 	}
 }
 

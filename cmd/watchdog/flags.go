@@ -88,7 +88,7 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	if err := lvl.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	o := &slog.HandlerOptions{Level: lvl}
+	o := &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationText}
 	switch l.format {
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, o)), nil
@@ -96,4 +96,13 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, o)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want json or text", l.format)
+}
+
+// durationText writes durations as Go durations ("1.5s"): slog's JSON handler would write
+// them as integer nanoseconds, which nobody reads as a retry delay.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

@@ -3,15 +3,13 @@ package main
 import (
 	"context"
 	"crypto/sha256"
-	"debug/elf"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
+
+	"github.com/ncclwatch/watchdog/internal/doctor"
 )
 
 // pluginFile is the profiler plugin's file name (profiler/README.md): NCCL_PROFILER_PLUGIN
@@ -21,20 +19,17 @@ const pluginFile = "libnccl-profiler-ncclwatch.so"
 // runInstallPlugin copies the NCCL profiler plugin that ships beside this binary into DEST,
 // for an init container: the runtime image has no shell and no cp.
 func runInstallPlugin(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("install-plugin", flag.ContinueOnError)
+	fs := newFlags("install-plugin", `usage: watchdog install-plugin [--from FILE] DEST
+
+Copies the NCCL profiler plugin to DEST (a directory, created if missing, or a path ending in
+.so), atomically: a process that loads DEST sees the old file or the new one, never part of
+one.`)
 	from := fs.String("from", "", "the plugin to install (default: "+pluginFile+" beside this binary, else in ../lib/ncclwatch/ from it)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: watchdog install-plugin [--from FILE] DEST\n\n"+
-			"Copies the NCCL profiler plugin to DEST (a directory, created if missing, or a path ending in .so),\n"+
-			"atomically: a process that loads DEST sees the old file or the new one, never part of one.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		fs.Usage()
-		return fmt.Errorf("want one DEST, got %d arguments", fs.NArg())
+		return usagef("want one DEST, got %d arguments", fs.NArg())
 	}
 	src := *from
 	if src == "" {
@@ -140,31 +135,7 @@ func installPlugin(ctx context.Context, src, dest string) (installed, error) {
 	return installed{path: target, size: n, sum: h.Sum(nil), tables: tables}, nil
 }
 
-// profilerTables lists the ncclProfiler_vN symbols a shared object exports; a file that is
-// no shared object, or exports none, is refused: NCCL would ignore it silently.
-func profilerTables(path string) ([]string, error) {
-	f, err := elf.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("%s is not an ELF shared object: %w", path, err)
-	}
-	defer f.Close()
-	if f.Type != elf.ET_DYN {
-		return nil, fmt.Errorf("%s is an ELF %s, not a shared object", path, f.Type)
-	}
-	syms, err := f.DynamicSymbols()
-	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-		return nil, fmt.Errorf("%s: dynamic symbols: %w", path, err)
-	}
-	var tables []string
-	for _, s := range syms {
-		if strings.HasPrefix(s.Name, "ncclProfiler_v") && s.Section != elf.SHN_UNDEF &&
-			elf.ST_TYPE(s.Info) == elf.STT_OBJECT && elf.ST_BIND(s.Info) != elf.STB_LOCAL {
-			tables = append(tables, s.Name)
-		}
-	}
-	if len(tables) == 0 {
-		return nil, fmt.Errorf("%s exports no ncclProfiler_vN table: not an NCCL profiler plugin", path)
-	}
-	slices.Sort(tables)
-	return tables, nil
-}
+// profilerTables lists the ncclProfiler_vN tables a shared object for this machine
+// exports; a file that is no shared object, is built for another architecture, or exports
+// none is refused: NCCL would ignore it silently.
+func profilerTables(path string) ([]string, error) { return doctor.ProfilerTables(path) }

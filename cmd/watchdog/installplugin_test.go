@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -173,7 +173,10 @@ func TestInstallPluginCommand(t *testing.T) {
 	if err := runInstallPlugin(context.Background(), []string{"--from", plugin}); err == nil || !strings.Contains(err.Error(), "want one DEST") {
 		t.Fatalf("no DEST: %v", err)
 	}
-	if err := runInstallPlugin(context.Background(), []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+	// Help goes to stdout and exits 0 (it exited 1).
+	var err error
+	captureStdout(t, func() { err = runInstallPlugin(context.Background(), []string{"-h"}) })
+	if !errors.Is(err, errHelp) || finish("install-plugin", err, io.Discard) != exitOK {
 		t.Fatalf("-h: %v", err)
 	}
 }

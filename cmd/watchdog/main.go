@@ -31,6 +31,8 @@ func commands() []command {
 		{"status", "live terminal view of communicators x ranks and incidents", runStatus},
 		{"nvml-probe", "print raw NVML samples of this machine's GPUs (JSON lines)", runNVMLProbe},
 		{"install-plugin", "copy the NCCL profiler plugin shipped with this binary to a directory (init containers)", runInstallPlugin},
+		{"doctor", "check a deployment: alerts, etcd TLS/auth/roles, a job's NCCL environment, NVML, IB", runDoctor},
+		{"etcd-roles", "print or apply the least-privilege etcd roles and users (docs/security.md)", runEtcdRoles},
 		{"version", "print the version and exit", func(context.Context, []string) error { writeVersion(os.Stdout); return nil }},
 	}
 }

@@ -67,7 +67,9 @@ second. One per node, beside the training processes (Kubernetes: in the training
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	cli, err := etcdconn.New(ef.config())
+	ec := ef.config()
+	ec.Logger = log // says why a connection fails (TLS, password), once per cause
+	cli, err := etcdconn.New(ec)
 	if err != nil {
 		return err
 	}

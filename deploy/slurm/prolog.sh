@@ -52,9 +52,19 @@ instance=$job.$node
 # (The sidecar creates its own state folder, as its own user.)
 mkdir -p "$logdir" "$NCCLWATCH_RUN_DIR" || { log "cannot create $logdir or $NCCLWATCH_RUN_DIR"; exit 0; }
 if [ "$(id -u)" = 0 ] && [ -n "${SLURM_JOB_UID:-}" ]; then
-	# The job writes its NCCL logs here; the sidecar's group reads them.
+	# The job writes its NCCL logs here; the sidecar's group reads them, and may write
+	# them: the sidecar frees the part of each log it has read (--log-keep-mib), which
+	# needs a writable descriptor. NCCL creates its logs with the job's umask (0644 under
+	# the usual 022), so the group's write access comes from a default ACL, which new files
+	# inherit whatever the umask (docs/quickstart-slurm.md#log-space).
 	if getent group "$NCCLWATCH_LOG_GROUP" >/dev/null 2>&1; then
 		chown "$SLURM_JOB_UID:$NCCLWATCH_LOG_GROUP" "$logdir" && chmod 2750 "$logdir"
+		if command -v setfacl >/dev/null 2>&1; then
+			setfacl -m "g:$NCCLWATCH_LOG_GROUP:rx,d:g:$NCCLWATCH_LOG_GROUP:rw" "$logdir" ||
+				log "setfacl on $logdir failed (no ACL support on its filesystem?): the sidecar cannot free log space; the logs grow"
+		else
+			log "no setfacl (package acl): the sidecar cannot free the job's log space unless the job runs with umask 002; the logs grow"
+		fi
 	else
 		chown "$SLURM_JOB_UID" "$logdir" && chmod 0755 "$logdir"
 	fi

@@ -5,7 +5,7 @@ import (
 	"maps"
 	"net/http"
 	"sort"
-	"time"
+	"strings"
 
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/incident"
@@ -108,13 +108,11 @@ func (d *Detector) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
-	// Readiness is etcd: a replica that cannot read it serves a stale view of the jobs.
+	// Readiness is etcd (a replica that never read it, or cannot now, serves an empty or
+	// stale view of the jobs) and the notifiers (one that cannot page is not ready): Ready.
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		d.mu.Lock()
-		since := d.etcdDown
-		d.mu.Unlock()
-		if !since.IsZero() {
-			http.Error(w, "etcd unreachable since "+since.UTC().Format(time.RFC3339), http.StatusServiceUnavailable)
+		if err := d.Ready(); err != nil {
+			http.Error(w, "not ready: "+strings.ReplaceAll(err.Error(), "\n", "; "), http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))

@@ -2,7 +2,6 @@ package live
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/incident/seal"
+	"github.com/ncclwatch/watchdog/internal/incidentkey"
 	"github.com/ncclwatch/watchdog/internal/backoff"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -51,6 +52,11 @@ type Options struct {
 	// Settle is how long after an etcd outage jobs stay unjudged, while the sidecars write
 	// their snapshots again (default 5 s: they do within about 3 s, make bench-reconnect).
 	Settle time.Duration
+	// Incidents seals the incidents stored in etcd and refuses, on reading, those no
+	// detector sealed (default: incident/seal with the key internal/incidentkey keeps in etcd).
+	Incidents IncidentCodec
+	// Ready, when set, is part of readiness (Detector.Ready): the alert notifiers built.
+	Ready func() error
 	// ID names this replica in the election (default hostname:pid).
 	ID         string
 	Logger     *slog.Logger
@@ -106,6 +112,9 @@ func (o *Options) defaults() {
 	if o.Rules.MassLossWindow <= 0 {
 		o.Rules.MassLossWindow = def.MassLossWindow
 	}
+	if o.Incidents == nil {
+		o.Incidents = seal.New(incidentkey.Etcd(o.Client))
+	}
 	if o.ID == "" {
 		h, _ := os.Hostname()
 		o.ID = fmt.Sprintf("%s:%d", h, os.Getpid())
@@ -143,6 +152,8 @@ type Detector struct {
 	leaderRev int64                  // the fence of the monitoring job's writes
 	owners    map[string]string      // job -> owning replica, as last read from etcd
 	lastSync  time.Time              // when ownership was last read from etcd
+	reached   bool                   // etcd was read once since start (readiness)
+	refused   *refusals
 	etcdDown  time.Time              // when etcd became unreachable (zero: reachable)
 	etcdBack  time.Time              // when it became reachable again after an outage
 	lostTimes map[string][]time.Time // per job, when its node leases expired (detect.Job.LeaseLosses)
@@ -160,6 +171,7 @@ func New(opts Options) (*Detector, error) {
 		incidents: map[string]incident.Incident{}, paused: map[string][]string{}, lostTimes: map[string][]time.Time{},
 		owners: map[string]string{}}
 	d.m = newMetrics(d, opts.Registerer)
+	d.refused = newRefusals(opts.Logger, opts.Registerer)
 	return d, nil
 }
 
@@ -355,8 +367,7 @@ func (d *Detector) applyChange(c change, rd ready, now time.Time) {
 		return
 	}
 	if _, _, ok := snapshot.ParseIncidentKey(c.key); ok {
-		var inc incident.Incident
-		if err := json.Unmarshal(c.value, &inc); err == nil {
+		if inc, ok, _ := d.openIncident(context.Background(), c.key, c.value); ok {
 			d.incidents[inc.ID] = inc
 		}
 	}
@@ -380,6 +391,7 @@ func (d *Detector) etcdReachable() {
 		d.etcdBack = d.opts.Now()
 	}
 	d.etcdDown = time.Time{}
+	d.reached = true
 	d.m.etcdUp.Set(1)
 }
 

@@ -2,7 +2,6 @@ package live
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -66,8 +65,9 @@ func (d *Detector) persist(ctx context.Context, t *term, job string, incs []inci
 		chunk := incs[start:min(start+maxTxnOps, len(incs))]
 		ops := make([]clientv3.Op, 0, len(chunk))
 		for _, inc := range chunk {
-			b, err := json.Marshal(inc)
+			b, err := d.opts.Incidents.Seal(ctx, snapshot.IncidentKey(inc.Job, inc.ID), inc)
 			if err != nil {
+				d.opts.Logger.Warn("seal incident", "id", inc.ID, "err", err)
 				continue
 			}
 			var opts []clientv3.OpOption

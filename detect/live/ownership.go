@@ -2,7 +2,6 @@ package live
 
 import (
 	"context"
-	"encoding/json"
 	"hash/fnv"
 	"slices"
 	"sort"
@@ -336,12 +335,13 @@ func (d *Detector) storedIncidents(ctx context.Context, job string) ([]incident.
 	}
 	var out []incident.Incident
 	for _, kv := range resp.Kvs {
-		var inc incident.Incident
-		if err := json.Unmarshal(kv.Value, &inc); err != nil {
-			d.opts.Logger.Warn("bad stored incident", "key", string(kv.Key), "err", err)
-			continue
+		inc, ok, err := d.openIncident(ctx, string(kv.Key), kv.Value)
+		if err != nil {
+			return nil, err // not judged yet: take over later rather than page it again
 		}
-		out = append(out, inc)
+		if ok {
+			out = append(out, inc)
+		}
 	}
 	return out, nil
 }

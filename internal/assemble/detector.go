@@ -1,6 +1,7 @@
 package assemble
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/detect/live"
+	"github.com/ncclwatch/watchdog/incident/seal"
 	"github.com/ncclwatch/watchdog/internal/buildinfo"
 )
 
@@ -29,6 +31,11 @@ type DetectorConfig struct {
 	// Alerts makes the alert dispatcher of each term of the replica (see Alerts); nil: no
 	// notifications.
 	Alerts func(prometheus.Registerer) (live.Alerts, error)
+	// Ready, when set, is part of the detector's readiness (alert.Health.Ready).
+	Ready func() error
+	// IncidentKeyFile seals the stored incidents with its keys (incident/seal.FileKeys);
+	// empty: the key internal/incidentkey keeps in etcd.
+	IncidentKeyFile string
 
 	Logger     *slog.Logger // default slog.Default()
 	Registerer prometheus.Registerer
@@ -45,8 +52,16 @@ func Detector(cli *clientv3.Client, cfg DetectorConfig) (*live.Detector, error) 
 	if err := buildinfo.Register(cfg.Registerer, buildinfo.Read(cfg.Version)); err != nil {
 		return nil, fmt.Errorf("detector: %w", err)
 	}
+	var incidents live.IncidentCodec
+	if cfg.IncidentKeyFile != "" {
+		keys := seal.FileKeys(cfg.IncidentKeyFile)
+		if _, err := keys(context.Background()); err != nil {
+			return nil, fmt.Errorf("detector: %w", err)
+		}
+		incidents = seal.New(keys)
+	}
 	return live.New(live.Options{Client: cli, Rules: cfg.Rules, Interval: cfg.Interval, ResolveAfter: cfg.ResolveAfter,
-		LeaseTTL: cfg.LeaseTTL, ID: cfg.ID, NewAlerts: cfg.Alerts, Logger: cfg.Logger, Registerer: cfg.Registerer})
+		LeaseTTL: cfg.LeaseTTL, ID: cfg.ID, NewAlerts: cfg.Alerts, Ready: cfg.Ready, Incidents: incidents, Logger: cfg.Logger, Registerer: cfg.Registerer})
 }
 
 // DetectorHandler serves a detector's API (/api/...), /healthz (liveness), /readyz
@@ -71,6 +86,13 @@ type AlertOptions struct {
 	// configuration has no routes.
 	Targets []alert.Target
 	Logger  *slog.Logger // default slog.Default()
+	// Health is told of every delivery (alert.NewHealth); OutageInBand leaves the etcd
+	// outage to an alert.Outage (Outage, below).
+	Health       *alert.Health
+	OutageInBand bool
+	// OutageGrace is how long etcd must be gone before Outage delivers it (alert's
+	// default when zero).
+	OutageGrace time.Duration
 }
 
 // Alerts returns what a detector calls at the start of each term of the replica
@@ -90,10 +112,30 @@ func Alerts(cfg *alert.Config, cli *clientv3.Client, o AlertOptions) func(promet
 	}
 	return func(reg prometheus.Registerer) (live.Alerts, error) {
 		d, err := alert.New(cfg, o.Build, alert.Options{Store: alert.NewEtcdStore(cli, alert.EtcdStoreOptions{}),
-			Registerer: reg, Logger: log.With("part", "alert")}, o.Targets...)
+			Registerer: reg, Logger: log.With("part", "alert"), Health: o.Health, OutageInBand: o.OutageInBand}, o.Targets...)
 		if err != nil {
 			return nil, err
 		}
 		return d, nil
 	}
+}
+
+// Outage runs, until ctx ends, the in-band delivery of an etcd outage (alert.Outage) for
+// detector d with the notifiers of cfg (nil: alert.FromEnv); the dispatchers of d's terms
+// must be made with AlertOptions.OutageInBand.
+func Outage(ctx context.Context, d *live.Detector, cfg *alert.Config, o AlertOptions) error {
+	if cfg == nil {
+		cfg = alert.FromEnv()
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	out, err := alert.NewOutage(cfg, o.Build, alert.OutageOptions{Down: d.EtcdDownSince, Leading: d.Leading, Replica: d.ID(), Grace: o.OutageGrace,
+		Health: o.Health, Logger: log.With("part", "alert")})
+	if err != nil {
+		return err
+	}
+	go out.Run(ctx)
+	return nil
 }

@@ -1,5 +1,10 @@
 // Package etcdconn builds etcd clients from the watchdog's connection settings: endpoints,
 // TLS files and a password read from a file, never from a flag.
+//
+// The clients it builds never fail for an unreachable etcd at start (the password is
+// checked on first use, and again after every restart of etcd that invalidated the token),
+// and, given a Logger, they say why a connection fails: which TLS file or check, which
+// endpoint scheme, which user (explain.go), instead of "context deadline exceeded".
 package etcdconn
 
 import (
@@ -7,8 +12,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -26,9 +31,13 @@ type Config struct {
 	Username     string
 	PasswordFile string
 	DialTimeout  time.Duration
+	// Logger, when set, is told once per distinct cause why the connection fails (a TLS
+	// check, a refused password) and when it works again. nil: silent.
+	Logger *slog.Logger
 }
 
-// New returns a client; it does not wait for a connection (etcd may be down at start).
+// New returns a client; it does not wait for a connection (etcd may be down at start), nor
+// authenticate before the first request.
 func New(cfg Config) (*clientv3.Client, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("etcd: no endpoints")
@@ -44,23 +53,40 @@ func New(cfg Config) (*clientv3.Client, error) {
 		Logger:               zap.NewNop(),
 		DialOptions:          []grpc.DialOption{grpc.WithConnectParams(ConnectParams(cfg.DialTimeout))},
 	}
-	if cfg.CAFile != "" || cfg.CertFile != "" {
+	if cfg.CAFile != "" || cfg.CertFile != "" || cfg.KeyFile != "" {
 		t, err := tlsConfig(cfg)
 		if err != nil {
 			return nil, err
 		}
 		cc.TLS = t
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var auth *tokenAuth
 	if cfg.Username != "" {
-		pw, err := os.ReadFile(cfg.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("etcd password file: %w", err)
+		// Read now, so a missing or empty file is a configuration error at start; read again
+		// at each authentication, so a rotated password is picked up.
+		if _, err := readPassword(cfg.PasswordFile); err != nil {
+			return nil, err
 		}
-		cc.Username, cc.Password = cfg.Username, strings.TrimSpace(string(pw))
+		// Not clientv3's Username/Password: its client authenticates at dial (failing when
+		// etcd is down at start) and sends its stale token to fetch a new one, which etcd
+		// 3.4 refuses after a restart (auth.go).
+		auth = newTokenAuth(cfg.Username, cfg.PasswordFile, log)
+		cc.DialOptions = append(cc.DialOptions, grpc.WithPerRPCCredentials(auth),
+			grpc.WithChainUnaryInterceptor(auth.unary), grpc.WithChainStreamInterceptor(auth.stream))
 	}
 	c, err := clientv3.New(cc)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	if auth != nil {
+		auth.bind(c)
+	}
+	if cfg.Logger != nil {
+		go monitor(c, cfg, cfg.Logger)
 	}
 	return c, nil
 }
@@ -81,23 +107,34 @@ func ConnectParams(dialTimeout time.Duration) grpc.ConnectParams {
 	}
 }
 
+// tlsConfig reads the TLS files; each error names the file and what is wrong with it.
 func tlsConfig(cfg Config) (*tls.Config, error) {
 	t := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("etcd CA file: %w", err)
+			return nil, fileProblem("CA file", cfg.CAFile, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("etcd CA file %s: no certificates", cfg.CAFile)
+			return nil, fmt.Errorf("etcd CA file %s: no PEM certificate in it", cfg.CAFile)
 		}
 		t.RootCAs = pool
 	}
-	if cfg.CertFile != "" || cfg.KeyFile != "" {
+	switch {
+	case cfg.CertFile != "" && cfg.KeyFile == "":
+		return nil, fmt.Errorf("etcd client certificate %s: no key file (--etcd-key-file)", cfg.CertFile)
+	case cfg.CertFile == "" && cfg.KeyFile != "":
+		return nil, fmt.Errorf("etcd client key %s: no certificate file (--etcd-cert-file)", cfg.KeyFile)
+	case cfg.CertFile != "":
+		for _, f := range [][2]string{{"client certificate", cfg.CertFile}, {"client key", cfg.KeyFile}} {
+			if _, err := os.Stat(f[1]); err != nil {
+				return nil, fileProblem(f[0], f[1], err)
+			}
+		}
 		cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("etcd client certificate: %w", err)
+			return nil, fmt.Errorf("etcd client certificate %s with key %s: %w", cfg.CertFile, cfg.KeyFile, err)
 		}
 		t.Certificates = []tls.Certificate{cert}
 	}

@@ -30,6 +30,10 @@ type Options struct {
 	// Logger receives the server's lifecycle messages; etcd's own logs go to its zap logger
 	// at error level.
 	Logger *slog.Logger
+	// BcryptCost is the cost of the password hashes of etcd users (0: etcd's default, 10).
+	// Tests of password auth use bcrypt.MinCost: at the default, a race-instrumented
+	// server on a busy machine takes seconds per authentication.
+	BcryptCost uint
 }
 
 // Server is a running embedded etcd.
@@ -86,6 +90,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "5m"
 	cfg.QuotaBackendBytes = 2 << 30
+	if opts.BcryptCost > 0 {
+		cfg.BcryptCost = opts.BcryptCost
+	}
 	s.cfg = cfg
 	if err := s.run(ctx); err != nil {
 		return nil, s.cleanup(err)

@@ -79,6 +79,37 @@ never repeat a key (strict decoders and yamllint refuse that) or unselect the po
 {{- end }}
 {{- end -}}
 
+{{/* The sidecar's etcd credentials: TLS as the detector's, and its own user's password
+(etcd.auth.sidecar), else the detector's. */}}
+{{- define "ncclwatch.sidecarEtcdUser" -}}
+{{- .Values.etcd.auth.sidecar.user | default .Values.etcd.auth.user -}}
+{{- end -}}
+
+{{- define "ncclwatch.sidecarEtcdVolumes" -}}
+{{- if .Values.etcd.tls.secretName }}
+- name: etcd-tls
+  secret:
+    secretName: {{ .Values.etcd.tls.secretName }}
+    defaultMode: 0444
+{{- end }}
+{{- $pw := .Values.etcd.auth.passwordSecret }}
+{{- if .Values.etcd.auth.sidecar.user }}
+{{- $pw = .Values.etcd.auth.sidecar.passwordSecret }}
+{{- if not $pw.name }}
+{{- fail "etcd.auth.sidecar.user is set: etcd.auth.sidecar.passwordSecret.name must name its Secret" }}
+{{- end }}
+{{- end }}
+{{- if $pw.name }}
+- name: etcd-auth
+  secret:
+    secretName: {{ $pw.name }}
+    defaultMode: 0444
+    items:
+      - key: {{ $pw.key }}
+        path: password
+{{- end }}
+{{- end -}}
+
 {{- define "ncclwatch.etcdVolumeMounts" -}}
 {{- if .Values.etcd.tls.secretName }}
 - name: etcd-tls
@@ -86,6 +117,19 @@ never repeat a key (strict decoders and yamllint refuse that) or unselect the po
   readOnly: true
 {{- end }}
 {{- if .Values.etcd.auth.passwordSecret.name }}
+- name: etcd-auth
+  mountPath: /etc/ncclwatch/etcd-auth
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "ncclwatch.sidecarEtcdVolumeMounts" -}}
+{{- if .Values.etcd.tls.secretName }}
+- name: etcd-tls
+  mountPath: /etc/ncclwatch/etcd-tls
+  readOnly: true
+{{- end }}
+{{- if or .Values.etcd.auth.passwordSecret.name .Values.etcd.auth.sidecar.user }}
 - name: etcd-auth
   mountPath: /etc/ncclwatch/etcd-auth
   readOnly: true

@@ -1,0 +1,161 @@
+// Package etcdroles is the least-privilege etcd setup of the watchdog (docs/security.md):
+// the detector's role owns everything under the watchdog's prefix (incidents, delivery
+// state, the election, the incident key), and a sidecar's role may only write node keys:
+// of every job, or, where the site wants jobs kept apart, of one job. A Plan is printed as
+// etcdctl commands (`watchdog etcd-roles --print`) or applied through a client with the
+// root role (`--apply`); both are idempotent.
+package etcdroles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/authpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ncclwatch/watchdog/snapshot"
+)
+
+// Names of the roles and users; a per-job sidecar's add "-<job>".
+const (
+	Detector = "ncclwatch-detector"
+	Sidecar  = "ncclwatch-sidecar"
+)
+
+// Perm is one key-range permission of a role.
+type Perm struct {
+	Type   string // read, write or readwrite
+	Key    string
+	Prefix bool
+}
+
+// Role is an etcd role with its permissions; User names the etcd user holding it alone.
+type Role struct {
+	Name  string
+	Perms []Perm
+	// Why says in a sentence what the role is for (printed as a comment).
+	Why string
+}
+
+// Plan is the set of roles (each with a user of the same name) to create.
+type Plan struct{ Roles []Role }
+
+// jobName keeps a job name usable as a role name and a key segment.
+var jobName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// NewPlan returns the roles: the detector's, and one sidecar role for every job (no jobs)
+// or one per job named.
+func NewPlan(jobs []string) (Plan, error) {
+	p := Plan{Roles: []Role{{Name: Detector, Why: "the detector: reads node keys, owns incidents, delivery state, the election and the incident key",
+		Perms: []Perm{{Type: "readwrite", Key: snapshot.Prefix, Prefix: true}}}}}
+	if len(jobs) == 0 {
+		p.Roles = append(p.Roles, Role{Name: Sidecar,
+			Why:   "every sidecar: writes its node key under any job; reads nothing (incident keys it might write are refused unsealed, docs/security.md)",
+			Perms: []Perm{{Type: "write", Key: snapshot.JobsPrefix, Prefix: true}}})
+		return p, nil
+	}
+	for _, j := range jobs {
+		if !jobName.MatchString(j) {
+			return Plan{}, fmt.Errorf("job %q: want letters, digits, _ . - (a role name and a key segment)", j)
+		}
+		p.Roles = append(p.Roles, Role{Name: Sidecar + "-" + j, Why: "the sidecars of job " + j + ": write only that job's node keys",
+			Perms: []Perm{{Type: "write", Key: snapshot.NodeKey(j, ""), Prefix: true}}})
+	}
+	return p, nil
+}
+
+// Script returns the etcdctl commands of the plan, with comments, as a POSIX shell script.
+// Passwords are read from files under passwordDir named after each user (mode 0600,
+// written beforehand), never put on a command line.
+func (p Plan) Script(passwordDir string) string {
+	var b strings.Builder
+	b.WriteString(`#!/bin/sh
+# The watchdog's etcd roles (watchdog etcd-roles --print). Run with etcdctl 3.4+ as root
+# (ETCDCTL_ENDPOINTS, ETCDCTL_CACERT/CERT/KEY, ETCDCTL_USER as needed). Idempotent: an
+# existing user or role is kept; its permissions are granted again.
+set -eu
+: "${ETCDCTL_API:=3}"; export ETCDCTL_API
+`)
+	fmt.Fprintf(&b, "pwdir=%s\n", shellQuote(passwordDir))
+	for _, r := range p.Roles {
+		fmt.Fprintf(&b, "\n# %s\n", r.Why)
+		fmt.Fprintf(&b, "etcdctl role get %s >/dev/null 2>&1 || etcdctl role add %s\n", r.Name, r.Name)
+		for _, pm := range r.Perms {
+			pfx := ""
+			if pm.Prefix {
+				pfx = " --prefix"
+			}
+			fmt.Fprintf(&b, "etcdctl role grant-permission%s %s %s %s\n", pfx, r.Name, pm.Type, shellQuote(pm.Key))
+		}
+		fmt.Fprintf(&b, "etcdctl user get %s >/dev/null 2>&1 || etcdctl user add %s --interactive=false < \"$pwdir/%s\"\n", r.Name, r.Name, r.Name)
+		fmt.Fprintf(&b, "etcdctl user grant-role %s %s\n", r.Name, r.Name)
+	}
+	b.WriteString(`
+# Authentication must be on for roles to matter; it needs a root user first:
+#   etcdctl user add root --interactive=false < "$pwdir/root" && etcdctl user grant-role root root
+#   etcdctl auth enable
+`)
+	return b.String()
+}
+
+// Apply creates what is missing of the plan through cli (a root client, or any client
+// while auth is off), sets the given passwords (user name -> password) of users it
+// creates, and grants every permission again. It does not enable auth.
+func (p Plan) Apply(ctx context.Context, cli *clientv3.Client, passwords map[string]string) error {
+	for _, r := range p.Roles {
+		if _, err := cli.RoleAdd(ctx, r.Name); err != nil && !errors.Is(rpctypes.Error(err), rpctypes.ErrRoleAlreadyExist) {
+			return fmt.Errorf("role %s: %w", r.Name, err)
+		}
+		for _, pm := range r.Perms {
+			end := ""
+			if pm.Prefix {
+				end = clientv3.GetPrefixRangeEnd(pm.Key)
+			}
+			if _, err := cli.RoleGrantPermission(ctx, r.Name, pm.Key, end, permType(pm.Type)); err != nil {
+				return fmt.Errorf("role %s: grant %s %s: %w", r.Name, pm.Type, pm.Key, err)
+			}
+		}
+		pw, ok := passwords[r.Name]
+		if !ok || pw == "" {
+			return fmt.Errorf("user %s: no password given", r.Name)
+		}
+		if _, err := cli.UserAdd(ctx, r.Name, pw); err != nil && !errors.Is(rpctypes.Error(err), rpctypes.ErrUserAlreadyExist) {
+			return fmt.Errorf("user %s: %w", r.Name, err)
+		}
+		if _, err := cli.UserGrantRole(ctx, r.Name, r.Name); err != nil {
+			return fmt.Errorf("user %s: grant role: %w", r.Name, err)
+		}
+	}
+	return nil
+}
+
+func permType(t string) clientv3.PermissionType {
+	switch t {
+	case "read":
+		return clientv3.PermissionType(authpb.READ)
+	case "write":
+		return clientv3.PermissionType(authpb.WRITE)
+	}
+	return clientv3.PermissionType(authpb.READWRITE)
+}
+
+// EnableAuth adds the root user with the root role (if missing) and turns auth on: the
+// last step of a setup, for tests and for `etcd-roles --apply --enable-auth`.
+func EnableAuth(ctx context.Context, cli *clientv3.Client, rootPassword string) error {
+	if _, err := cli.UserAdd(ctx, "root", rootPassword); err != nil && !errors.Is(rpctypes.Error(err), rpctypes.ErrUserAlreadyExist) {
+		return fmt.Errorf("user root: %w", err)
+	}
+	if _, err := cli.UserGrantRole(ctx, "root", "root"); err != nil {
+		return fmt.Errorf("user root: grant role root: %w", err)
+	}
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("auth enable: %w", err)
+	}
+	return nil
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
