@@ -17,8 +17,8 @@ import (
 	"github.com/ncclwatch/watchdog/detect"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/incident/seal"
-	"github.com/ncclwatch/watchdog/internal/incidentkey"
 	"github.com/ncclwatch/watchdog/internal/backoff"
+	"github.com/ncclwatch/watchdog/internal/incidentkey"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -148,11 +148,11 @@ type Detector struct {
 	paused    map[string][]string          // job -> paused communicators
 	leader    bool
 	leaderID  string
-	leaderKey string                 // this replica's election key and its create revision, while leading:
-	leaderRev int64                  // the fence of the monitoring job's writes
-	owners    map[string]string      // job -> owning replica, as last read from etcd
-	lastSync  time.Time              // when ownership was last read from etcd
-	reached   bool                   // etcd was read once since start (readiness)
+	leaderKey string            // this replica's election key and its create revision, while leading:
+	leaderRev int64             // the fence of the monitoring job's writes
+	owners    map[string]string // job -> owning replica, as last read from etcd
+	lastSync  time.Time         // when ownership was last read from etcd
+	reached   bool              // etcd was read once since start (readiness)
 	refused   *refusals
 	etcdDown  time.Time              // when etcd became unreachable (zero: reachable)
 	etcdBack  time.Time              // when it became reachable again after an outage
