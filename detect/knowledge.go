@@ -247,7 +247,7 @@ func compile(s string) (pattern, error) {
 }
 
 // matches reports whether the row holds for an event of p, logged at stage (see stageOf).
-func (rw *row) matches(p *Proc, e snapshot.Event, stage string, addr func(string) bool) bool {
+func (rw *row) matches(p *Proc, e snapshot.Event, stage string, addr func(string) bool, young bool) bool {
 	if !slices.Contains(rw.events, e.Kind) ||
 		len(rw.codes) > 0 && slices.Contains(rw.codes, e.Code) == rw.notCode ||
 		rw.fatal != "" && (rw.fatal == "yes") != e.Fatal ||
@@ -256,7 +256,7 @@ func (rw *row) matches(p *Proc, e snapshot.Event, stage string, addr func(string
 		return false
 	}
 	if len(rw.stages) > 0 {
-		in := slices.Contains(rw.stages, stage) || slices.Contains(rw.stages, "stuck") && stuckInInit(p, e)
+		in := slices.Contains(rw.stages, stage) || slices.Contains(rw.stages, "stuck") && !young && stuckInInit(p, e)
 		if in == rw.notStage {
 			return false
 		}

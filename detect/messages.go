@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
@@ -57,6 +58,7 @@ type blamed struct {
 type messages struct {
 	j         *Job
 	cfg       KnowledgeConfig
+	hangFloor time.Duration // how long live an init must be stuck after an error trace
 	book      *peerBook
 	opsLogged bool
 	// reporters are, per peer host, the hosts that report errors with it.
@@ -78,7 +80,7 @@ type building struct {
 // shares: when an event came, whom a row blames, follow-up lines quoted as evidence, and
 // consequences quoted in the finding they follow from.
 func Messages(j *Job, cfg Config) []Finding {
-	m := &messages{j: j, cfg: cfg.KnowledgeConfig}
+	m := &messages{j: j, cfg: cfg.KnowledgeConfig, hangFloor: cfg.HangFloor}
 	byProc := m.classify(cfg.EventConfig)
 	if byProc == nil {
 		return nil
@@ -127,8 +129,12 @@ func (m *messages) match(p *Proc, e snapshot.Event) *msgEvent {
 	}
 	stage := m.stageOf(p, e)
 	addr := func(a string) bool { return m.addrIs(a, p, e) }
+	// Live, an init is stuck only once it has gone on for the hang window after the event:
+	// NCCL logs the error trace of a transport it then does without (IB probed, sockets
+	// used) while the communicators are still being set up, seconds before they finish.
+	young := !m.j.Offline && e.T != 0 && m.j.Now.Sub(e.T.Time()) < m.hangFloor
 	for i := range knowledge {
-		if r := &knowledge[i]; r.matches(p, e, stage, addr) {
+		if r := &knowledge[i]; r.matches(p, e, stage, addr, young) {
 			if r.ignore {
 				return nil
 			}
