@@ -418,6 +418,29 @@ func (l *Ledger) observeMeasured(j *Job, sc SlowdownConfig) {
 	}
 }
 
+// stallEcho is how long after a stall the plugin's timing window (10 s) still averages it
+// in, and how long a wait must be to be a stall rather than lateness.
+const stallEcho = 15 * time.Second
+
+// stalledOnce says whether the arrival ledger holds, within `within` of now, a wait for the
+// process as long as a stall (at least 5 s): a rank stopped and resumed, whose one wait the
+// plugin's timing window averages over its ops as if it were late at each.
+func (l *Ledger) stalledOnce(key string, now time.Time, within time.Duration) bool {
+	since := snapshot.MicrosOf(now.Add(-within))
+	for _, gl := range l.groups {
+		r, ok := gl.keyIndex[key]
+		if !ok {
+			continue
+		}
+		for i := len(gl.spans) - 1; i >= 0 && gl.spans[i].end >= since; i-- {
+			if sp := gl.spans[i]; sp.root == r && sp.end-sp.start >= 5_000_000 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // waitedElsewhere says whom p's GPU waited for in another communicator, when p is a member
 // of one where someone else arrived late on the GPUs by at least half p's own lateness: its
 // kernels of that communicator ran long, so it reached this op late only by waiting there.
@@ -474,6 +497,9 @@ func (l *Ledger) measuredRoots(j *Job, sc SlowdownConfig, procs map[string]*Proc
 		}
 		if by := l.waitedElsewhere(p, m, j.Now); by != "" {
 			continue // its GPU reached this op late because it waited in another for `by`
+		}
+		if l.stalledOnce(k, j.Now, stallEcho) {
+			continue // the timing window still holds one stall that ended: not a slowdown
 		}
 		e := episode{group: m.group, root: k, share: m.share, longestLate: m.late, bursts: 1}
 		cause, why := slowCause(j, p, e, m)

@@ -376,3 +376,21 @@ func TestSlowLinkOfAPair(t *testing.T) {
 		t.Fatalf("asymmetric from the start: %s", fs[0].Summary)
 	}
 }
+
+// Live with the plugin, a rank SIGSTOPped for seconds and resumed was named a straggler once
+// the hang had resolved: the plugin's timing window averaged the one stall over its ops. A
+// single stall is one episode (a hang that resolved), not a slowdown.
+func TestOneStallIsNoMeasuredStraggler(t *testing.T) {
+	j := syncedJob(3*40, late(30, 31, 8*time.Second), 0)
+	for r, p := range j.Procs {
+		busy := 30 * time.Millisecond
+		if r == 1 {
+			busy = time.Millisecond
+		}
+		p.Comms[0].Done = &snapshot.Completion{Issued: 120, Done: 120,
+			Timing: &snapshot.Timing{N: 40, Window: 10e6, Busy: busy.Microseconds(), Queue: 1000}}
+	}
+	if fs := Slowdowns(j, DefaultConfig(), TimingOK); len(fs) != 0 {
+		t.Fatalf("one stall named: %s", fs[0].Summary)
+	}
+}
