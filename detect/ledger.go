@@ -29,6 +29,8 @@ type Ledger struct {
 	groups map[string]*groupLedger
 	// measured holds what the profiler plugin's timing windows said at recent evaluations.
 	measured map[string][]measuredSample
+	// lastNamed is when an evaluation last named a slowdown's root.
+	lastNamed time.Time
 	// linkBase is each send direction's fastest network time per step seen (µs), by
 	// communicator, sender and peer: a pair's own speed before.
 	linkBase map[string]int64

@@ -142,6 +142,11 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 		if severityRank(prev.Severity) < severityRank(next.Severity) {
 			next.Severity = prev.Severity // never downgrade an open incident
 		}
+		if evidenced(prev.Cause) && !evidenced(next.Cause) {
+			// A cause the root's own evidence showed (its GPU shared, a link) stays the
+			// incident's after that evidence is gone (the other process ended first).
+			next.Cause = prev.Cause
+		}
 		next.Evidence = withTeardown(next.Evidence, t.torn)
 		if snap := notifiable(next); snap != t.snapshot {
 			next.Revision++
@@ -324,4 +329,10 @@ func sortIncidents(incs []incident.Incident) {
 		}
 		return incs[a].ID < incs[b].ID
 	})
+}
+
+// evidenced says whether a cause class rests on evidence beyond the waiting itself; the
+// host classes are what is left when nothing else shows.
+func evidenced(c incident.Cause) bool {
+	return c != incident.CauseUnknown && c != incident.CauseHostSlow && c != incident.CauseHostStalled
 }

@@ -114,6 +114,9 @@ func Slowdowns(j *Job, cfg Config, timing Timing) []Finding {
 	return out
 }
 
+// unattributedQuiet is how long after a named root no unattributed slowdown is said.
+const unattributedQuiet = 30 * time.Second
+
 // unattributed finds the job slower than its own baseline with no root booked for most of
 // it: every rank arrives on time and waits in its collectives (a slow link seen only from
 // logs, a GPU slower than its peers while the hosts wait for it). The root is then the one
@@ -130,8 +133,13 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 		if f.Episode != nil || f.Kind == incident.KindLink {
 			// A named root slows every communicator of the job: the job's slowdown is
 			// its, whatever share each communicator shows.
+			l.lastNamed = j.Now
 			return Finding{}, false
 		}
+	}
+	if !l.lastNamed.IsZero() && j.Now.Sub(l.lastNamed) < unattributedQuiet {
+		// The steps a root slowed are still in the window after its episode ended.
+		return Finding{}, false
 	}
 	ids := make([]string, 0, len(l.groups))
 	for id := range l.groups {
