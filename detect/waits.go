@@ -427,8 +427,10 @@ func spinning(j *Job, g *Group, cfg Config) (f *Finding, paused bool) {
 	for _, m := range g.Members {
 		s.culpritKeys = append(s.culpritKeys, m.Proc.Key())
 		if !nodes[m.Proc.Node] {
+			// The spin names no rank: the hosts (their network paths, their GPUs) are the
+			// suspects, not the first rank of each.
 			nodes[m.Proc.Node] = true
-			s.Culprits = append(s.Culprits, m.Proc.Culprit())
+			s.Culprits = append(s.Culprits, incident.Culprit{Rank: -1, Host: m.Proc.Host})
 		}
 		if gs := gpuOf(j, m.Proc); gs != nil {
 			s.addEvidence("%s GPU: %s", m.Proc.Name(), describeGPU(gs))
