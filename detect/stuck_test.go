@@ -16,7 +16,13 @@ func TestStuckInFlightVersusPause(t *testing.T) {
 		return j
 	}
 	fs, paused := stuckInFlight(mk("waiting"), cfg)
-	only(t, fs, incident.KindStuckInFlight)
+	f := only(t, fs, incident.KindStuckInFlight)
+	for _, c := range f.Culprits {
+		if c.Rank >= 0 || c.Host == "" {
+			// Live, gpu_hang's spinning GPUs named rank 0, which only waited.
+			t.Errorf("a spin names hosts, not ranks: %+v", f.Culprits)
+		}
+	}
 	if len(paused) != 0 {
 		t.Fatalf("paused %v", paused)
 	}
