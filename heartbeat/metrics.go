@@ -81,10 +81,14 @@ func (m *metrics) line(k logparse.Kind) {
 	}
 }
 
-var errorCounters = map[string]bool{"symbol_error": true, "link_error_recovery": true, "link_downed": true,
-	"port_rcv_errors": true, "port_xmit_discards": true, "local_link_integrity_errors": true,
-	"excessive_buffer_overrun_errors": true, "rx_errors": true, "tx_errors": true, "rx_dropped": true,
-	"tx_dropped": true, "carrier_changes": true}
+// errorCounters are the error counters each port kind has. Every one is exported from the
+// port's first sample, at 0: a series born at its first error would hide that error from
+// increase() and rate(), which need a sample before it.
+var errorCounters = map[snapshot.PortKind][]string{
+	snapshot.PortIB: {"symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+		"port_xmit_discards", "local_link_integrity_errors", "excessive_buffer_overrun_errors"},
+	snapshot.PortNet: {"rx_errors", "tx_errors", "rx_dropped", "tx_dropped", "carrier_changes"},
+}
 
 // maxXIDCodes bounds the XID codes counted per GPU (more count as xid="other"); a GPU
 // reports a handful in its life.
@@ -148,10 +152,8 @@ func (m *metrics) observePorts(ports []snapshot.Port) {
 		if p.Kind == snapshot.PortIB {
 			m.portWait.WithLabelValues(kind, p.Device, port).Add(float64(p.Deltas["port_xmit_wait"]))
 		}
-		for c, d := range p.Deltas {
-			if errorCounters[c] && d > 0 {
-				m.portErrors.WithLabelValues(kind, p.Device, port, c).Add(float64(d))
-			}
+		for _, c := range errorCounters[p.Kind] {
+			m.portErrors.WithLabelValues(kind, p.Device, port, c).Add(float64(p.Deltas[c]))
 		}
 	}
 }

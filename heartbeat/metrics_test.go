@@ -63,6 +63,20 @@ ncclwatch_gpu_utilization_ratio{gpu="3"} 0.87
 # TYPE ncclwatch_gpu_xid_errors_total counter
 ncclwatch_gpu_xid_errors_total{gpu="3",xid="48"} 1
 ncclwatch_gpu_xid_errors_total{gpu="3",xid="79"} 1
+# HELP ncclwatch_port_errors_total Port error counter increases seen by the sidecar (symbol_error, link_downed, rx_errors, ...).
+# TYPE ncclwatch_port_errors_total counter
+ncclwatch_port_errors_total{counter="carrier_changes",device="eth0",kind="net",port="0"} 0
+ncclwatch_port_errors_total{counter="excessive_buffer_overrun_errors",device="mlx5_0",kind="ib",port="1"} 0
+ncclwatch_port_errors_total{counter="link_downed",device="mlx5_0",kind="ib",port="1"} 0
+ncclwatch_port_errors_total{counter="link_error_recovery",device="mlx5_0",kind="ib",port="1"} 0
+ncclwatch_port_errors_total{counter="local_link_integrity_errors",device="mlx5_0",kind="ib",port="1"} 0
+ncclwatch_port_errors_total{counter="port_rcv_errors",device="mlx5_0",kind="ib",port="1"} 0
+ncclwatch_port_errors_total{counter="port_xmit_discards",device="mlx5_0",kind="ib",port="1"} 0
+ncclwatch_port_errors_total{counter="rx_dropped",device="eth0",kind="net",port="0"} 0
+ncclwatch_port_errors_total{counter="rx_errors",device="eth0",kind="net",port="0"} 0
+ncclwatch_port_errors_total{counter="symbol_error",device="mlx5_0",kind="ib",port="1"} 4
+ncclwatch_port_errors_total{counter="tx_dropped",device="eth0",kind="net",port="0"} 0
+ncclwatch_port_errors_total{counter="tx_errors",device="eth0",kind="net",port="0"} 0
 # HELP ncclwatch_port_rate_bytes_per_second Network port link rate in bytes per second, a base unit: a 400 Gb/s port is 5e10 (absent while unknown).
 # TYPE ncclwatch_port_rate_bytes_per_second gauge
 ncclwatch_port_rate_bytes_per_second{device="mlx5_0",kind="ib",port="1"} 5e+10
@@ -79,7 +93,7 @@ ncclwatch_port_transmit_bytes_total{device="mlx5_0",kind="ib",port="1"} 8000
 ncclwatch_port_xmit_wait_total{device="mlx5_0",kind="ib",port="1"} 14
 `
 	names := []string{"ncclwatch_gpu_ecc_corrected_errors_total", "ncclwatch_gpu_pcie_replays_total", "ncclwatch_gpu_processes", "ncclwatch_gpu_sm_clock_hertz",
-		"ncclwatch_gpu_utilization_ratio", "ncclwatch_gpu_xid_errors_total", "ncclwatch_port_rate_bytes_per_second",
+		"ncclwatch_gpu_utilization_ratio", "ncclwatch_gpu_xid_errors_total", "ncclwatch_port_errors_total", "ncclwatch_port_rate_bytes_per_second",
 		"ncclwatch_port_receive_bytes_total", "ncclwatch_port_transmit_bytes_total", "ncclwatch_port_xmit_wait_total",
 		"ncclwatch_gpu_nvlink_errors_total"} // absent: NVML could not read it
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
