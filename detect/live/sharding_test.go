@@ -226,18 +226,21 @@ func TestReplicasShareJobs(t *testing.T) {
 	standby := other(pair, ownerOf)
 	t.Logf("train is owned by %s; the standby is %s", ownerOf, standby)
 
-	// Metrics: each replica names the owner of every job.
+	// Metrics: each replica names the owner of every job. They are set by each replica's
+	// own evaluation cycle, which may follow the ownership keys by a cycle: wait for them.
 	for _, id := range pair {
-		for _, j := range jobs {
-			want := c.owner(id, j)
-			if v := testutil.ToFloat64(c.replicas[id].d.m.jobOwner.WithLabelValues(j, want)); v != 1 {
-				t.Errorf("replica %s: ncclwatch_detector_job_owner{ncclwatch_job=%q,replica=%q} = %v, want 1", id, j, want, v)
+		eventually(t, 10*time.Second, "replica "+id+" exports one job_owner series per job, naming its owner", func() bool {
+			owners, err := jobOwnerSeries(c.regs[id])
+			if err != nil || len(owners) != len(jobs) {
+				return false
 			}
-		}
-		n, err := testutil.GatherAndCount(c.regs[id], "ncclwatch_detector_job_owner")
-		if err != nil || n != len(jobs) {
-			t.Errorf("replica %s exports %d job_owner series (%v), want %d", id, n, err, len(jobs))
-		}
+			for _, j := range jobs {
+				if owners[j] != c.owner(id, j) {
+					return false
+				}
+			}
+			return true
+		})
 	}
 
 	c.hang()
@@ -538,4 +541,30 @@ func TestPreferredSpreads(t *testing.T) {
 	if moved != 0 {
 		t.Errorf("%d jobs of the replicas that stayed moved when replica3 went", moved)
 	}
+}
+
+// jobOwnerSeries reads ncclwatch_detector_job_owner from a registry as job → replica, for
+// the series at 1, without creating any (WithLabelValues would).
+func jobOwnerSeries(reg prometheus.Gatherer) (map[string]string, error) {
+	families, err := reg.Gather()
+	if err != nil {
+		return nil, err
+	}
+	owners := map[string]string{}
+	for _, f := range families {
+		if f.GetName() != "ncclwatch_detector_job_owner" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if m.GetGauge().GetValue() != 1 {
+				return nil, fmt.Errorf("job %s replica %s at %v", labels["ncclwatch_job"], labels["replica"], m.GetGauge().GetValue())
+			}
+			owners[labels["ncclwatch_job"]] = labels["replica"]
+		}
+	}
+	return owners, nil
 }

@@ -213,6 +213,8 @@ func timedOps(n, busyMS, peer, netMS int) []string {
 // TestPluginMeasuredStragglerAndSlowLink: in a ring of three, rank 2's collectives take 2 ms
 // on its GPU where the others' take 26 and 33 ms (they wait for it: it arrives late), and
 // rank 1's sends to rank 2 spend 8 ms on the network where the others' spend 1 ms.
+// Each runs 60 ops: a link is judged over at least 32 send steps (SlowLinkMinSteps), and a
+// poll of the region during the first ops must not leave fewer than that in view.
 func TestPluginMeasuredStragglerAndSlowLink(t *testing.T) {
 	kit := profiletest.Build(t)
 	dir := t.TempDir()
@@ -227,7 +229,7 @@ func TestPluginMeasuredStragglerAndSlowLink(t *testing.T) {
 	// read each before its ops run.
 	settled(t, sc, 3, nil)
 	for r, c := range []struct{ busy, net int }{{25, 1}, {25, 8}, {1, 1}} {
-		ranks[r].Do(timedOps(34, c.busy, (r+1)%3, c.net)...)
+		ranks[r].Do(timedOps(60, c.busy, (r+1)%3, c.net)...)
 	}
 	n := settled(t, sc, 3, func(n *snapshot.Node) bool {
 		for _, p := range n.Processes {
