@@ -81,9 +81,6 @@ func NewWaitGraph(edges []Wait) *WaitGraph {
 	return g
 }
 
-// Edges lists every edge.
-func (g *WaitGraph) Edges() []Wait { return g.edges }
-
 // Waits lists what p waits for (open edges only when open is set).
 func (g *WaitGraph) Waits(p *Proc, open bool) []Wait { return g.pick(g.out[p], open) }
 
@@ -151,12 +148,6 @@ func (g *WaitGraph) Follow(p *Proc) Trace {
 	walk(p)
 	sort.SliceStable(t.Roots, func(a, b int) bool { return t.Roots[a].Rank < t.Roots[b].Rank })
 	return t
-}
-
-// Explained says whether q's open waits lead somewhere other than q itself: then q only
-// waited, and is never a root.
-func (g *WaitGraph) Explained(q *Proc) bool {
-	return len(g.Waits(q, true)) > 0
 }
 
 // Ends is where every open wait of the graph ends, found at once (Follow answers for one
