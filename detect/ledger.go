@@ -31,6 +31,9 @@ type Ledger struct {
 	measured map[string][]measuredSample
 	// lastNamed is when an evaluation last named a slowdown's root.
 	lastNamed time.Time
+	// episodeEnded is, per root, when its newest arrival episode that ended live ended:
+	// the plugin's timing window averages that episode's waits in for a while after.
+	episodeEnded map[string]snapshot.Micros
 	// linkBase is each send direction's fastest network time per step seen (µs), by
 	// communicator, sender and peer: a pair's own speed before.
 	linkBase map[string]int64
@@ -38,7 +41,8 @@ type Ledger struct {
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{groups: map[string]*groupLedger{}, measured: map[string][]measuredSample{}, linkBase: map[string]int64{}}
+	return &Ledger{groups: map[string]*groupLedger{}, measured: map[string][]measuredSample{}, linkBase: map[string]int64{},
+		episodeEnded: map[string]snapshot.Micros{}}
 }
 
 // groupLedger is one communicator's waits: per training step, the span of wall time its
@@ -371,6 +375,7 @@ type episode struct {
 	share        float64         // over the window where it peaked
 	lost         int64           // µs of job time in all
 	bursts       int             // separate bursts of waiting: 1 is a steady lag, more a stall that recurs
+	longestQuiet int64           // µs between two of its bursts, at the longest: how often it recurs
 	intermittent bool            // stalls in a minority of its steps, not a lag at every step
 	lateSteps    int
 	longestLate  int64
@@ -455,8 +460,8 @@ func (gl *groupLedger) episodes(id string, cfg SlowdownConfig) []episode {
 		}
 		if cur != nil {
 			e := cur.close(spans, gl.last, gap, gl.stepsIn)
-			if int64(gl.last-e.end) <= gap {
-				e.end = 0 // still going
+			if e.going(gl.last, gap) {
+				e.end = 0
 			}
 			out = append(out, e)
 		}
@@ -495,6 +500,15 @@ func spansIn(spans []lateSpan, a, b snapshot.Micros, gap int64) (lost int64, ste
 	return lost, steps, bursts, lastEnd
 }
 
+// going says whether an open episode still goes on at `last`, the newest arrival: a lag
+// until it has missed two steps; stalls that recur until the next one is overdue by half
+// their longest quiet spell, so that an incident stays open between its stalls instead of
+// resolving and paging again at each.
+func (e *episode) going(last snapshot.Micros, gap int64) bool {
+	quiet := int64(last - e.end)
+	return quiet <= gap || (e.bursts > 1 && 2*quiet <= 3*e.longestQuiet)
+}
+
 // close sums what the root cost from the episode's onset to `to`, and how it came.
 func (e *episode) close(spans []lateSpan, to snapshot.Micros, gap int64, stepsIn func(a, b snapshot.Micros) int) episode {
 	// Only waits of a step's tenth or more make the episode's steps and its end: jitter
@@ -509,6 +523,9 @@ func (e *episode) close(spans []lateSpan, to snapshot.Micros, gap int64, stepsIn
 		e.lost += int64(sp.end - s)
 		e.longestLate = max(e.longestLate, int64(sp.end-s))
 		if e.bursts == 0 || int64(s-prevEnd) > gap {
+			if e.bursts > 0 {
+				e.longestQuiet = max(e.longestQuiet, int64(s-prevEnd))
+			}
 			e.bursts++
 		}
 		e.lateSteps++

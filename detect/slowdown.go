@@ -226,13 +226,23 @@ func (l *Ledger) rankEpisodes(j *Job, sc SlowdownConfig, procs map[string]*Proc,
 			kept = append(kept, e)
 		}
 	}
+	for k, end := range l.episodeEnded {
+		if j.Now.Sub(end.Time()) > time.Minute {
+			delete(l.episodeEnded, k)
+		}
+	}
 	sort.Slice(kept, func(a, b int) bool { return kept[a].onset < kept[b].onset })
 	var out []Finding
 	n := map[string]int{}
 	for _, e := range kept {
 		p := procs[e.root]
-		if p == nil || (!j.Offline && e.end != 0) {
-			continue // live, an episode that ended is over: its incident resolves
+		if !j.Offline && e.end != 0 {
+			// Live, an episode that ended is over: its incident resolves.
+			l.episodeEnded[e.root] = max(l.episodeEnded[e.root], e.end)
+			continue
+		}
+		if p == nil {
+			continue
 		}
 		n[e.root]++
 		out = append(out, l.episodeFinding(j, e, p, groups[e.group], n[e.root]))
@@ -449,6 +459,13 @@ func (l *Ledger) stalledOnce(key string, now time.Time, within time.Duration) bo
 	return false
 }
 
+// endedWithin says whether an arrival episode of the process ended live within `within`
+// of now.
+func (l *Ledger) endedWithin(key string, now time.Time, within time.Duration) bool {
+	end, ok := l.episodeEnded[key]
+	return ok && now.Sub(end.Time()) <= within
+}
+
 // waitedElsewhere says whom p's GPU waited for in another communicator, when p is a member
 // of one where someone else arrived late on the GPUs by at least half p's own lateness: its
 // kernels of that communicator ran long, so it reached this op late only by waiting there.
@@ -506,8 +523,8 @@ func (l *Ledger) measuredRoots(j *Job, sc SlowdownConfig, procs map[string]*Proc
 		if by := l.waitedElsewhere(p, m, j.Now); by != "" {
 			continue // its GPU reached this op late because it waited in another for `by`
 		}
-		if l.stalledOnce(k, j.Now, stallEcho) {
-			continue // the timing window still holds one stall that ended: not a slowdown
+		if l.stalledOnce(k, j.Now, stallEcho) || l.endedWithin(k, j.Now, stallEcho) {
+			continue // the timing window still holds waits the arrival ledger saw end
 		}
 		e := episode{group: m.group, root: k, share: m.share, longestLate: m.late, bursts: 1}
 		cause, why := slowCause(j, p, e, m)

@@ -135,6 +135,107 @@ func TestSlowdownsAcrossEvaluations(t *testing.T) {
 	}
 }
 
+// Stalls that recur stay one episode live, reported between the stalls (an incident that
+// resolved after each stall would page again at the next), and end once the next stall is
+// overdue: rank 1 stalls 2 s every 10 steps of 300 ms from step 10 to step 50.
+func TestRecurringStallsStayReportedBetweenStalls(t *testing.T) {
+	cfg := DefaultConfig()
+	led := NewLedger()
+	stalls := func(k int64) time.Duration {
+		if k > 50 {
+			return 0
+		}
+		return stallEvery(10, 10, 2*time.Second)(k)
+	}
+	var seen strings.Builder
+	firstAt, lastAt := 0, 0
+	for n := 10; n <= 3*120; n += 3 {
+		j := syncedJob(n, stalls, 50*time.Millisecond)
+		for _, p := range j.Procs {
+			if len(p.Comms[0].Recent) > 16 {
+				p.Comms[0].Recent = p.Comms[0].Recent[len(p.Comms[0].Recent)-16:] // a live history holds only the newest
+			}
+		}
+		j.Ledger = led
+		fs := Slowdowns(j, cfg, TimingOK)
+		if len(fs) == 0 {
+			seen.WriteByte('.')
+			continue
+		}
+		seen.WriteByte('X')
+		f := only(t, fs, incident.KindStraggler)
+		if got := culpritRanks(f); len(got) != 1 || got[0] != 1 || f.Cause != incident.CauseHostStalled {
+			t.Fatalf("at position %d: culprits %v cause %q: %s", n, got, f.Cause, f.Summary)
+		}
+		if firstAt == 0 {
+			firstAt = n
+		}
+		lastAt = n
+	}
+	// Found by the second stall's step (position 3*20+1), reported at every evaluation
+	// from then on, and gone within 5 quiet steps' and a half (the stalls' 3 s quiet spell
+	// and half again) after the last stall at step 50 (position 151).
+	if firstAt == 0 || firstAt > 3*22 || lastAt < 151 || lastAt > 151+3*16 {
+		t.Fatalf("found from position %d to %d: %s", firstAt, lastAt, seen.String())
+	}
+	if got := strings.Trim(seen.String(), "."); strings.Contains(got, ".") {
+		t.Fatalf("reported with gaps between the stalls: %s", seen.String())
+	}
+}
+
+// The profiler plugin's timing window (10 s) still averages recurring stalls in after the
+// arrival ledger saw them end: that echo names no straggler (live on two H100s it continued
+// the stalls' incident as a host lag, and a GPU hog that came next on the same rank
+// continued it again instead of opening its own).
+func TestTheMeasuredEchoOfAnEndedEpisodeIsNoSlowdown(t *testing.T) {
+	cfg := DefaultConfig()
+	led := NewLedger()
+	stalls := func(k int64) time.Duration {
+		if k > 50 {
+			return 0
+		}
+		return stallEvery(10, 10, 2*time.Second)(k)
+	}
+	const lastStall, echoSteps = 151, 34 // position; steps in the plugin's 10 s window
+	var seen strings.Builder
+	for n := 10; n <= 3*120; n += 3 {
+		j := syncedJob(n, stalls, 50*time.Millisecond)
+		for r, p := range j.Procs {
+			if len(p.Comms[0].Recent) > 16 {
+				p.Comms[0].Recent = p.Comms[0].Recent[len(p.Comms[0].Recent)-16:]
+			}
+			// The window holds stalls: rank 1's kernels run short, its peers' long.
+			busy := 30 * time.Millisecond
+			if n >= 3*20 && n <= lastStall+3*echoSteps {
+				busy = 200 * time.Millisecond
+				if r == 1 {
+					busy = time.Millisecond
+				}
+			}
+			p.Comms[0].Done = &snapshot.Completion{Issued: int64(n), Done: int64(n),
+				Timing: &snapshot.Timing{N: 20, Window: 10e6, Busy: busy.Microseconds(), Queue: 1000}}
+		}
+		j.Ledger = led
+		fs := Slowdowns(j, cfg, TimingOK)
+		switch {
+		case len(fs) == 0:
+			seen.WriteByte('.')
+		case fs[0].measured:
+			seen.WriteByte('M')
+		default:
+			seen.WriteByte('X')
+		}
+		for _, f := range fs {
+			if f.Cause != incident.CauseHostStalled {
+				t.Fatalf("at position %d, cause %q: %s", n, f.Cause, f.Summary)
+			}
+		}
+	}
+	if strings.Contains(seen.String(), "M") || !strings.Contains(seen.String(), "X") {
+		t.Fatalf("X: the arrival ledger's episode, M: a measured straggler: %s", seen.String())
+	}
+}
+
 // A rank that only waited is never blamed: rank 0 arrives late at its tensor-parallel
 // pair's collectives {0,1} because its host waited in its data-parallel pair {0,2} for rank
 // 2, which arrived late there. Rank 2 is not in the first pair: only following the wait
