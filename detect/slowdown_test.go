@@ -35,6 +35,28 @@ func stallEvery(from, n int64, d time.Duration) delays {
 	}
 }
 
+// stallsUntil is stallEvery(from, n, d) up to step last, then on time.
+func stallsUntil(from, n int64, d time.Duration, last int64) delays {
+	return func(k int64) time.Duration {
+		if k > last {
+			return 0
+		}
+		return stallEvery(from, n, d)(k)
+	}
+}
+
+// liveView is what one live evaluation sees of a synced job: each rank's newest 16 ops,
+// judged on the ledger kept across evaluations.
+func liveView(j *Job, led *Ledger) *Job {
+	for _, p := range j.Procs {
+		if len(p.Comms[0].Recent) > 16 {
+			p.Comms[0].Recent = p.Comms[0].Recent[len(p.Comms[0].Recent)-16:]
+		}
+	}
+	j.Ledger = led
+	return j
+}
+
 // syncedJob is three ranks of the fake step, rank 1 late by d at each step.
 func syncedJob(n int, d delays, extra time.Duration) *Job {
 	shift := func(self bool) func(int64, *snapshot.Op) {
@@ -110,14 +132,7 @@ func TestSlowdownsAcrossEvaluations(t *testing.T) {
 	cfg := DefaultConfig()
 	led := NewLedger()
 	window := func(upTo int) *Job {
-		j := syncedJob(upTo, late(10, 50, 90*time.Millisecond), 50*time.Millisecond)
-		for _, p := range j.Procs {
-			if len(p.Comms[0].Recent) > 16 {
-				p.Comms[0].Recent = p.Comms[0].Recent[len(p.Comms[0].Recent)-16:] // a live history holds only the newest
-			}
-		}
-		j.Ledger = led
-		return j
+		return liveView(syncedJob(upTo, late(10, 50, 90*time.Millisecond), 50*time.Millisecond), led)
 	}
 	var firstAt, goneAt int
 	for n := 10; n <= 3*90; n += 5 {
@@ -141,23 +156,10 @@ func TestSlowdownsAcrossEvaluations(t *testing.T) {
 func TestRecurringStallsStayReportedBetweenStalls(t *testing.T) {
 	cfg := DefaultConfig()
 	led := NewLedger()
-	stalls := func(k int64) time.Duration {
-		if k > 50 {
-			return 0
-		}
-		return stallEvery(10, 10, 2*time.Second)(k)
-	}
 	var seen strings.Builder
 	firstAt, lastAt := 0, 0
 	for n := 10; n <= 3*120; n += 3 {
-		j := syncedJob(n, stalls, 50*time.Millisecond)
-		for _, p := range j.Procs {
-			if len(p.Comms[0].Recent) > 16 {
-				p.Comms[0].Recent = p.Comms[0].Recent[len(p.Comms[0].Recent)-16:] // a live history holds only the newest
-			}
-		}
-		j.Ledger = led
-		fs := Slowdowns(j, cfg, TimingOK)
+		fs := Slowdowns(liveView(syncedJob(n, stallsUntil(10, 10, 2*time.Second, 50), 50*time.Millisecond), led), cfg, TimingOK)
 		if len(fs) == 0 {
 			seen.WriteByte('.')
 			continue
@@ -190,20 +192,11 @@ func TestRecurringStallsStayReportedBetweenStalls(t *testing.T) {
 func TestTheMeasuredEchoOfAnEndedEpisodeIsNoSlowdown(t *testing.T) {
 	cfg := DefaultConfig()
 	led := NewLedger()
-	stalls := func(k int64) time.Duration {
-		if k > 50 {
-			return 0
-		}
-		return stallEvery(10, 10, 2*time.Second)(k)
-	}
 	const lastStall, echoSteps = 151, 34 // position; steps in the plugin's 10 s window
 	var seen strings.Builder
 	for n := 10; n <= 3*120; n += 3 {
-		j := syncedJob(n, stalls, 50*time.Millisecond)
+		j := liveView(syncedJob(n, stallsUntil(10, 10, 2*time.Second, 50), 50*time.Millisecond), led)
 		for r, p := range j.Procs {
-			if len(p.Comms[0].Recent) > 16 {
-				p.Comms[0].Recent = p.Comms[0].Recent[len(p.Comms[0].Recent)-16:]
-			}
 			// The window holds stalls: rank 1's kernels run short, its peers' long.
 			busy := 30 * time.Millisecond
 			if n >= 3*20 && n <= lastStall+3*echoSteps {
@@ -215,7 +208,6 @@ func TestTheMeasuredEchoOfAnEndedEpisodeIsNoSlowdown(t *testing.T) {
 			p.Comms[0].Done = &snapshot.Completion{Issued: int64(n), Done: int64(n),
 				Timing: &snapshot.Timing{N: 20, Window: 10e6, Busy: busy.Microseconds(), Queue: 1000}}
 		}
-		j.Ledger = led
 		fs := Slowdowns(j, cfg, TimingOK)
 		switch {
 		case len(fs) == 0:
