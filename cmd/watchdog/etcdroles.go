@@ -22,7 +22,8 @@ Sets up the watchdog's least-privilege etcd users and roles (docs/security.md):
   ncclwatch-detector          readwrite /ncclwatch/v1/ (node keys, incidents, delivery
                               state, the election, the incident key)
   ncclwatch-sidecar           write /ncclwatch/v1/jobs/ (its node key under any job)
-  ncclwatch-sidecar-<job>     with --jobs: write only /ncclwatch/v1/jobs/<job>/nodes/
+  ncclwatch-sidecar-<job>     with --jobs: write only /ncclwatch/v1/jobs/<job>/nodes/ and
+                              /ncclwatch/v1/jobs/<job>/base/ (node keys and their bases)
 Each user has the role of its name; its password is the file <--password-dir>/<user>.
 
 --print writes the etcdctl commands as a shell script (review it, run it as etcd's root).

@@ -17,6 +17,7 @@ import (
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
 	"github.com/ncclwatch/watchdog/internal/etcdroles"
 	"github.com/ncclwatch/watchdog/internal/procstat"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // expect checks that results hold a line of each level with each text, and nothing worse
@@ -168,9 +169,15 @@ func TestEtcd(t *testing.T) {
 	expect(t, Etcd(ctx, EtcdCheck{Config: etcdconn.Config{Endpoints: srv.Endpoints()}}), Warn, "authentication is off", "etcd-roles --apply --enable-auth")
 
 	plan, _ := etcdroles.NewPlan(nil)
+	perJob, _ := etcdroles.NewPlan([]string{"llama"})
+	// A sidecar role that lets it write node keys but not their bases: its publisher's
+	// transactions would all be refused.
+	nodesOnly := etcdroles.Role{Name: "sidecar-nodes-only", Why: "test",
+		Perms: []etcdroles.Perm{{Type: "write", Key: snapshot.NodeKey("llama", ""), Prefix: true}}}
+	plan.Roles = append(plan.Roles, perJob.Roles[1], nodesOnly)
 	dir := t.TempDir()
 	pw := map[string]string{}
-	for _, u := range []string{etcdroles.Detector, etcdroles.Sidecar} {
+	for _, u := range []string{etcdroles.Detector, etcdroles.Sidecar, perJob.Roles[1].Name, nodesOnly.Name} {
 		pw[u] = u + "-pw"
 		os.WriteFile(filepath.Join(dir, u), []byte(pw[u]), 0o600)
 	}
@@ -191,7 +198,9 @@ func TestEtcd(t *testing.T) {
 		return EtcdCheck{Config: etcdconn.Config{Endpoints: srv.Endpoints(), Username: user, PasswordFile: filepath.Join(dir, user)}, Role: role, Job: "llama"}
 	}
 	expect(t, Etcd(ctx, as(etcdroles.Detector, "detector")), OK, "user ncclwatch-detector is accepted", "writes under /ncclwatch/v1/")
-	expect(t, Etcd(ctx, as(etcdroles.Sidecar, "sidecar")), OK, "writes node keys of job llama", "least privilege")
+	expect(t, Etcd(ctx, as(etcdroles.Sidecar, "sidecar")), OK, "writes node keys and their bases of job llama", "least privilege")
+	expect(t, Etcd(ctx, as(perJob.Roles[1].Name, "sidecar")), OK, "writes node keys and their bases of job llama", "least privilege")
+	expect(t, Etcd(ctx, as(nodesOnly.Name, "sidecar")), Fail, "cannot write its node key", "and its base")
 	expect(t, Etcd(ctx, as(etcdroles.Sidecar, "detector")), Fail, "cannot read /ncclwatch/v1/jobs/", "ncclwatch-detector")
 	expect(t, Etcd(ctx, as(etcdroles.Detector, "sidecar")), Warn, "can read the detectors' incident key")
 	wrong := filepath.Join(dir, "wrong")

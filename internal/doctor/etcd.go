@@ -93,22 +93,25 @@ func detectorRole(ctx context.Context, cli *clientv3.Client, c EtcdCheck) []Resu
 	return append(out, ok("roles", "the detector's user reads %s and writes under %s", snapshot.JobsPrefix, snapshot.Prefix))
 }
 
-// sidecarRole: a sidecar writes its node key under a lease, and should not be able to read
-// the incident key nor write the detector's state.
+// sidecarRole: a sidecar writes its node key and its base (what its values are compressed
+// against) under a lease in one transaction, as its publisher does, and should not be able
+// to read the incident key nor write the detector's state.
 func sidecarRole(ctx context.Context, cli *clientv3.Client, c EtcdCheck) []Result {
 	var out []Result
 	host, _ := os.Hostname()
-	key := snapshot.NodeKey(c.Job, "doctor-probe-"+host)
+	node := "doctor-probe-" + host
+	key, base := snapshot.NodeKey(c.Job, node), snapshot.BaseKey(c.Job, node)
 	g, err := cli.Grant(ctx, 10)
 	if err != nil {
 		return append(out, problem("roles", Fail, fmt.Sprintf("the sidecar's user cannot take a lease: %v", err), roleFix(etcdroles.Sidecar)))
 	}
 	defer cli.Revoke(context.WithoutCancel(ctx), g.ID)
-	if _, err := cli.Put(ctx, key, "{}", clientv3.WithLease(g.ID)); err != nil {
-		return append(out, problem("roles", Fail, fmt.Sprintf("the sidecar's user cannot write its node key %s: %v", key, err),
+	if _, err := cli.Txn(ctx).Then(clientv3.OpPut(base, "{}", clientv3.WithLease(g.ID)),
+		clientv3.OpPut(key, "{}", clientv3.WithLease(g.ID))).Commit(); err != nil {
+		return append(out, problem("roles", Fail, fmt.Sprintf("the sidecar's user cannot write its node key %s and its base %s: %v", key, base, err),
 			roleFix(etcdroles.Sidecar+" (or "+etcdroles.Sidecar+"-"+c.Job+")")))
 	}
-	out = append(out, ok("roles", "the sidecar's user writes node keys of job %s", c.Job))
+	out = append(out, ok("roles", "the sidecar's user writes node keys and their bases of job %s", c.Job))
 	if _, err := cli.Get(ctx, incidentkey.EtcdKey); err == nil {
 		out = append(out, problem("roles", Warn, "the sidecar's user can read the detectors' incident key "+incidentkey.EtcdKey+": a trainer that steals it can forge incidents",
 			"give sidecars the role "+etcdroles.Sidecar+" alone (watchdog etcd-roles), or the detectors --incident-key-file"))

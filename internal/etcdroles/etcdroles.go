@@ -62,8 +62,10 @@ func NewPlan(jobs []string) (Plan, error) {
 		if !jobName.MatchString(j) {
 			return Plan{}, fmt.Errorf("job %q: want letters, digits, _ . - (a role name and a key segment)", j)
 		}
-		p.Roles = append(p.Roles, Role{Name: Sidecar + "-" + j, Why: "the sidecars of job " + j + ": write only that job's node keys",
-			Perms: []Perm{{Type: "write", Key: snapshot.NodeKey(j, ""), Prefix: true}}})
+		// A publisher writes its node key and the base its values are compressed against
+		// (snapshot.BaseKey) in one transaction: both, or nothing reaches the detector.
+		p.Roles = append(p.Roles, Role{Name: Sidecar + "-" + j, Why: "the sidecars of job " + j + ": write only that job's node keys and their bases",
+			Perms: []Perm{{Type: "write", Key: snapshot.NodeKey(j, ""), Prefix: true}, {Type: "write", Key: snapshot.BaseKey(j, ""), Prefix: true}}})
 	}
 	return p, nil
 }

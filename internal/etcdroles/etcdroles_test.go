@@ -1,19 +1,24 @@
 package etcdroles
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/ncclwatch/watchdog/heartbeat/publish"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
 	"github.com/ncclwatch/watchdog/internal/etcdexec"
@@ -67,11 +72,45 @@ func checkMatrix(t *testing.T, endpoints []string, dir, sidecar, job string) {
 			return err
 		}
 	}
+	// The sidecar's real publisher: its node key and, in the same transaction, the base its
+	// values are compressed against (snapshot/wire.go).
+	publishes := func(c *clientv3.Client, job string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			var logs bytes.Buffer
+			var mu sync.Mutex
+			p := publish.New(c, publish.Options{Key: snapshot.NodeKey(job, "n2"), Wire: &snapshot.Wire{},
+				BaseKey: snapshot.BaseKey(job, "n2"), Interval: 50 * time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &logs}, nil))})
+			rctx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_ = p.Run(rctx, func() ([]byte, error) { return []byte(`{"job":"` + job + `","node":"n2"}`), nil })
+			}()
+			defer func() { stop(); <-done; p.Close(nil) }()
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if writes, _ := p.Stats(); writes > 0 {
+					return nil
+				}
+				mu.Lock()
+				denied := strings.Contains(logs.String(), "permission denied")
+				mu.Unlock()
+				if denied {
+					return rpctypes.ErrPermissionDenied
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			return fmt.Errorf("neither published nor denied within 5 s: %s", logs.String())
+		}
+	}
 	for _, c := range []struct {
 		what string
 		op   func(context.Context) error
 		want bool
 	}{
+		{"sidecar publishes its node key and its base", publishes(side, job), true},
+		{"sidecar publishes under another job", publishes(side, "other"), sidecar == Sidecar},
 		{"detector reads every job", get(det, snapshot.JobsPrefix), true},
 		{"detector writes an incident", put(det, snapshot.IncidentKey(job, "inc-1")), true},
 		{"detector writes delivery state", put(det, snapshot.DeliveryKey("slack", "inc-1")), true},
@@ -179,4 +218,16 @@ func TestNewPlanRefusesOddJobNames(t *testing.T) {
 			t.Errorf("job %q accepted", j)
 		}
 	}
+}
+
+// lockedWriter serialises writes to w: the publisher logs from its own goroutine.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
