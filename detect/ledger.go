@@ -32,7 +32,9 @@ type Ledger struct {
 	// lastNamed is when an evaluation last named a slowdown's root.
 	lastNamed time.Time
 	// episodeEnded is, per root, when its newest arrival episode that ended live ended:
-	// the plugin's timing window averages that episode's waits in for a while after.
+	// the plugin's timing window averages that episode's waits in for a while after. Kept
+	// apart from the spans, which may be cut (or too few left to make an episode) before
+	// that echo fades.
 	episodeEnded map[string]snapshot.Micros
 	// linkBase is each send direction's fastest network time per step seen (µs), by
 	// communicator, sender and peer: a pair's own speed before.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -76,11 +75,9 @@ func checkMatrix(t *testing.T, endpoints []string, dir, sidecar, job string) {
 	// values are compressed against (snapshot/wire.go).
 	publishes := func(c *clientv3.Client, job string) func(context.Context) error {
 		return func(ctx context.Context) error {
-			var logs bytes.Buffer
-			var mu sync.Mutex
+			var logs lockedBuffer
 			p := publish.New(c, publish.Options{Key: snapshot.NodeKey(job, "n2"), Wire: &snapshot.Wire{},
-				BaseKey: snapshot.BaseKey(job, "n2"), Interval: 50 * time.Millisecond,
-				Logger: slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &logs}, nil))})
+				BaseKey: snapshot.BaseKey(job, "n2"), Interval: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			rctx, stop := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() {
@@ -92,15 +89,10 @@ func checkMatrix(t *testing.T, endpoints []string, dir, sidecar, job string) {
 				if writes, _ := p.Stats(); writes > 0 {
 					return nil
 				}
-				mu.Lock()
-				denied := strings.Contains(logs.String(), "permission denied")
-				mu.Unlock()
-				if denied {
+				if strings.Contains(logs.String(), "permission denied") {
 					return rpctypes.ErrPermissionDenied
 				}
 			}
-			mu.Lock()
-			defer mu.Unlock()
 			return fmt.Errorf("neither published nor denied within 5 s: %s", logs.String())
 		}
 	}
@@ -220,14 +212,21 @@ func TestNewPlanRefusesOddJobNames(t *testing.T) {
 	}
 }
 
-// lockedWriter serialises writes to w: the publisher logs from its own goroutine.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
+// lockedBuffer collects a logger's output, written from the publisher's goroutine while
+// the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
 }
 
-func (l *lockedWriter) Write(b []byte) (int, error) {
+func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(b)
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
