@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
+	"github.com/ncclwatch/watchdog/internal/syncbuf"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -341,7 +341,7 @@ func TestRoutesAndResolveAfterSeverityChange(t *testing.T) {
 	c := testEtcd(t)
 	clock := clockwork.NewFakeClockAt(t0)
 	pdRec := newRecorder(t, pagerDutyAPI)
-	var console strings.Builder
+	var console syncbuf.Buffer
 	pd, _ := NewPagerDuty(pdRec.URL, testRoutingKey, PagerDutyOptions{})
 	routes := []Route{
 		{Severities: []incident.Severity{incident.SeverityCritical}, Jobs: []string{"llama-*"}, Notifiers: []string{"pagerduty"}},
@@ -349,7 +349,7 @@ func TestRoutesAndResolveAfterSeverityChange(t *testing.T) {
 	}
 	d, _ := startDispatcher(t, c, clock, routes, nil,
 		Target{Notifier: pd, Settings: immediate},
-		Target{Notifier: NewConsole(&syncWriter{b: &console}), Settings: immediate})
+		Target{Notifier: NewConsole(&console), Settings: immediate})
 
 	inc := sampleMismatch()
 	d.Submit(inc)
@@ -392,17 +392,6 @@ func TestDispatcherRejectsBadSetup(t *testing.T) {
 			t.Errorf("%s: no error", name)
 		}
 	}
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	b  *strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }
 
 func TestEtcdStore(t *testing.T) {

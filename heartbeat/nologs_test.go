@@ -4,41 +4,23 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ncclwatch/watchdog/heartbeat"
+	"github.com/ncclwatch/watchdog/internal/syncbuf"
 )
-
-// syncBuffer is a log destination the test reads while the sidecar writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestWarnsWhenNoLogMatches: a sidecar whose patterns match nothing says so soon after it
 // starts, and again, as an error, when they still match nothing after NoLogsAfter; one
 // whose patterns match says neither.
 func TestWarnsWhenNoLogMatches(t *testing.T) {
-	var none, some syncBuffer
+	var none, some syncbuf.Buffer
 	logs := t.TempDir()
 	newRankWriter(t, logs, 77, 0)
 	for _, c := range []struct {
 		dir string
-		out *syncBuffer
+		out *syncbuf.Buffer
 	}{{filepath.Join(t.TempDir(), "missing"), &none}, {logs, &some}} {
 		runLocalSidecar(t, c.dir, func(o *heartbeat.Options) {
 			o.NoLogsAfter = 3 * time.Second

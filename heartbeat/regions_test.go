@@ -1,14 +1,12 @@
 package heartbeat_test
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/ncclwatch/watchdog/heartbeat/proc"
 	"github.com/ncclwatch/watchdog/heartbeat/profile"
 	"github.com/ncclwatch/watchdog/heartbeat/profile/profiletest"
+	"github.com/ncclwatch/watchdog/internal/syncbuf"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -47,26 +46,8 @@ func procByPID(n *snapshot.Node, pid int) *snapshot.Process {
 	return nil
 }
 
-// logBuffer keeps the sidecar's log lines for the tests that count warnings.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
-
 // regionSidecar runs a sidecar reading regions in dir (and logs in logs) on clock.
-func regionSidecar(t *testing.T, logs, dir string, clock *fakeClock, logOut *logBuffer) *heartbeat.Sidecar {
+func regionSidecar(t *testing.T, logs, dir string, clock *fakeClock, logOut *syncbuf.Buffer) *heartbeat.Sidecar {
 	return runLocalSidecar(t, logs, func(o *heartbeat.Options) {
 		o.ProfilerDirs, o.SampleEvery, o.KeepExited = []string{dir}, 20*time.Millisecond, time.Minute
 		if clock != nil {
@@ -181,10 +162,10 @@ func TestRegionOfAKilledProcess(t *testing.T) {
 	clock := newFakeClock()
 	old := kit.Start(t, dir, env(0, 2)...)
 	old.Do("init 0 1234 2 0", "coll 0 AllReduce 8 1", "start 0")
-	lb := &logBuffer{}
+	lb := &syncbuf.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Log(lb.b.String())
+			t.Log(lb.String())
 		}
 	})
 	s := regionSidecar(t, t.TempDir(), dir, clock, lb)
@@ -241,7 +222,7 @@ func TestRegionsThatCannotBeRead(t *testing.T) {
 	write(1, other)
 	write(2, img[:5000])
 	write(3, []byte("not a region"))
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	s := regionSidecar(t, t.TempDir(), dir, nil, logs)
 	n := waitSnapshot(t, s, "good region read", func(n *snapshot.Node) bool { return procByPID(n, good.PID) != nil })
 	time.Sleep(200 * time.Millisecond) // several more polls
@@ -249,10 +230,10 @@ func TestRegionsThatCannotBeRead(t *testing.T) {
 	if len(n.Processes) != 1 {
 		t.Fatalf("only the good region is a process: %+v", n.Processes)
 	}
-	if c := logs.count("profiler region of another layout version"); c != 1 {
-		t.Fatalf("another version reported %d times, want once:\n%s", c, logs.b.String())
+	if c := strings.Count(logs.String(), "profiler region of another layout version"); c != 1 {
+		t.Fatalf("another version reported %d times, want once:\n%s", c, logs.String())
 	}
-	if c := logs.count("profiler region unreadable"); c != 2 {
+	if c := strings.Count(logs.String(), "profiler region unreadable"); c != 2 {
 		t.Fatalf("truncated and garbage files reported %d times, want once each", c)
 	}
 }

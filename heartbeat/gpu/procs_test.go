@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ncclwatch/watchdog/internal/syncbuf"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -63,7 +64,7 @@ func TestComputeProcesses(t *testing.T) {
 			if tc.err != nil {
 				f.Fail(1, tc.err, "procs")
 			}
-			logs := &logBuffer{}
+			logs := &syncbuf.Buffer{}
 			s, err := NewWithLibrary(f, Options{ProcRoot: procRoot, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 			if err != nil {
 				t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ncclwatch/watchdog/internal/syncbuf"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -36,27 +37,9 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 func newClock() *fakeClock { return &fakeClock{t: time.Unix(1_795_301_451, 0)} }
 
-// logBuffer collects log lines for assertions.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func startFake(t *testing.T, f *Fake, clock *fakeClock) (*Sampler, *logBuffer) {
+func startFake(t *testing.T, f *Fake, clock *fakeClock) (*Sampler, *syncbuf.Buffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	s, err := NewWithLibrary(f, Options{
 		Logger:    slog.New(slog.NewTextHandler(logs, nil)),
 		Now:       clock.Now,

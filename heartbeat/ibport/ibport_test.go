@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ncclwatch/watchdog/heartbeat/ibport/ibsim"
+	"github.com/ncclwatch/watchdog/internal/syncbuf"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -42,27 +43,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// logBuffer collects log output for assertions; safe for concurrent writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) Count(s string) int { return strings.Count(l.String(), s) }
-
-func newSampler(t testing.TB, ibRoot, netRoot string, clock *fakeClock, logs *logBuffer, ifaces ...string) *Sampler {
+func newSampler(t testing.TB, ibRoot, netRoot string, clock *fakeClock, logs *syncbuf.Buffer, ifaces ...string) *Sampler {
 	t.Helper()
 	if ibRoot == "" {
 		ibRoot = filepath.Join(t.TempDir(), "no-infiniband")
@@ -72,7 +53,7 @@ func newSampler(t testing.TB, ibRoot, netRoot string, clock *fakeClock, logs *lo
 	}
 	var w interface{ Write([]byte) (int, error) } = logs
 	if logs == nil {
-		w = &logBuffer{}
+		w = &syncbuf.Buffer{}
 	}
 	return New(Options{
 		IBRoot: ibRoot, NetRoot: netRoot, Interfaces: ifaces, Now: clock.Now,
@@ -313,7 +294,7 @@ func TestUnreadableFiles(t *testing.T) {
 	p.HWCounters = map[string]uint64{"np_cnp_sent": 1, "out_of_buffer": 0}
 	write(t, ib, p)
 	dir := filepath.Join(ib, "mlx5_0", "ports", "1")
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	clock := newFakeClock()
 	s := newSampler(t, ib, "", clock, logs)
 	sample(t, s)
@@ -350,7 +331,7 @@ func TestUnreadableFiles(t *testing.T) {
 	if n := s.ReadErrors(); n != 9 {
 		t.Errorf("ReadErrors = %d, want 9", n)
 	}
-	if n := logs.Count("some port fields unreadable"); n != 1 {
+	if n := strings.Count(logs.String(), "some port fields unreadable"); n != 1 {
 		t.Errorf("logged the same failure %d times, want once:\n%s", n, logs)
 	}
 
@@ -362,7 +343,7 @@ func TestUnreadableFiles(t *testing.T) {
 	if got.ReadErrs != 0 || got.State != "ACTIVE" || got.RateGbps != 400 {
 		t.Errorf("after repair: %+v", got)
 	}
-	if n := logs.Count("port fields readable again"); n != 1 {
+	if n := strings.Count(logs.String(), "port fields readable again"); n != 1 {
 		t.Errorf("logged recovery %d times, want once:\n%s", n, logs)
 	}
 }
@@ -397,14 +378,14 @@ func TestNamedInterfaces(t *testing.T) {
 		t.Errorf("named docker0, eth1: got %v", ports)
 	}
 
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	s = newSampler(t, "", "testdata/net", clock, logs, "eth0", "eth9")
 	for range 2 {
 		if ports := sample(t, s); len(ports) != 1 || ports[0].Device != "eth0" {
 			t.Errorf("named eth0, eth9: got %v", ports)
 		}
 	}
-	if s.ReadErrors() != 2 || logs.Count("cannot read directory") != 1 {
+	if s.ReadErrors() != 2 || strings.Count(logs.String(), "cannot read directory") != 1 {
 		t.Errorf("missing eth9: %d read errors, logs:\n%s", s.ReadErrors(), logs)
 	}
 
@@ -453,14 +434,14 @@ func TestMaxPorts(t *testing.T) {
 	for i := range 5 {
 		writeNet(t, netRoot, ibsim.NetIf{Name: "eth" + strconv.Itoa(i), Physical: true, SpeedMbps: 1000, OperState: "up"})
 	}
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	s := newSampler(t, "", netRoot, newFakeClock(), logs)
 	s.maxPorts = 3
 	if ports := sample(t, s); len(ports) != 3 || ports[2].Device != "eth2" {
 		t.Errorf("got %v, want eth0..eth2", ports)
 	}
 	sample(t, s)
-	if n := logs.Count("too many ports"); n != 1 {
+	if n := strings.Count(logs.String(), "too many ports"); n != 1 {
 		t.Errorf("logged %d times, want once", n)
 	}
 }

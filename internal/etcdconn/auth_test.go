@@ -1,13 +1,11 @@
 package etcdconn_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/ncclwatch/watchdog/internal/etcdexec"
 	"github.com/ncclwatch/watchdog/internal/etcdroles"
 	"github.com/ncclwatch/watchdog/internal/procstat"
+	"github.com/ncclwatch/watchdog/internal/syncbuf"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -79,24 +78,6 @@ func withAuth(t *testing.T, endpoints []string) string {
 		t.Fatal(err)
 	}
 	return pw
-}
-
-// lockedBuffer collects a logger's output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // putWithin retries a write until it works or d passes; it returns the last error.
@@ -188,7 +169,7 @@ func TestWrongPasswordIsNamed(t *testing.T) {
 	if err := os.WriteFile(pw, []byte("nope"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	cli, err := etcdconn.New(etcdconn.Config{Endpoints: srv.endpoints, Username: etcdroles.Detector, PasswordFile: pw,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {

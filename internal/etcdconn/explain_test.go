@@ -15,6 +15,7 @@ import (
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdexec"
 	"github.com/ncclwatch/watchdog/internal/procstat"
+	"github.com/ncclwatch/watchdog/internal/syncbuf"
 	"github.com/ncclwatch/watchdog/internal/testpki"
 )
 
@@ -118,7 +119,7 @@ func TestExplainNamesTheTLSFailure(t *testing.T) {
 func TestMonitorLogsTheCause(t *testing.T) {
 	ca, other := testpki.NewCA(t, "etcd-ca"), testpki.NewCA(t, "other-ca")
 	addr := tlsEtcd(t, ca.Server(t, "etcd", "127.0.0.1"), "")
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	cli, err := etcdconn.New(etcdconn.Config{Endpoints: []string{"https://" + addr}, CAFile: other.CertFile,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {

@@ -1,7 +1,6 @@
 package etcdroles
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
 	"github.com/ncclwatch/watchdog/internal/etcdexec"
+	"github.com/ncclwatch/watchdog/internal/syncbuf"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -75,7 +74,7 @@ func checkMatrix(t *testing.T, endpoints []string, dir, sidecar, job string) {
 	// values are compressed against (snapshot/wire.go).
 	publishes := func(c *clientv3.Client, job string) func(context.Context) error {
 		return func(ctx context.Context) error {
-			var logs lockedBuffer
+			var logs syncbuf.Buffer
 			p := publish.New(c, publish.Options{Key: snapshot.NodeKey(job, "n2"), Wire: &snapshot.Wire{},
 				BaseKey: snapshot.BaseKey(job, "n2"), Interval: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			rctx, stop := context.WithCancel(ctx)
@@ -210,23 +209,4 @@ func TestNewPlanRefusesOddJobNames(t *testing.T) {
 			t.Errorf("job %q accepted", j)
 		}
 	}
-}
-
-// lockedBuffer collects a logger's output, written from the publisher's goroutine while
-// the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
