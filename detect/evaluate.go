@@ -92,6 +92,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		step(j, cfg, &fs)
 	}
 	r := Result{Findings: fs.all(), Notes: timingNotes(timing), Paused: hangs.Paused}
+	gradeWaits(j, cfg.HangConfig, r.Findings)
 	if knowledgeErr != nil {
 		r.Notes = append(r.Notes, "part of the knowledge table was left out, so some messages are not judged: "+knowledgeErr.Error())
 	}

@@ -39,6 +39,9 @@ type Ledger struct {
 	// linkBase is each send direction's fastest network time per step seen (µs), by
 	// communicator, sender and peer: a pair's own speed before.
 	linkBase map[string]int64
+	// longestPause is the longest wait booked (µs): the longest pause the job recovered
+	// from, which an open wait must outlast to page while its root is alive (certainty.go).
+	longestPause int64
 }
 
 // NewLedger returns an empty ledger.
@@ -152,7 +155,7 @@ func (l *Ledger) Observe(j *Job, cfg SlowdownConfig) {
 		if j.Offline {
 			keep, most, steps = 1<<62, maxSpansOffline, maxSpansOffline // a whole log is judged at once
 		}
-		gl.book(g, fresh[i], keep, most, steps)
+		l.longestPause = max(l.longestPause, gl.book(g, fresh[i], keep, most, steps))
 	}
 	l.observeMeasured(j, cfg)
 }
@@ -181,10 +184,10 @@ func (gl *groupLedger) ranAhead(g *Group, a *arrival) bool {
 }
 
 // book records each position's wait as a span of wall time; a root's waits of one step are
-// one span, as long as the longest.
-func (gl *groupLedger) book(g *Group, arr []arrival, keep int64, most, mostSteps int) {
+// one span, as long as the longest. It returns the longest wait booked (µs).
+func (gl *groupLedger) book(g *Group, arr []arrival, keep int64, most, mostSteps int) (longest int64) {
 	if gl.positions == 0 {
-		return
+		return 0
 	}
 	for _, a := range arr {
 		if gl.first == 0 || a.first < gl.first {
@@ -205,6 +208,7 @@ func (gl *groupLedger) book(g *Group, arr []arrival, keep int64, most, mostSteps
 			root = g.Members[a.last].Proc
 		}
 		sp := lateSpan{root: gl.keyOf(root.Key()), step: (a.seq - 1) / gl.positions, start: a.at - snapshot.Micros(a.delay), end: a.at, seq: a.seq}
+		longest = max(longest, a.delay)
 		if n := len(gl.spans); n > 0 && gl.spans[n-1].root == sp.root && gl.spans[n-1].step == sp.step {
 			if prev := &gl.spans[n-1]; sp.end-sp.start > prev.end-prev.start {
 				*prev = sp
@@ -224,6 +228,7 @@ func (gl *groupLedger) book(g *Group, arr []arrival, keep int64, most, mostSteps
 	if n := len(gl.steps); n > mostSteps {
 		gl.steps = append(gl.steps[:0], gl.steps[n-mostSteps:]...)
 	}
+	return longest
 }
 
 // lateShare is the share of the wall time since `since` that the members waited for any of

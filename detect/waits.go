@@ -16,9 +16,22 @@ import (
 // HangConfig sets the hang window of the log evidence. A log says a rank issued an op, not
 // that it completed, so a communicator counts as stalled once it has not moved for
 // max(HangFloor, HangK × its recent p99 gap between ops): one that still moves may catch up.
+//
+// Certainty decides severity: a wait whose root is certain (a dead or stopped process, a
+// mismatch) pages at once; a rank that is alive and only not issuing may be pausing
+// (evaluation, a checkpoint), so its wait is a warning until it lasts PageAfter, or PauseK
+// times the longest pause the job itself recovered from, whichever is longer.
 type HangConfig struct {
 	HangFloor time.Duration `yaml:"hang_floor"`
 	HangK     float64       `yaml:"hang_k"`
+	PageAfter time.Duration `yaml:"page_after"`
+	PauseK    float64       `yaml:"pause_k"`
+}
+
+// PageWindow is how long an uncertain wait lasts before it pages, given the longest pause
+// the job recovered from.
+func (c HangConfig) PageWindow(longestPause time.Duration) time.Duration {
+	return max(c.PageAfter, time.Duration(c.PauseK*float64(longestPause)))
 }
 
 // HangWindow is how long a communicator may sit still, given its recent pace.
