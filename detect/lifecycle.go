@@ -24,6 +24,11 @@ type Lifecycle struct {
 	ResolveAfter time.Duration
 	// KeepResolved bounds how many resolved incidents are remembered per job.
 	KeepResolved int
+	// RecurWithin: a root seen again within this long of its incident's resolution reopens
+	// that incident as a new episode instead of opening another; an incident that recurred
+	// then resolves only after twice its longest quiet spell, so a flapping root is one
+	// incident.
+	RecurWithin time.Duration
 
 	jobs map[string]*jobIncidents
 }
@@ -46,15 +51,16 @@ type foldedTeardown struct{ teardown, into string }
 type tracked struct {
 	inc      incident.Incident
 	key      string
-	clearAt  time.Time // when the finding was last missing (zero while present)
-	snapshot string    // what notifiers see, to tell a real change from a new LastSeen
-	torn     string    // the evidence line of a teardown folded into it
-	vague    bool      // the finding behind inc could not tell its culprit from the peers
+	clearAt  time.Time     // when the finding was last missing (zero while present)
+	snapshot string        // what notifiers see, to tell a real change from a new LastSeen
+	torn     string        // the evidence line of a teardown folded into it
+	vague    bool          // the finding behind inc could not tell its culprit from the peers
+	quiet    time.Duration // its spell unseen before it recurred (0: it never did)
 }
 
 // NewLifecycle returns an empty lifecycle.
 func NewLifecycle(resolveAfter time.Duration) *Lifecycle {
-	return &Lifecycle{ResolveAfter: resolveAfter, KeepResolved: 256, jobs: map[string]*jobIncidents{}}
+	return &Lifecycle{ResolveAfter: resolveAfter, KeepResolved: 256, RecurWithin: 10 * time.Minute, jobs: map[string]*jobIncidents{}}
 }
 
 func (l *Lifecycle) job(name string) *jobIncidents {
@@ -113,6 +119,11 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 		seen[f.Key] = true
 		t := j.open[f.Key]
 		if t == nil {
+			if t = j.reopen(f, now, l.RecurWithin); t != nil {
+				notify = append(notify, t.inc)
+				store = append(store, t.inc)
+				continue
+			}
 			inc := f.Incident(job, now)
 			inc.ID = incidentID(job, f.Key, now)
 			inc.Revision = 1
@@ -135,7 +146,7 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 		} else {
 			t.vague = f.vague
 		}
-		next.ID, next.Revision, next.LastSeen = prev.ID, prev.Revision, now
+		next.ID, next.Revision, next.LastSeen, next.Episodes = prev.ID, prev.Revision, now, prev.Episodes
 		if next.FaultAt.IsZero() || (!prev.FaultAt.IsZero() && prev.FaultAt.Before(next.FaultAt)) {
 			next.FaultAt = prev.FaultAt
 		}
@@ -180,7 +191,7 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 		if t.clearAt.IsZero() {
 			t.clearAt = now
 		}
-		if now.Sub(t.clearAt) < l.ResolveAfter {
+		if now.Sub(t.clearAt) < max(l.ResolveAfter, 2*t.quiet) {
 			continue
 		}
 		inc := t.inc
@@ -197,6 +208,40 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 	sortIncidents(notify)
 	sortIncidents(store)
 	return notify, store
+}
+
+// reopen continues the incident of a root resolved within `within` as its next episode:
+// the earlier span joins its episodes, and the incident opens again under its id.
+func (j *jobIncidents) reopen(f *Finding, now time.Time, within time.Duration) *tracked {
+	for i := len(j.resolved) - 1; i >= 0; i-- {
+		prev := j.resolved[i]
+		if prev.Key != f.Key || prev.ResolvedAt == nil || now.Sub(*prev.ResolvedAt) > within {
+			continue
+		}
+		j.resolved = append(j.resolved[:i], j.resolved[i+1:]...)
+		inc := f.Incident(prev.Job, prev.OpenedAt)
+		ep := incident.Episode{Onset: began(prev), End: *prev.ResolvedAt}
+		if prev.Episode != nil {
+			ep = *prev.Episode
+			if ep.End.IsZero() {
+				ep.End = *prev.ResolvedAt
+			}
+		}
+		inc.Episodes = append(slices.Clone(prev.Episodes), ep)
+		if n := len(inc.Episodes) - incident.MaxEpisodes; n > 0 {
+			inc.Episodes = inc.Episodes[n:]
+		}
+		inc.ID, inc.Revision, inc.LastSeen = prev.ID, prev.Revision+1, now
+		if severityRank(prev.Severity) < severityRank(inc.Severity) {
+			inc.Severity = prev.Severity
+		}
+		// Its quiet spell: from the last evaluation that saw it to now.
+		t := &tracked{inc: inc, key: f.Key, vague: f.vague, quiet: now.Sub(prev.LastSeen)}
+		t.snapshot = notifiable(inc)
+		j.open[f.Key] = t
+		return t
+	}
+	return nil
 }
 
 // foldInto says whether a teardown finding folds into an open incident rather than opening

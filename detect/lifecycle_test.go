@@ -86,3 +86,48 @@ func TestVagueViewKeepsThePreciseCulprit(t *testing.T) {
 		}
 	}
 }
+
+// A root that comes back after its incident resolved (a flapping link, a rank that pauses
+// again) reopens that incident as its next episode, and then holds it open through quiet
+// spells as long as the ones it showed: one incident, not one per episode.
+func TestRecurringRootIsOneIncident(t *testing.T) {
+	l := NewLifecycle(5 * time.Second)
+	link := Finding{Kind: incident.KindLink, Severity: incident.SeverityWarning, Key: "link:node1:node2",
+		Summary: "slow link", Episode: &incident.Episode{Onset: t0}}
+	var opened, reopened, resolved []string
+	at := func(s int, present bool) {
+		var fs []Finding
+		if present {
+			fs = []Finding{link}
+		}
+		notify, _ := l.Update("j", fs, t0.Add(time.Duration(s)*time.Second))
+		for _, inc := range notify {
+			switch {
+			case inc.State == incident.StateResolved:
+				resolved = append(resolved, inc.ID)
+			case inc.Revision == 1:
+				opened = append(opened, inc.ID)
+			default:
+				reopened = append(reopened, inc.ID)
+			}
+		}
+	}
+	// Episodes of 2 s every 10 s, for 60 s.
+	for s := 0; s <= 60; s++ {
+		at(s, s%10 < 2)
+	}
+	if len(opened) != 1 || len(reopened) != 1 || reopened[0] != opened[0] || len(resolved) != 1 {
+		t.Fatalf("opened %v reopened %v resolved %v: want one incident, reopened once, resolved once", opened, reopened, resolved)
+	}
+	incs := l.Incidents("j")
+	if len(incs) != 1 || incs[0].State != incident.StateOpen || len(incs[0].Episodes) != 1 {
+		t.Fatalf("incidents %+v", incs)
+	}
+	// Quiet for well past its longest spell: resolved once more, still one incident.
+	for s := 61; s <= 100; s++ {
+		at(s, false)
+	}
+	if incs = l.Incidents("j"); len(incs) != 1 || incs[0].State != incident.StateResolved || len(resolved) != 2 {
+		t.Fatalf("after the flapping stopped: %+v resolved %v", incs, resolved)
+	}
+}

@@ -174,4 +174,10 @@ type Incident struct {
 	// that resolved.
 	Cause   Cause    `json:"cause,omitempty"`
 	Episode *Episode `json:"episode,omitempty"`
+	// Episodes are the earlier spans of a root that recurred (a flapping link, a rank that
+	// pauses again): one incident, reopened, with what came before, oldest first.
+	Episodes []Episode `json:"episodes,omitempty"`
 }
+
+// MaxEpisodes bounds the earlier episodes an incident lists.
+const MaxEpisodes = 16
