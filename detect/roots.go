@@ -57,7 +57,7 @@ func FindHangs(j *Job, cfg Config) Hangs {
 		byKey[inv.Key] = len(h.Inversions)
 		h.Inversions = append(h.Inversions, inv)
 	}
-	h.Stalls = append(h.Stalls, finishedP2P(edges)...)
+	h.Stalls = append(foldNodeRoots(j, h.Stalls), finishedP2P(edges)...)
 	for _, s := range stuck {
 		if inv := inversionOn(h.Inversions, s.Comm); inv != nil {
 			absorb(inv, &s)
