@@ -49,6 +49,11 @@ func processEvidence(j *Job, p *Proc, f *Finding) {
 	}
 	if g := gpuOf(j, p); g != nil && p.State != snapshot.ProcExited {
 		f.addEvidence("its GPU %d: %s", g.Index, describeGPU(g))
+		if n, _ := ranksOnGPU(j, p, g); n > 1 {
+			// NVML's state of a GPU several ranks share is the GPU's, not this rank's.
+			f.addEvidence("its GPU serves %d of the job's ranks: its state is theirs together", n)
+			return
+		}
 		switch g.State {
 		case snapshot.GPUIdle:
 			f.addEvidence("its GPU is idle: the host code is stuck before the collective (data loader, deadlock, I/O), not NCCL")

@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -39,6 +40,8 @@ type Ledger struct {
 	// linkBase is each send direction's fastest network time per step seen (µs), by
 	// communicator, sender and peer: a pair's own speed before.
 	linkBase map[string]int64
+	// measuredNamed are the ranks the last evaluation named from the plugin's timings.
+	measuredNamed map[string]bool
 	// longestPause is the longest wait booked (µs): the longest pause the job recovered
 	// from, which an open wait must outlast to page while its root is alive (certainty.go).
 	longestPause int64
@@ -92,6 +95,11 @@ type measuredSample struct {
 	share float64
 	late  int64 // µs per op
 	queue int64 // µs its kernels start after issue, beyond its peers'
+	// spread is how far its peers' own kernel times lie apart (µs): their jitter.
+	spread int64
+	// waited is how much longer its kernels of another communicator ran than its peers'
+	// there (µs per op): what it waited for first, in stream order.
+	waited int64
 }
 
 func (gl *groupLedger) keyOf(k string) int32 {
@@ -245,6 +253,32 @@ func (gl *groupLedger) lateShare(since snapshot.Micros, cfg SlowdownConfig) floa
 		}
 	}
 	return float64(lost) / float64(gl.last-since)
+}
+
+// noise is the job's step-to-step noise over [a, b], as a share of its step: the standard
+// deviation of its step periods over their mean, without the longest tenth (the stalls
+// being judged are not the noise they must stand above).
+func (gl *groupLedger) noise(a, b snapshot.Micros) float64 {
+	var d []float64
+	for i := 1; i < len(gl.steps); i++ {
+		p, q := gl.steps[i-1], gl.steps[i]
+		if q.k == p.k+1 && p.t >= a && q.t <= b && q.t > p.t {
+			d = append(d, float64(q.t-p.t))
+		}
+	}
+	if len(d) < 4 {
+		return 0
+	}
+	slices.Sort(d)
+	d = d[:len(d)-len(d)/10]
+	var sum, sq float64
+	for _, x := range d {
+		sum += x
+		sq += x * x
+	}
+	n := float64(len(d))
+	mean := sum / n
+	return math.Sqrt(max(sq/n-mean*mean, 0)) / mean
 }
 
 // stepsIn counts the steps that began in [a, b].
@@ -443,21 +477,34 @@ func (gl *groupLedger) episodes(id string, cfg SlowdownConfig) []episode {
 		ends = append(ends, gl.last)
 		slices.Sort(ends)
 		var cur *episode
+		var held snapshot.Micros // since when the opening condition has held (0: it does not)
+		var heldFrom snapshot.Micros
 		for _, b := range ends {
 			a := b - snapshot.Micros(w)
 			lost, steps, bursts, lastEnd := spansIn(spans, a, b, gap)
 			share := float64(lost) / float64(w)
 			// One stall (a step or two), or one burst that is over, is no slowdown.
 			oneOff := steps < minLateSteps || (bursts == 1 && int64(b-lastEnd) > gap)
+			opens := cur == nil && share >= cfg.SlowdownShare && !oneOff &&
+				standsAboveNoise(spans, a, b, gl.period, int64(lateAt), share, cfg.SlowdownShare+gl.noise(a, b), gl.stepsIn(a, b))
 			switch {
-			case cur == nil && share >= cfg.SlowdownShare && !oneOff:
+			case cur == nil && !opens:
+				held = 0
+			case opens && held == 0:
+				held, heldFrom = b, a
+			}
+			switch {
+			case opens && int64(b-held) >= minHeldSteps*gl.period:
+				// Held over two steps at least: a burst of jitter that sums to the share for
+				// a moment is nobody's.
 				cur = &episode{group: id, root: gl.keys[r], period: gl.period, share: share, lateShare: cfg.SlowdownShare}
 				for _, sp := range spans {
-					if sp.end > a {
-						cur.onset, cur.seq = max(sp.start, a), sp.seq
+					if sp.end > heldFrom {
+						cur.onset, cur.seq = max(sp.start, heldFrom), sp.seq
 						break
 					}
 				}
+				held = 0
 			case cur != nil && exitShare(spans, b, w, gap) < cfg.SlowdownShare/2:
 				out = append(out, cur.close(spans, b, gap, gl.stepsIn))
 				cur = nil
@@ -488,6 +535,32 @@ func exitShare(spans []lateSpan, b snapshot.Micros, w, gap int64) float64 {
 
 // minLateSteps: a slowdown is late at two steps of a window at least (one is a stall).
 const minLateSteps = 2
+
+// minHeldSteps: an episode opens once its condition has held this many steps.
+const minHeldSteps = 2
+
+// standsAboveNoise: a root's lateness counts only where it stands above the job's own
+// step-to-step noise: the lower confidence bound (two standard errors over the window's
+// steps) of its share clears the threshold raised by that noise (need), so that jitter at
+// the threshold (a rank 7 ms late in 65 ms steps that vary by as much) is nobody's. Waits
+// of several times the threshold (stalls) are no jitter: they count as they are.
+func standsAboveNoise(spans []lateSpan, a, b snapshot.Micros, period, lateAt int64, share, need float64, steps int) bool {
+	var sq float64
+	for _, sp := range spans {
+		s, e := max(sp.start, a), min(sp.end, b)
+		if e <= s {
+			continue
+		}
+		if int64(e-s) >= 3*lateAt {
+			return true
+		}
+		x := float64(e-s) / float64(period)
+		sq += x * x
+	}
+	n := float64(max(steps, 1))
+	v := max(sq/n-share*share, 0)
+	return share-2*math.Sqrt(v/n) >= need
+}
 
 // spansIn sums the waiting within [a, b], counts its late steps and bursts (waits closer
 // than gap are one) and says when the last one ended.

@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -176,6 +177,22 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 			f.Cause = c
 		}
 	}
+	if gpu, on := oneGPU(j, suspects); gpu != nil && len(suspects) > 1 {
+		// The ranks that show a cause share one GPU (ranks of one job on one GPU, or a
+		// foreign process on it): the GPU is the root.
+		p := suspects[0]
+		c := p.Culprit()
+		c.Rank, c.PID = -1, 0
+		f.Culprits, f.Victims = []incident.Culprit{c}, len(g.Members)-len(suspects)
+		for _, q := range suspects {
+			f.culpritKeys = append(f.culpritKeys, q.Key())
+		}
+		f.Key = "gpu:" + p.Node + ":" + gpu.BusID
+		f.Summary = fmt.Sprintf("GPU %d of %s (bus %s, serving %s) slows the job: %s; no rank arrives late, so every rank waits on the GPUs, and %s",
+			gpu.Index, p.Host, gpu.BusID, procNames(on), what, why[0])
+		processEvidence(j, p, &f)
+		return f, true
+	}
 	if len(suspects) == 1 {
 		p := suspects[0]
 		f.Culprits, f.culpritKeys, f.Victims = []incident.Culprit{p.Culprit()}, []string{p.Key()}, len(g.Members)-1
@@ -194,6 +211,24 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 		}
 	}
 	return f, true
+}
+
+// oneGPU is the GPU all of ps run on, with the job's ranks on it; nil when they use several
+// or it is not known.
+func oneGPU(j *Job, ps []*Proc) (*snapshot.GPU, []*Proc) {
+	var gpu *snapshot.GPU
+	for _, p := range ps {
+		g := gpuOf(j, p)
+		if g == nil || gpu != nil && g != gpu {
+			return nil, nil
+		}
+		gpu = g
+	}
+	if gpu == nil {
+		return nil, nil
+	}
+	_, on := ranksOnGPU(j, ps[0], gpu)
+	return gpu, on
 }
 
 // rankEpisodes turns each communicator's episodes into findings, one per root and episode:
@@ -355,12 +390,19 @@ func gpuShared(j *Job, p *Proc, g *snapshot.GPU) (others, mine int) {
 	if !g.Has("procs") || len(g.Procs) == 0 {
 		return 0, 0
 	}
+	mine, _ = ranksOnGPU(j, p, g)
+	return max(len(g.Procs)-mine, 0), mine
+}
+
+// ranksOnGPU counts the job's live ranks on p's node that use GPU g.
+func ranksOnGPU(j *Job, p *Proc, g *snapshot.GPU) (n int, ranks []*Proc) {
 	for _, q := range j.Procs {
 		if q.Node == p.Node && q.State != snapshot.ProcExited && gpuOf(j, q) == g {
-			mine++
+			n++
+			ranks = append(ranks, q)
 		}
 	}
-	return max(len(g.Procs)-mine, 0), mine
+	return n, ranks
 }
 
 // throttled names the clock-event reasons that slow a busy GPU. Idle and application-clock
@@ -414,7 +456,8 @@ func (l *Ledger) observeMeasured(j *Job, sc SlowdownConfig) {
 				continue
 			}
 			s := measuredSample{at: j.Now, group: g.ID, late: late, queue: self.t.Queue - median(queue),
-				share: float64(self.t.N*late) / float64(self.t.Window)}
+				share: float64(self.t.N*late) / float64(self.t.Window), spread: slices.Max(busy) - slices.Min(busy),
+				waited: waitedBehind(self.m.Proc, g.ID, j)}
 			k := self.m.Proc.Key()
 			h := l.measured[k]
 			if n := len(h); n > 0 && h[n-1].at.Equal(j.Now) {
@@ -440,18 +483,21 @@ func (l *Ledger) observeMeasured(j *Job, sc SlowdownConfig) {
 // in, and how long a wait must be to be a stall rather than lateness.
 const stallEcho = 15 * time.Second
 
-// stalledOnce says whether the arrival ledger holds, within `within` of now, a wait for the
-// process as long as a stall (at least 5 s): a rank stopped and resumed, whose one wait the
-// plugin's timing window averages over its ops as if it were late at each.
-func (l *Ledger) stalledOnce(key string, now time.Time, within time.Duration) bool {
+// arrivedLate says whether the arrival ledger holds, within `within` of now, a wait for the
+// process of a step's share or more: its host issued late, which the arrival ledger judges
+// (an episode, or a stall the hang side saw); the plugin's timing window averages those
+// waits over its ops as if its GPU were late at each. Measured lateness names a rank only
+// where its host arrived on time.
+func (l *Ledger) arrivedLate(key string, now time.Time, within time.Duration, sc SlowdownConfig) bool {
 	since := snapshot.MicrosOf(now.Add(-within))
 	for _, gl := range l.groups {
 		r, ok := gl.keyIndex[key]
-		if !ok {
+		if !ok || gl.period <= 0 {
 			continue
 		}
+		lateAt := snapshot.Micros(sc.SlowdownShare * float64(gl.period))
 		for i := len(gl.spans) - 1; i >= 0 && gl.spans[i].end >= since; i-- {
-			if sp := gl.spans[i]; sp.root == r && sp.end-sp.start >= 5_000_000 {
+			if sp := gl.spans[i]; sp.root == r && sp.end-sp.start >= lateAt {
 				return true
 			}
 		}
@@ -466,25 +512,34 @@ func (l *Ledger) endedWithin(key string, now time.Time, within time.Duration) bo
 	return ok && now.Sub(end.Time()) <= within
 }
 
-// waitedElsewhere says whom p's GPU waited for in another communicator, when p is a member
-// of one where someone else arrived late on the GPUs by at least half p's own lateness: its
-// kernels of that communicator ran long, so it reached this op late only by waiting there.
-func (l *Ledger) waitedElsewhere(p *Proc, m *measuredSample, now time.Time) string {
-	in := map[string]bool{}
+// waitedBehind is how much longer (µs per op) p's own kernels ran than its peers' in the
+// communicator of p where that excess is largest, other than `except`: there its GPU waited
+// for someone. The GPU runs a process's collectives in stream order, so a rank whose kernel
+// of another communicator waited starts this one late: it looks late here only because it
+// waited there, and is a waiter, never a root.
+func waitedBehind(p *Proc, except string, j *Job) int64 {
+	var most int64
 	for i := range p.Comms {
-		if p.Comms[i].ID != m.group {
-			in[p.Comms[i].ID] = true
-		}
-	}
-	for k, h := range l.measured {
-		if k == p.Key() || len(h) == 0 || !h[len(h)-1].at.Equal(now) {
+		c := &p.Comms[i]
+		if c.ID == except || c.Done == nil || c.Done.Timing == nil || c.Done.Timing.N == 0 {
 			continue
 		}
-		if o := h[len(h)-1]; in[o.group] && o.late*2 >= m.late {
-			return k
+		var peers []int64
+		for _, g := range j.Groups {
+			if g.ID != c.ID {
+				continue
+			}
+			for _, m := range g.Members {
+				if d := m.Comm.Done; m.Proc != p && d != nil && d.Timing != nil && d.Timing.N > 0 {
+					peers = append(peers, d.Timing.Busy)
+				}
+			}
+		}
+		if len(peers) > 0 {
+			most = max(most, c.Done.Timing.Busy-median(peers))
 		}
 	}
-	return ""
+	return most
 }
 
 // latestMeasured is a rank's plugin measurement at this evaluation, nil when none.
@@ -497,14 +552,17 @@ func (l *Ledger) latestMeasured(key string, now time.Time) *measuredSample {
 }
 
 // measuredRoots names the ranks the plugin measured late by at least the share at this and
-// the previous evaluation, which the arrival ledger did not already name, and whose lateness
-// a slow link of their communicator does not explain.
+// the previous evaluation (then while above half of it), which the arrival ledger did not
+// already name, whose host arrived on time, whose GPU did not wait in another communicator
+// first, and whose lateness a slow link of their communicator does not explain.
 func (l *Ledger) measuredRoots(j *Job, sc SlowdownConfig, procs map[string]*Proc, groups map[string]*Group, onLinks map[string]int64, named []Finding) []Finding {
 	done := map[string]bool{}
 	for _, f := range named {
 		done[f.culpritKeys[0]] = true
 	}
 	var out []Finding
+	nowNamed := map[string]bool{}
+	defer func() { l.measuredNamed = nowNamed }()
 	keys := make([]string, 0, len(l.measured))
 	for k := range l.measured {
 		keys = append(keys, k)
@@ -514,18 +572,22 @@ func (l *Ledger) measuredRoots(j *Job, sc SlowdownConfig, procs map[string]*Proc
 		h := l.measured[k]
 		m := l.latestMeasured(k, j.Now)
 		p := procs[k]
-		if m == nil || p == nil || done[k] || 2*m.late <= 3*onLinks[m.group] || m.share < sc.SlowdownShare {
+		if m == nil || p == nil || done[k] || 2*m.late <= 3*onLinks[m.group] || m.share < sc.SlowdownShare/2 {
 			continue
 		}
-		if len(h) >= 2 && h[len(h)-2].share < sc.SlowdownShare/2 {
-			continue // not yet twice in a row
+		if !l.measuredNamed[k] && (m.share < sc.SlowdownShare || len(h) >= 2 && h[len(h)-2].share < sc.SlowdownShare || m.late < 2*m.spread) {
+			// Hysteresis: named once it stands at the share (at the previous evaluation
+			// too, where there was one), beyond twice the spread of its peers' own timings
+			// (jitter at the threshold is nobody's); then kept while above half the share.
+			continue
 		}
-		if by := l.waitedElsewhere(p, m, j.Now); by != "" {
-			continue // its GPU reached this op late because it waited in another for `by`
+		if 2*m.waited >= m.late {
+			continue // its GPU reached this op late because it waited in another communicator's op first
 		}
-		if l.stalledOnce(k, j.Now, stallEcho) || l.endedWithin(k, j.Now, stallEcho) {
-			continue // the timing window still holds waits the arrival ledger saw end
+		if l.arrivedLate(k, j.Now, stallEcho, sc) || l.endedWithin(k, j.Now, stallEcho) {
+			continue // its host was late: the arrival ledger judges it, and the window echoes it
 		}
+		nowNamed[k] = true
 		e := episode{group: m.group, root: k, share: m.share, longestLate: m.late, bursts: 1}
 		cause, why := slowCause(j, p, e, m)
 		g := groups[m.group]
