@@ -9,7 +9,7 @@ import (
 
 // Certainty decides severity. A page that names a rank which only paused (an evaluation, a
 // checkpoint) is as bad as a miss, so a wait pages at once only where its root is certain:
-// the process is dead or stopped (state T, t, Z), or the evidence is a mismatch, an order
+// the process is dead or stopped (state T, t, Z) or destroyed its communicator, or the evidence is a mismatch, an order
 // inversion, a GPU fault or a failed setup. A live rank that is only not issuing, or a
 // collective that does not finish, is named at once as a warning and pages once the wait
 // outlasts the page window (HangConfig.PageWindow): the Lifecycle escalates the open
@@ -61,7 +61,7 @@ func certain(f *Finding, procs map[string]*Proc) bool {
 		if p == nil {
 			continue
 		}
-		if p.State == snapshot.ProcExited {
+		if p.State == snapshot.ProcExited || left(p, f.Comm) {
 			return true
 		}
 		switch p.Stat {

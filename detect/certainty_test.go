@@ -49,3 +49,20 @@ func TestCertaintyDecidesSeverity(t *testing.T) {
 		})
 	}
 }
+
+// A rank that destroyed its process group and lives on (the plugin keeps its freed
+// communicator as destroyed) is the root where its peers wait, certain: it will never join.
+func TestALiveRankThatLeftItsCommunicatorIsACertainRoot(t *testing.T) {
+	ps := plugin4(nil, []int{2})
+	ps[2].Comms[0].State = snapshot.CommDestroyed
+	ps[2].State = snapshot.ProcRunning
+	ps[2].Stat = snapshot.SchedSleeping
+	res := Evaluate(mjob(7*time.Second, ps...), DefaultConfig(), TimingOK)
+	if len(res.Findings) != 1 {
+		t.Fatalf("findings %+v", res.Findings)
+	}
+	f := res.Findings[0]
+	if got := culpritRanks(f); len(got) != 1 || got[0] != 2 || f.Cause != incident.CauseApplication || f.Severity != incident.SeverityCritical {
+		t.Fatalf("culprits %v cause %s severity %s: %s", got, f.Cause, f.Severity, f.Summary)
+	}
+}

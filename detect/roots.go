@@ -382,6 +382,9 @@ func (e *engine) rootCause(r *Proc, w Wait, faultAt time.Time) (incident.Cause, 
 	if r.State == snapshot.ProcExited && (faultAt.IsZero() || r.ExitedAt == 0 || r.ExitedAt.Time().Sub(faultAt) <= e.cfg.HangFloor) {
 		return incident.CauseDied, e.deathReason(r)
 	}
+	if left(r, w.Comm) {
+		return incident.CauseApplication, "it destroyed its communicator (destroy_process_group, ncclCommDestroy) and lives on: it left the job early (fewer steps or batches than its peers, an early return), and will never join the op its peers wait in"
+	}
 	g := gpuOf(e.j, r)
 	switch {
 	case g != nil && e.gpuFaulted(g):
@@ -404,6 +407,19 @@ func (e *engine) rootCause(r *Proc, w Wait, faultAt time.Time) (incident.Cause, 
 		state = fmt.Sprintf("the process burns %.0f%% CPU without issuing", r.CPUPct)
 	}
 	return incident.CauseHostStalled, state
+}
+
+// left says whether a live process destroyed its member of communicator id.
+func left(p *Proc, id string) bool {
+	if p.State == snapshot.ProcExited {
+		return false
+	}
+	for i := range p.Comms {
+		if p.Comms[i].ID == id {
+			return p.Comms[i].State.Ended()
+		}
+	}
+	return false
 }
 
 // ranksOn counts the job's ranks on a GPU: NVML's state of a GPU that several share is not

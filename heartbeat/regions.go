@@ -97,6 +97,10 @@ type rankRegion struct {
 	watched  bool // its pid is watched through Liveness
 	issue    issueClock
 	windows  map[commKey]*commWindow
+	// last is each live communicator as last rendered; finalized the ones the process
+	// finalized since, newest last (bounded by maxFinalized).
+	last      map[commKey]snapshot.Comm
+	finalized []snapshot.Comm
 
 	// statsWatched: its pid is watched through Liveness for the process's /proc state and
 	// CPU use only; its lock stays the judge of its liveness.

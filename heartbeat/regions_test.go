@@ -300,3 +300,37 @@ func TestRegionProcStats(t *testing.T) {
 		t.Fatal("the pid of a rank gone for KeepExited is still watched")
 	}
 }
+
+// A process that finalized a communicator (destroy_process_group) and lives on still shows
+// it, destroyed at its last counts: the plugin frees the slot, and its peers, which wait for
+// it there, must see that it left rather than lose it.
+func TestRegionKeepsAFinalizedCommunicatorWhileItLives(t *testing.T) {
+	kit := profiletest.Build(t)
+	dir := t.TempDir()
+	r0 := kit.Start(t, dir, env(0, 2)...)
+	r0.Do("init 0 c0ffee 2 0", "coll 0 AllReduce 1024 1", "run 0 1 2", "init 1 beef 2 0", "coll 1 AllReduce 1024 1", "run 1 1 2")
+	s := regionSidecar(t, t.TempDir(), dir, nil, nil)
+	waitSnapshot(t, s, "both communicators", func(n *snapshot.Node) bool {
+		p := procByPID(n, r0.PID)
+		return p != nil && len(p.Comms) == 2
+	})
+	r0.Do("fin 0")
+	n := waitSnapshot(t, s, "the finalized communicator, destroyed", func(n *snapshot.Node) bool {
+		p := procByPID(n, r0.PID)
+		return p != nil && len(p.Comms) == 2 && (p.Comms[0].State == snapshot.CommDestroyed || p.Comms[1].State == snapshot.CommDestroyed)
+	})
+	for _, c := range procByPID(n, r0.PID).Comms {
+		switch c.ID {
+		case "0xc0ffee":
+			if c.State != snapshot.CommDestroyed || c.Count != 1 || c.Rank != 0 || c.NRanks != 2 {
+				t.Fatalf("finalized comm %+v", c)
+			}
+		case "0xbeef":
+			if c.State.Ended() {
+				t.Fatalf("live comm %+v", c)
+			}
+		default:
+			t.Fatalf("comm %+v", c)
+		}
+	}
+}

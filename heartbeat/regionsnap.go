@@ -342,11 +342,55 @@ func (rr *rankRegion) render(ro recentOps) snapshot.Process {
 			}
 		}
 	}
+	now := map[commKey]snapshot.Comm{}
 	for _, c := range rr.comms() {
-		p.Comms = append(p.Comms, rr.pluginComm(c, ro))
+		sc := rr.pluginComm(c, ro)
+		now[commKey{slot: c.Slot, gen: c.Gen}] = sc
+		p.Comms = append(p.Comms, sc)
 	}
+	p.Comms = rr.withFinalized(p.Comms, now)
 	rr.liveness(&p)
 	return p
+}
+
+// maxFinalized bounds the finalized communicators a region remembers.
+const maxFinalized = 64
+
+// withFinalized adds the communicators the process finalized while it lives on, as last
+// seen and marked destroyed: the plugin frees a communicator's slot at finalize, and a rank
+// that destroyed its process group and stays alive must not vanish from its communicators,
+// where its peers wait for it (INFO logs say "destroyed" the same way).
+func (rr *rankRegion) withFinalized(comms []snapshot.Comm, now map[commKey]snapshot.Comm) []snapshot.Comm {
+	for k, sc := range rr.last {
+		if _, live := now[k]; live || !rr.exitedAt.IsZero() {
+			continue
+		}
+		sc.State, sc.Recent, sc.Marks = snapshot.CommDestroyed, nil, nil
+		if sc.Done != nil {
+			d := *sc.Done
+			d.InFlight, d.Timing, d.Peers = nil, nil, nil
+			sc.Done = &d
+		}
+		rr.finalized = append(rr.finalized, sc)
+		if len(rr.finalized) > maxFinalized {
+			rr.finalized = rr.finalized[1:]
+		}
+	}
+	rr.last = now
+	byID := map[string]int{}
+	for i, c := range comms {
+		byID[c.ID] = i
+	}
+	for _, sc := range rr.finalized {
+		if i, ok := byID[sc.ID]; ok {
+			if !comms[i].State.Ended() {
+				comms[i].State = snapshot.CommDestroyed
+			}
+			continue
+		}
+		comms = append(comms, sc)
+	}
+	return comms
 }
 
 // attach adds the region to the process rendered from the same process's log.
@@ -379,6 +423,15 @@ func (rr *rankRegion) attach(p *snapshot.Process, ro recentOps) {
 		p.Comms[i].ID = c.ID.String()
 		p.Comms[i].Done = rr.completion(c)
 	}
+	now := map[commKey]snapshot.Comm{}
+	for _, c := range rr.comms() {
+		for i := range p.Comms {
+			if p.Comms[i].ID == c.ID.String() {
+				now[commKey{slot: c.Slot, gen: c.Gen}] = p.Comms[i]
+			}
+		}
+	}
+	p.Comms = rr.withFinalized(p.Comms, now)
 	rr.liveness(p)
 }
 
