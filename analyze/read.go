@@ -136,6 +136,8 @@ type fileReader struct {
 type exitRecord struct {
 	rank, localRank int
 	line            int64 // the line of its last field; 0: none
+	// root: torchrun named this failure its root cause (the first it observed).
+	root bool
 }
 
 // recordLines bounds how far a failure record's rank reaches: its fields, and the
@@ -630,11 +632,13 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 	}
 	if l.Kind == logparse.KindExitRecord {
 		switch {
+		case string(l.Text) == logparse.RootCauseWords:
+			*rec = exitRecord{rank: -1, localRank: -1, line: st.Lines, root: true}
 		case l.Torch.Rank >= 0:
-			*rec = exitRecord{rank: l.Torch.Rank, localRank: l.LocalRk, line: st.Lines}
+			*rec = exitRecord{rank: l.Torch.Rank, localRank: l.LocalRk, line: st.Lines, root: rec.root && rec.rank < 0}
 		case l.Torch.Host != nil:
 			// A record's host comes before its rank: what follows is a new failure's.
-			*rec = exitRecord{rank: -1, localRank: -1, line: st.Lines}
+			*rec = exitRecord{rank: -1, localRank: -1, line: st.Lines, root: rec.root && rec.rank < 0}
 		}
 		return
 	}
@@ -652,6 +656,9 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 			rec.line = st.Lines
 			if ev.LocalRank == 0 {
 				ev.LocalRank = rec.localRank
+			}
+			if rec.root && ev.Src == snapshot.ExitLauncher {
+				ev.Msg = "torchrun's " + logparse.RootCauseWords
 			}
 			if fr.amendExit(ev, rec.rank) {
 				return

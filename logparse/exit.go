@@ -201,6 +201,10 @@ const (
 	recordHost      = "host      : "
 	recordExitcode  = "exitcode  : "
 	recordTraceback = "traceback : "
+	// recordRoot heads the record of the failure torchrun saw first, its root cause.
+	recordRoot = "Root Cause (first observed failure):"
+	// RootCauseWords are the Text of the KindExitRecord line recordRoot.
+	RootCauseWords = "first observed failure"
 )
 
 // parseExitRecord reads a field of torchrun's failure record that matters:
@@ -216,6 +220,11 @@ const (
 func parseExitRecord(b []byte, l *Line) bool {
 	t := trimSpace(b)
 	switch {
+	case hasPrefix(t, recordRoot):
+		l.Kind = KindExitRecord
+		l.Torch.Rank = -1
+		l.Text = bytesOf(RootCauseWords)
+		return true
 	case hasPrefix(t, recordRank):
 		s := scanner{b: t, i: len(recordRank)}
 		r, ok := s.int()
