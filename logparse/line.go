@@ -187,7 +187,7 @@ type Body struct {
 	Coll    Coll
 	Init    Init
 	Comm    uint64 // communicator pointer (KindCommInfo, KindDestroy, KindTorchCommCreated)
-	Rank    int    // KindCommInfo, KindDestroy
+	Rank    int    // KindCommInfo, KindDestroy; KindProxyError: the proxy's own rank, -1 for none
 	NRanks  int
 	NNodes  int
 	LocalRk int // KindCommInfo localRank; KindConnClosedLocal the closed local rank
