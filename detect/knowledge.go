@@ -106,7 +106,7 @@ var (
 		snapshot.EventRankConflict, snapshot.EventNetSizeMismatch, snapshot.EventP2PError, snapshot.EventNetError,
 		snapshot.EventTorchTimeout, snapshot.EventTorchWorkStatus, snapshot.EventTorchTerminate, snapshot.EventTorchNCCLError,
 		snapshot.EventLauncherExit, snapshot.EventTorchStore, snapshot.EventTorchStuck, snapshot.EventFRCollective,
-		snapshot.EventFRCulprit, snapshot.EventFRMissing, snapshot.EventSignal, snapshot.EventRankExit}
+		snapshot.EventFRCulprit, snapshot.EventFRMissing, snapshot.EventSignal, snapshot.EventRankExit, snapshot.EventTorchLagging}
 	knownStages = []string{"init", "ready", "first", "run", "undated", "quoted", "stuck"}
 	knownAddrs  = []string{"", "named", "loopback", "unlogged", "stray"}
 	knownRoles  = []role{roleCause, roleLink, roleCrash, roleStall, roleNote, roleFallback}

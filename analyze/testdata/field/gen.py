@@ -1204,6 +1204,25 @@ def corpus4():
     write("witness_broken_pipe_unconfirmed", {"rank11.log": lines},
           {"exit": 1, "kind": "crash", "host": "10.31.8.40", "findings": 1, "say": ["likely", "not a confirmed death"]})
 
+    # 84. TORCH_NCCL_DESYNC_DEBUG=1: rank 0's timeout carries PyTorch's desync report, which
+    # names rank 3 (it finished collective 117 and never joined 118); ranks 1 and 2 only
+    # time out. No NCCL COLL lines: without the report no rank could be named.
+    ts = "E0302 11:40:0%d.%09d"
+    def timeout(r, n):
+        return "[rank%d]:[%s ProcessGroupNCCL.cpp:632] [Rank %d] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=118, OpType=ALLREDUCE, NumelIn=4194304, NumelOut=4194304, Timeout(ms)=600000) ran for %d milliseconds before timing out." % (r, ts % (r, 1000 + r), r, 600010 + n)
+    lines = [timeout(0, 2),
+             "[rank0]:\t - [0] Timeout at collective: ALLREDUCE, #118",
+             "[rank0]:\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:",
+             "[rank0]:\t     [3] finished collective #117, but didn't join collective #118 (count from 1)",
+             "[rank0]:\t - Snapshot of ranks' latest states:",
+             "[rank0]:\t   #117 finished ranks:",
+             "[rank0]:\t     [3] finished ALLREDUCE",
+             "[rank0]:\t   #118 started ranks:",
+             "[rank0]:\t     [0, 1, 2] started ALLREDUCE",
+             timeout(1, 5), timeout(2, 7)]
+    write("torch_desync_report_names_rank", {"console.log": lines},
+          {"exit": 1, "kind": "hang", "rank": 3, "findings": 1, "say": ["desync report", "collective #118"]})
+
 
 if __name__ == "__main__":
     main()
