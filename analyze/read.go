@@ -129,6 +129,8 @@ type fileReader struct {
 	// record is the torchrun failure record being read: whose failure its next fields
 	// (exit code, traceback) are.
 	record exitRecord
+	// wrap puts back together the lines a terminal broke at its width.
+	wrap unwrapper
 }
 
 // exitRecord is the rank of torchrun's failure record being read ("rank : 2 (local_rank:
@@ -236,6 +238,7 @@ func (fr *fileReader) read(ctx context.Context, r *bufio.Reader) error {
 	for {
 		raw, err := r.ReadSlice('\n')
 		if fr.gaps != nil && !skipping && fr.gaps.gapBefore(pos) {
+			fr.wrap.flush(fr.feed)
 			fr.endRAS()
 			fr.gap()
 		}
@@ -243,6 +246,7 @@ func (fr *fileReader) read(ctx context.Context, r *bufio.Reader) error {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			if !skipping {
 				st.TooLong++
+				fr.wrap.flush(fr.feed)
 				fr.endRAS()
 				fr.apply(raw)
 			}
@@ -250,10 +254,11 @@ func (fr *fileReader) read(ctx context.Context, r *bufio.Reader) error {
 			continue
 		}
 		if len(raw) > 0 && !skipping {
-			fr.feed(raw)
+			fr.wrap.next(raw, fr.feed)
 		}
 		skipping = false
 		if err == io.EOF {
+			fr.wrap.flush(fr.feed)
 			return nil
 		}
 		if err != nil {
@@ -309,6 +314,11 @@ func (fr *fileReader) apply(raw []byte) {
 		}
 	}
 	logparse.Parse(raw, l)
+	if l.Kind != logparse.KindColl {
+		fr.wrap.learn(l, raw)
+	} else {
+		fr.wrap.prevLen = len(raw)
+	}
 	if !fr.unlinking && l.Kind != logparse.KindColl {
 		// A log pasted into a GitHub thread and copied back: read its lines unlinked.
 		// Per-op lines hold nothing a renderer links.

@@ -1223,6 +1223,25 @@ def corpus4():
     write("torch_desync_report_names_rank", {"console.log": lines},
           {"exit": 1, "kind": "hang", "rank": 3, "findings": 1, "say": ["desync report", "collective #118"]})
 
+    # 85. A benchmark collector's prefix on every line ("<bench>.<node> [stderr] "), and a
+    # terminal that wrapped the long WARN at 120 columns: rank 2's IB retries ran out.
+    ps = two_nodes(version="2.21.5+cuda12.4")
+    def b85(p):
+        L = p.init() + p.colls(0, 60)
+        if p.rank == 2:
+            L += p.warn("transport/net_ib.cc:1683", "NET/IB : Got completion from peer 192.168.4.7<48213> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:192.168.4.12 remoteGids::ffff:192.168.4.7 hca mlx5_3", tid=p.pid + 90)
+            L += p.crumbs("transport/net.cc:1134", "proxy.cc:692", tid=p.pid + 90)
+        out = []
+        for line in L:
+            line = "allreduce_perf.%s [stderr] %s" % (p.host, line) if line else line
+            while len(line) > 120:
+                out.append(line[:120])
+                line = line[120:]
+            out.append(line)
+        return out
+    write("collector_stream_prefix_wrapped", per_proc(ps, b85),
+          {"exit": 1, "kind": "link", "rank": 2, "host": "gpu-node12", "findings": 1, "say": ["RETRY_EXC"]})
+
 
 if __name__ == "__main__":
     main()
