@@ -9,7 +9,7 @@ FUZZTIME  ?= 60s
 # watchdog calls none of the deprecated functions (heartbeat/gpu uses their successors).
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build test lint demo bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-detector-scale bench-scale bench-reconnect bench-logbound fuzz-short clean plugin
+.PHONY: build test lint demo bench bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-detector-scale bench-scale bench-reconnect bench-logbound fuzz-short clean plugin
 .PHONY: bench-plugin-overhead bench-plugin-instr bench-plugin-overhead-dry
 
 # VERSION and REVISION (below): the version from git tags (deploy/tools/version.sh) and the commit.
@@ -58,7 +58,13 @@ bench-parse-instr:
 # xargs -P$(nproc) grep -c opCount over the same files: best of 3 each, and peak RSS
 # (targets: <= 2x grep, < 1 GiB; docs/analyze.md).
 bench-analyze: build
-	$(GO) run ./internal/benchanalyze --watchdog $(BIN)/watchdog --dir $(BIN)/bench-analyze --runs 3
+	$(GO) run ./internal/benchanalyze --watchdog $(BIN)/watchdog --dir $(BIN)/bench-analyze --one-mb 0 --grep-procs $$(nproc) --runs 3
+
+# Issue 31's two ratios in one run beside grep: watchdog analyze on one ~210 MB log (--one-mb 280) against
+# grep -c opCount, and on the 304-file folder against xargs -P2 grep -c (grep's time over
+# analyze's: target >= 0.5x both, peak RSS < 256 MiB).
+bench: build
+	$(GO) run ./internal/benchanalyze --watchdog $(BIN)/watchdog --dir $(BIN)/bench-analyze --one $(BIN)/bench-analyze-one/job.log --one-mb 280 --grep-procs 2 --runs 3
 
 # The sidecar under load: 8 simulated ranks x 2,000 collective lines/s for 60 s; prints its
 # CPU s/s, peak RSS and etcd writes/s (targets: < 5% of a core, < 64 MiB, <= 1/s).

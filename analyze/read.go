@@ -129,6 +129,8 @@ type fileReader struct {
 	// record is the torchrun failure record being read: whose failure its next fields
 	// (exit code, traceback) are.
 	record exitRecord
+	// wrap puts back together the lines a terminal broke at its width.
+	wrap unwrapper
 }
 
 // exitRecord is the rank of torchrun's failure record being read ("rank : 2 (local_rank:
@@ -136,6 +138,8 @@ type fileReader struct {
 type exitRecord struct {
 	rank, localRank int
 	line            int64 // the line of its last field; 0: none
+	// root: torchrun named this failure its root cause (the first it observed).
+	root bool
 }
 
 // recordLines bounds how far a failure record's rank reaches: its fields, and the
@@ -234,6 +238,7 @@ func (fr *fileReader) read(ctx context.Context, r *bufio.Reader) error {
 	for {
 		raw, err := r.ReadSlice('\n')
 		if fr.gaps != nil && !skipping && fr.gaps.gapBefore(pos) {
+			fr.wrap.flush(fr.feed)
 			fr.endRAS()
 			fr.gap()
 		}
@@ -241,6 +246,7 @@ func (fr *fileReader) read(ctx context.Context, r *bufio.Reader) error {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			if !skipping {
 				st.TooLong++
+				fr.wrap.flush(fr.feed)
 				fr.endRAS()
 				fr.apply(raw)
 			}
@@ -248,10 +254,11 @@ func (fr *fileReader) read(ctx context.Context, r *bufio.Reader) error {
 			continue
 		}
 		if len(raw) > 0 && !skipping {
-			fr.feed(raw)
+			fr.wrap.next(raw, fr.feed)
 		}
 		skipping = false
 		if err == io.EOF {
+			fr.wrap.flush(fr.feed)
 			return nil
 		}
 		if err != nil {
@@ -307,6 +314,11 @@ func (fr *fileReader) apply(raw []byte) {
 		}
 	}
 	logparse.Parse(raw, l)
+	if l.Kind != logparse.KindColl {
+		fr.wrap.learn(l, raw)
+	} else {
+		fr.wrap.prevLen = len(raw)
+	}
 	if !fr.unlinking && l.Kind != logparse.KindColl {
 		// A log pasted into a GitHub thread and copied back: read its lines unlinked.
 		// Per-op lines hold nothing a renderer links.
@@ -630,11 +642,13 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 	}
 	if l.Kind == logparse.KindExitRecord {
 		switch {
+		case string(l.Text) == logparse.RootCauseWords:
+			*rec = exitRecord{rank: -1, localRank: -1, line: st.Lines, root: true}
 		case l.Torch.Rank >= 0:
-			*rec = exitRecord{rank: l.Torch.Rank, localRank: l.LocalRk, line: st.Lines}
+			*rec = exitRecord{rank: l.Torch.Rank, localRank: l.LocalRk, line: st.Lines, root: rec.root && rec.rank < 0}
 		case l.Torch.Host != nil:
 			// A record's host comes before its rank: what follows is a new failure's.
-			*rec = exitRecord{rank: -1, localRank: -1, line: st.Lines}
+			*rec = exitRecord{rank: -1, localRank: -1, line: st.Lines, root: rec.root && rec.rank < 0}
 		}
 		return
 	}
@@ -652,6 +666,9 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 			rec.line = st.Lines
 			if ev.LocalRank == 0 {
 				ev.LocalRank = rec.localRank
+			}
+			if rec.root && ev.Src == snapshot.ExitLauncher {
+				ev.Msg = "torchrun's " + logparse.RootCauseWords
 			}
 			if fr.amendExit(ev, rec.rank) {
 				return

@@ -57,7 +57,11 @@ type row struct {
 	key, under        template
 	summary, advice   template
 	then              []follow
-	index             int // its place in the table: the earlier row leads a finding
+	// witness: the row reads what one process saw of another (a closed or broken
+	// connection), not that process's own word: its death is a suspicion until another
+	// source confirms it.
+	witness bool
+	index   int // its place in the table: the earlier row leads a finding
 }
 
 // pattern is an optional case-insensitive regexp, negated by a leading '!'.
@@ -87,7 +91,10 @@ func (t template) render(value map[string]string) string {
 
 // columns are the table's header, in order.
 var columns = []string{"id", "event", "code", "stage", "fatal", "detail", "msg", "src", "addr", "severity", "kind",
-	"cause", "role", "culprit", "key", "then", "under", "summary", "advice"}
+	"cause", "role", "culprit", "key", "then", "under", "summary", "advice", "witness"}
+
+// optionalColumns are the last columns, which a row may leave out (empty).
+const optionalColumns = 1
 
 // Every value a column may hold, where the set is closed.
 var (
@@ -99,7 +106,7 @@ var (
 		snapshot.EventRankConflict, snapshot.EventNetSizeMismatch, snapshot.EventP2PError, snapshot.EventNetError,
 		snapshot.EventTorchTimeout, snapshot.EventTorchWorkStatus, snapshot.EventTorchTerminate, snapshot.EventTorchNCCLError,
 		snapshot.EventLauncherExit, snapshot.EventTorchStore, snapshot.EventTorchStuck, snapshot.EventFRCollective,
-		snapshot.EventFRCulprit, snapshot.EventFRMissing, snapshot.EventSignal}
+		snapshot.EventFRCulprit, snapshot.EventFRMissing, snapshot.EventSignal, snapshot.EventRankExit, snapshot.EventTorchLagging}
 	knownStages = []string{"init", "ready", "first", "run", "undated", "quoted", "stuck"}
 	knownAddrs  = []string{"", "named", "loopback", "unlogged", "stray"}
 	knownRoles  = []role{roleCause, roleLink, roleCrash, roleStall, roleNote, roleFallback}
@@ -110,13 +117,14 @@ var (
 	knownCulprits = []string{"reporter", "host", "peer", "peers", "remote", "shared", "ranks", "rank", "coderank", "none"}
 	placeholders  = []string{"who", "host", "proc", "hca", "port", "peer", "peerhost", "peername", "peeraddr", "blame",
 		"culprit", "detail", "text", "msg", "code", "event", "src", "status", "result", "errno", "ranks", "rank", "when",
-		"origin", "strayaddr", "wrongtype"}
+		"origin", "strayaddr", "wrongtype", "bytes"}
 )
 
 // readKnowledge reads the table. It keeps the good rows and returns every bad one's fault.
 func readKnowledge(r io.Reader) ([]row, error) {
 	cr := csv.NewReader(r)
 	cr.Comment = '#'
+	cr.FieldsPerRecord = -1 // the optional columns may be left out; parseRow checks the count
 	header, err := cr.Read()
 	if err != nil {
 		return nil, fmt.Errorf("knowledge table: header: %w", err)
@@ -157,9 +165,14 @@ func readKnowledge(r io.Reader) ([]row, error) {
 
 // parseRow reads and checks one record.
 func parseRow(rec []string) (row, error) {
+	if len(rec) < len(columns)-optionalColumns || len(rec) > len(columns) {
+		return row{}, fmt.Errorf("%d fields, want %d to %d", len(rec), len(columns)-optionalColumns, len(columns))
+	}
 	f := map[string]string{}
 	for i, c := range columns {
-		f[c] = strings.TrimSpace(rec[i])
+		if i < len(rec) {
+			f[c] = strings.TrimSpace(rec[i])
+		}
 	}
 	rw := row{id: f["id"], fatal: f["fatal"], addr: f["addr"], kind: incident.Kind(f["kind"]), cause: incident.Cause(f["cause"]),
 		role: role(f["role"]), culprit: f["culprit"], ignore: f["severity"] == "ignore", severity: incident.Severity(f["severity"])}
@@ -187,6 +200,8 @@ func parseRow(rec []string) (row, error) {
 		check("stage", slices.Contains(knownStages, s))
 	}
 	check("fatal", slices.Contains([]string{"", "yes", "no"}, rw.fatal))
+	check("witness", f["witness"] == "" || f["witness"] == "yes")
+	rw.witness = f["witness"] == "yes"
 	check("addr", slices.Contains(knownAddrs, rw.addr))
 	var err error
 	for col, p := range map[string]*pattern{"detail": &rw.detail, "msg": &rw.msg, "src": &rw.src} {

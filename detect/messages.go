@@ -334,6 +334,10 @@ func (m *messages) finish(b *building) Finding {
 	if r.advice != "" {
 		f.Summary += ": " + r.advice.render(v)
 	}
+	if r.witness && !m.confirmed(b) {
+		// What the reporters saw of the culprit, not its own word: a suspicion.
+		f.Summary += fmt.Sprintf("; only what %s saw of it: likely, not a confirmed death (the suspect's own log, a launcher record or a RAS report would confirm it)", b.reporters[0].Name())
+	}
 	if (r.culprit == "reporter" || r.culprit == "peers") && len(b.reporters) > 1 {
 		f.Summary += fmt.Sprintf("; %d processes failed alike", len(b.reporters))
 	}
@@ -463,11 +467,67 @@ func (m *messages) value(ev *msgEvent) map[string]string {
 		"detail": orUnknown(e.Detail), "text": cmp.Or(e.Detail, e.Msg, "unknown"), "msg": e.Msg, "code": strconv.Itoa(e.Code),
 		"event": string(e.Kind), "src": orUnknown(e.Src), "status": snapshot.IBStatusName(e.Code), "result": ncclResultWords(e.Code),
 		"errno": ofiWords(e), "ranks": rankWords(e.Ranks), "rank": rank, "when": whenWords(ev.stage, e), "origin": origin,
-		"strayaddr": strayInterface(p), "wrongtype": socketTypeWords(e.Detail)}
+		"strayaddr": strayInterface(p), "wrongtype": socketTypeWords(e.Detail), "bytes": sizeWords(e.Bytes)}
 	if r := m.book.ranksOn(peerHost); r != "" {
 		ev.values["peerhost"] = peerHost + " (" + r + ")"
 	} else if peerHost != "" {
 		ev.values["peerhost"] = peerHost
 	}
 	return ev.values
+}
+
+// confirmed says whether a source other than its witnesses shows a witnessed culprit died:
+// its own log's exit or fatal error, the launcher's failure record of its pid, a RAS report
+// naming it dead.
+func (m *messages) confirmed(b *building) bool {
+	own := m.blame(b.lead).own
+	dead := func(p *Proc) bool {
+		if p.State == snapshot.ProcExited && !cleanExit(p) {
+			return true
+		}
+		for _, e := range p.Events {
+			switch e.Kind {
+			case snapshot.EventRankExit, snapshot.EventSignal, snapshot.EventCudaError, snapshot.EventTorchNCCLError:
+				return true
+			}
+		}
+		return false
+	}
+	pids := map[int]bool{}
+	for _, q := range m.j.Procs {
+		if !slices.Contains(own, q.Key()) {
+			continue
+		}
+		if !slices.Contains(b.reporters, q) && dead(q) {
+			return true
+		}
+		if q.PID > 0 {
+			pids[q.PID] = true
+		}
+	}
+	for _, q := range m.j.Procs {
+		for _, e := range q.Events {
+			if e.Kind == snapshot.EventLauncherExit && e.Code != 0 && pids[e.PID] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sizeWords writes a size in bytes as CUDA's messages do ("132.00 MiB"); "an unknown size"
+// for none.
+func sizeWords(n int64) string {
+	if n <= 0 {
+		return "an unknown size"
+	}
+	units := []string{"bytes", "KiB", "MiB", "GiB", "TiB"}
+	v, u := float64(n), 0
+	for v >= 1024 && u < len(units)-1 {
+		v, u = v/1024, u+1
+	}
+	if u == 0 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	return fmt.Sprintf("%.2f %s", v, units[u])
 }

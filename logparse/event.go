@@ -47,6 +47,7 @@ var eventKinds = [NumKinds]snapshot.EventKind{
 	KindRankExit:         snapshot.EventRankExit,
 	KindInvalidRank:      snapshot.EventInvalidRank,
 	KindNetFallback:      snapshot.EventNetFallback,
+	KindTorchLagging:     snapshot.EventTorchLagging,
 }
 
 // EventOf is the event a parsed line reports, timed ts (µs since the epoch, 0 when
@@ -86,6 +87,9 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 		e.Work = []snapshot.TorchWork{Fingerprint(l.Text), Fingerprint(l.Detail)}
 		e.Code = int(e.Work[0].Seq)
 		e.Detail = ""
+	case KindTorchLagging:
+		e.Ranks, _ = frRanks(l.Text, "")
+		e.Detail = string(l.Detail)
 	case KindTorchBarrier:
 		e.Ranks, e.Code = frRanks(l.Text, "")
 		if len(l.Detail) > 0 {
@@ -145,7 +149,7 @@ func (k Kind) FromTorch() bool {
 	switch k {
 	case KindTorchTimeout, KindTorchWorkStatus, KindTorchTerminate, KindTorchNCCLError, KindTorchCommCreated,
 		KindLauncherExit, KindTorchStore, KindTorchStuck, KindFRCollective, KindFRCulprit, KindFRMissing, KindSignal,
-		KindTorchDesync, KindTorchBarrier, KindRankExit, KindExitRecord:
+		KindTorchDesync, KindTorchBarrier, KindRankExit, KindExitRecord, KindTorchLagging:
 		return true
 	}
 	return false

@@ -53,6 +53,61 @@ func parseDesync(b []byte, l *Line) {
 	l.Detail = bytes.TrimRight(other, ". ")
 }
 
+// The lines of PyTorch's desync report (TraceUtils.h, TORCH_NCCL_DESYNC_DEBUG=1) that name
+// the ranks that caused a timeout, and what each says of them.
+const (
+	laggingNever    = "are the lagging ranks that caused this timeout"
+	laggingUnfinish = "] joined but didn't finish collective #"
+	laggingNotNext  = ", but didn't join collective #"
+)
+
+// parseLagging reads a desync report's verdict: "To our best knowledge, ranks [3, 7] are the
+// lagging ranks that caused this timeout. They never joined any collectives", "[3] joined but
+// didn't finish collective #41 (count from 1)", "[0, 1] finished collective #41, but didn't
+// join collective #42 (count from 1)". Text is the list of ranks, Code the collective, Detail
+// what the report says of them; a line that is none of these stays unknown.
+func parseLagging(b []byte, l *Line) {
+	var list []byte
+	switch {
+	case contains(b, laggingNever):
+		i := index(b, "ranks [")
+		if i < 0 {
+			return
+		}
+		list = b[i+len("ranks ["):]
+		l.Detail = bytesOf("never joined any collective")
+	case contains(b, laggingUnfinish):
+		i := bytes.LastIndexByte(b[:index(b, laggingUnfinish)], '[')
+		if i < 0 {
+			return
+		}
+		list = b[i+1:]
+		l.Code = int(keyValue(b, "finish collective #"))
+		l.Detail = bytesOf("joined but did not finish collective")
+	case contains(b, laggingNotNext) && contains(b, "] finished collective #"):
+		i := bytes.LastIndexByte(b[:index(b, "] finished collective #")], '[')
+		if i < 0 {
+			return
+		}
+		list = b[i+1:]
+		l.Code = int(keyValue(b, laggingNotNext[2:]))
+		l.Detail = bytesOf("finished the collective before it but did not join collective")
+	default:
+		return
+	}
+	end := bytes.IndexByte(list, ']')
+	if end <= 0 || l.Code < 0 {
+		return
+	}
+	l.Kind = KindTorchLagging
+	l.Fatal = true
+	l.Msg = trimSpace(b)
+	l.Text = list[:end]
+	if l.Code > 0 {
+		l.Detail = strconv.AppendInt(append(l.Detail[:len(l.Detail):len(l.Detail)], " #"...), int64(l.Code), 10)
+	}
+}
+
 // parseBarrier reads a monitored barrier's "[Rank 0]: Ranks 1, 3 failed to pass
 // monitoredBarrier in 30000 ms" and "Rank 1 failed to pass monitoredBarrier in 30000 ms",
 // with the collective ProcessGroupWrapper guarded when the line quotes it ("Monitored
@@ -201,6 +256,10 @@ const (
 	recordHost      = "host      : "
 	recordExitcode  = "exitcode  : "
 	recordTraceback = "traceback : "
+	// recordRoot heads the record of the failure torchrun saw first, its root cause.
+	recordRoot = "Root Cause (first observed failure):"
+	// RootCauseWords are the Text of the KindExitRecord line recordRoot.
+	RootCauseWords = "first observed failure"
 )
 
 // parseExitRecord reads a field of torchrun's failure record that matters:
@@ -216,6 +275,11 @@ const (
 func parseExitRecord(b []byte, l *Line) bool {
 	t := trimSpace(b)
 	switch {
+	case hasPrefix(t, recordRoot):
+		l.Kind = KindExitRecord
+		l.Torch.Rank = -1
+		l.Text = bytesOf(RootCauseWords)
+		return true
 	case hasPrefix(t, recordRank):
 		s := scanner{b: t, i: len(recordRank)}
 		r, ok := s.int()

@@ -321,6 +321,14 @@ func parseProxyFailure(l *Line) {
 	m := l.Msg
 	l.Kind = KindProxyError
 	l.Ranks = [2]int{-1, -1}
+	l.Rank = -1
+	if hasPrefix(m, "[Proxy Service ") {
+		// The proxy's own rank (see OwnRank).
+		s := scanner{b: m, i: len("[Proxy Service ")}
+		if r, ok := s.int(); ok && s.lit("]") {
+			l.Rank = r
+		}
+	}
 	s := scanner{b: m}
 	switch {
 	case s.skipTo("Call to rank "):

@@ -38,6 +38,12 @@ func seedLines(f *testing.F) [][]byte {
 		"2021-03-04T05:06:07.890Z: [1,12]<stdout>:gpu7:4242:4250 [2] misc/ibvwrap.cc:220 NCCL WARN Call to ibv_get_async_event failed",
 		"2024-02-03 12:05:06.007 +08:00 [2024-02-03 04:05:05] gpu7:4242:4242 [2] NCCL INFO Using network IB",
 		"[pod/trainer-0/main] gpu7:4242:4242 [2] NCCL INFO Using network IB",
+		"[rank0]:\t - To our best knowledge, ranks [3, 7] are the lagging ranks that caused this timeout. They never joined any collectives",
+		"[rank0]:\t   - [3] joined but didn't finish collective #41 (count from 1)",
+		"[rank0]:\t     [0, 1, 2] finished collective #41, but didn't join collective #42 (count from 1)",
+		"2026-03-02 11:07:41 [rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 5",
+		"Root Cause (first observed failure):",
+		"h:1:2 [2] proxy.cc:1519 NCCL WARN [Proxy Service 93] Failed to execute operation Connect from rank 7, retcode 3",
 		"gpu7:4242:4242 [2] INFO NET : Using interface eth1:10.3.0.7<0>",
 		"gpu7:4242:4250 [2] include/socket.h:360 WARN Call to connect failed : Connection timed out",
 		"gpu7:4242:4250 [2] INFO 1 -> 0 via P2P/IPC",
@@ -76,7 +82,7 @@ func FuzzParse(f *testing.F) {
 		}
 		// The analyzer's rank sets are bounded however long the line.
 		if e, ok := EventOf(&l, 0); ok && (len(e.Ranks) > snapshot.MaxFRRanks || len(e.Detail) > snapshot.MaxMsg) &&
-			(l.Kind == KindFRCulprit || l.Kind == KindFRMissing) {
+			(l.Kind == KindFRCulprit || l.Kind == KindFRMissing || l.Kind == KindTorchLagging) {
 			t.Fatalf("event %+v unbounded", e)
 		}
 		if e, ok := EventOf(&l, 0); ok && (len(e.Work) > 2 || len(e.Ranks) > snapshot.MaxFRRanks) {

@@ -72,6 +72,7 @@ const (
 	KindExitRecord      // a field of torchrun's failure record that names whose failure follows ("rank : 2 (local_rank: 2)", "host : n3")
 	KindInvalidRank     // NCCL's "Invalid rank requested : R/N"
 	KindNetFallback     // a network plugin or network NCCL could not load or initialize
+	KindTorchLagging    // PyTorch's desync report: the ranks that caused a timeout
 	NumKinds
 )
 
@@ -122,6 +123,7 @@ var kindNames = [NumKinds]string{
 	KindExitRecord:       "exit_record",
 	KindInvalidRank:      string(snapshot.EventInvalidRank),
 	KindNetFallback:      string(snapshot.EventNetFallback),
+	KindTorchLagging:     string(snapshot.EventTorchLagging),
 }
 
 func (k Kind) String() string {
@@ -187,7 +189,7 @@ type Body struct {
 	Coll    Coll
 	Init    Init
 	Comm    uint64 // communicator pointer (KindCommInfo, KindDestroy, KindTorchCommCreated)
-	Rank    int    // KindCommInfo, KindDestroy
+	Rank    int    // KindCommInfo, KindDestroy; KindProxyError: the proxy's own rank, -1 for none
 	NRanks  int
 	NNodes  int
 	LocalRk int // KindCommInfo localRank; KindConnClosedLocal the closed local rank

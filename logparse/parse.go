@@ -224,9 +224,39 @@ func stripOne(b []byte, l *Line) ([]byte, bool) {
 		if rest, ok := stripCtime(b, l); ok {
 			return rest, true
 		}
+		if rest, ok := stripStream(b); ok {
+			return rest, true
+		}
 		return stripLabel(b, l)
 	case c >= 'a' && c <= 'z':
+		if rest, ok := stripStream(b); ok {
+			return rest, true
+		}
 		return stripLabel(b, l)
+	}
+	return b, false
+}
+
+// stripStream removes a collector's source and stream: "<bench>.<node> [stderr] ",
+// "trainer-3 [stdout] " (a name without spaces, then the stream it was read from).
+func stripStream(b []byte) ([]byte, bool) {
+	k := 0
+	for k < len(b) && k < 96 {
+		c := b[k]
+		if c == '-' || c == '.' || c == '_' || c == '/' || isDigit(c) || c|0x20 >= 'a' && c|0x20 <= 'z' {
+			k++
+			continue
+		}
+		break
+	}
+	if k == 0 || k >= len(b) || b[k] != ' ' {
+		return b, false
+	}
+	rest := b[k+1:]
+	for _, tag := range [...]string{"[stderr] ", "[stdout] ", "[stderr]: ", "[stdout]: "} {
+		if hasPrefix(rest, tag) {
+			return rest[len(tag):], true
+		}
 	}
 	return b, false
 }

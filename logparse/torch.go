@@ -45,6 +45,8 @@ func parseTorch(b []byte, l *Line) {
 		parseDesync(b, l)
 	case contains(b, "failed to pass monitoredBarrier"):
 		parseBarrier(b, l)
+	case contains(b, "collective #") || contains(b, "are the lagging ranks"):
+		parseLagging(b, l)
 	case contains(b, "failure detected by watchdog at work sequence id: "):
 		// 2.6+: the watchdog caught a failed or timed-out work (Fatal), unlike the dump's
 		// status line.

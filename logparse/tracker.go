@@ -95,6 +95,11 @@ type Tracker struct {
 	// once two differed (a process that drives several GPUs).
 	lineDev  int
 	devMixed bool
+	// ownRank is the rank the lines that carry one gave (OwnRank; -1: none yet);
+	// ownRankMixed once two differed: the process is in several communicators and no one
+	// of those ranks is its own.
+	ownRank      int
+	ownRankMixed bool
 	// crumbTID is the thread whose error breadcrumbs are the newest event (0: none): if
 	// that thread goes on with ordinary INFO lines, NCCL handled the error.
 	crumbTID   int
@@ -194,6 +199,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		LocalRank:       -1,
 		LauncherRank:    -1,
 		lineDev:         -1,
+		ownRank:         -1,
 		comms:           make(map[uint64]*Comm),
 		splitSeq:        make(map[splitKey]int),
 		events:          make([]snapshot.Event, 0, opts.MaxEvents-opts.KeepFirst),
@@ -235,6 +241,12 @@ func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 	}
 	if l.Dev != t.lineDev && !t.devMixed && l.Dev >= 0 {
 		t.noteLineDev(l.Dev)
+	}
+	if (l.Kind == KindChannel || l.Kind == KindProxyError) && !t.ownRankMixed {
+		if r := OwnRank(l); r >= 0 && r != t.ownRank {
+			t.ownRankMixed = t.ownRank >= 0
+			t.ownRank = r
+		}
 	}
 	wasWarn := t.lastWarn
 	t.lastWarn = false
@@ -806,6 +818,10 @@ func (t *Tracker) GlobalRank() int {
 		if c.Parent == 0 && c.Rank >= 0 && c.NRanks > best {
 			best, rank = c.NRanks, c.Rank
 		}
+	}
+	if rank < 0 && len(t.all) == 0 && !t.ownRankMixed {
+		// No Init line: the rank its channel and proxy lines carry, when they agree.
+		return t.ownRank
 	}
 	return rank
 }

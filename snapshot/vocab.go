@@ -150,6 +150,14 @@ const (
 	// monitoredBarrier". Ranks are those ranks (the first MaxFRRanks), Code how many; Work
 	// the collective it guarded when the wrapper printed one.
 	EventTorchBarrier EventKind = "torch_barrier"
+	// EventTorchLagging: PyTorch's desync report (TORCH_NCCL_DESYNC_DEBUG=1, printed under a
+	// watchdog timeout) names the ranks that caused it: "ranks [3] are the lagging ranks that
+	// caused this timeout. They never joined any collectives", "[3] joined but didn't finish
+	// collective #41 (count from 1)", "[3] finished collective #41, but didn't join
+	// collective #42 (count from 1)". Ranks are those ranks (the first MaxFRRanks, ranks of
+	// the process group), Code the collective they did not join or finish (counted from 1;
+	// 0 for "never joined any"), Detail which of the three.
+	EventTorchLagging EventKind = "torch_lagging"
 	// EventRankExit: why a rank's process ended, in its own or its launcher's words:
 	//   - the exception that ended a Python traceback ("torch.OutOfMemoryError: CUDA out of
 	//     memory. Tried to allocate 2.00 GiB ...", "ValueError: ..."): Detail is the

@@ -590,6 +590,7 @@ def main():
     frtrace()
     corpus3a()
     corpus3b()
+    corpus4()
 
 
 def field14c():
@@ -1165,6 +1166,82 @@ Warnings
              pre + "[E ProcessGroupNCCL.cpp:577] [Rank 1] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data."]
     write("torch_unset_completed_counter", {"worker.log": lines},
           {"exit": 1, "kind": "hang", "findings": 1, "no_culprit": True, "say": ["timed out 2 rank(s)"], "avoid": ["81723649120037", "suspect"]})
+
+def corpus4():
+    """Shapes a fourth set of posted logs found misread (issue 31), in made-up logs."""
+    # 81. A rank's CUDA out-of-memory traceback behind a collector's time and torchrun's
+    # [rankN]: prefix, no NCCL line at all: the rank and the size it could not allocate.
+    t = "2026-03-02 11:07:%02d "
+    lines = [t % 40 + "[rank5]: Traceback (most recent call last):",
+             t % 40 + '[rank5]:   File "/work/train.py", line 211, in <module>',
+             t % 40 + "[rank5]:     loss = model(batch).loss",
+             t % 41 + "[rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 5 has a total capacity of 79.11 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.07 GiB memory in use.",
+             t % 41 + "INFO:filelock:Lock 1402 released on /tmp/cache.lock"]
+    write("torch_oom_collector_rank", {"console.log": lines},
+          {"exit": 1, "kind": "gpu", "rank": 5, "findings": 1, "say": ["out of memory", "2.00 GiB"]})
+
+    # 82. Only torchrun's failure summary: every worker exited 1, and its record names rank 2
+    # the first observed failure.
+    rec = []
+    for r in (0, 1, 3, 2):
+        if r == 2:
+            rec += ["------------------------------------------------------------", "Root Cause (first observed failure):"]
+        rec += ["[%d]:" % r, "  time      : 2026-03-02_11:07:41", "  host      : trn-a07.cluster",
+                "  rank      : %d (local_rank: %d)" % (r, r), "  exitcode  : 1 (pid: %d)" % (52210 + r),
+                "  error_file: <N/A>", "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"]
+    rec += ["============================================================"]
+    write("torchrun_root_cause_record", {"torchrun.log": ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+                                                          "============================================================", "train.py FAILED",
+                                                          "------------------------------------------------------------", "Failures:"] + rec},
+          {"exit": 1, "kind": "crash", "rank": 2, "findings": 1, "say": ["first"]})
+
+    # 83. One rank's proxy saw a broken pipe from a peer whose log is not here: a suspect,
+    # likely dead, not a confirmed death.
+    lines = ["sv-22:40111:40170 [3] misc/socket.cc:518 NCCL WARN Net : Call to recv from 10.31.8.40<51822> failed : Broken pipe",
+             "sv-22:40111:40170 [3] NCCL INFO misc/socket.cc:535 -> 6",
+             "sv-22:40111:40170 [3] NCCL INFO transport/net_socket.cc:368 -> 6",
+             "sv-22:40111:40170 [3] proxy.cc:1119 NCCL WARN [Proxy Service 11] Failed to execute operation Connect from rank 11, retcode 6"]
+    write("witness_broken_pipe_unconfirmed", {"rank11.log": lines},
+          {"exit": 1, "kind": "crash", "host": "10.31.8.40", "findings": 1, "say": ["likely", "not a confirmed death"]})
+
+    # 84. TORCH_NCCL_DESYNC_DEBUG=1: rank 0's timeout carries PyTorch's desync report, which
+    # names rank 3 (it finished collective 117 and never joined 118); ranks 1 and 2 only
+    # time out. No NCCL COLL lines: without the report no rank could be named.
+    ts = "E0302 11:40:0%d.%09d"
+    def timeout(r, n):
+        return "[rank%d]:[%s ProcessGroupNCCL.cpp:632] [Rank %d] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=118, OpType=ALLREDUCE, NumelIn=4194304, NumelOut=4194304, Timeout(ms)=600000) ran for %d milliseconds before timing out." % (r, ts % (r, 1000 + r), r, 600010 + n)
+    lines = [timeout(0, 2),
+             "[rank0]:\t - [0] Timeout at collective: ALLREDUCE, #118",
+             "[rank0]:\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:",
+             "[rank0]:\t     [3] finished collective #117, but didn't join collective #118 (count from 1)",
+             "[rank0]:\t - Snapshot of ranks' latest states:",
+             "[rank0]:\t   #117 finished ranks:",
+             "[rank0]:\t     [3] finished ALLREDUCE",
+             "[rank0]:\t   #118 started ranks:",
+             "[rank0]:\t     [0, 1, 2] started ALLREDUCE",
+             timeout(1, 5), timeout(2, 7)]
+    write("torch_desync_report_names_rank", {"console.log": lines},
+          {"exit": 1, "kind": "hang", "rank": 3, "findings": 1, "say": ["desync report", "collective #118"]})
+
+    # 85. A benchmark collector's prefix on every line ("<bench>.<node> [stderr] "), and a
+    # terminal that wrapped the long WARN at 120 columns: rank 2's IB retries ran out.
+    ps = two_nodes(version="2.21.5+cuda12.4")
+    def b85(p):
+        L = p.init() + p.colls(0, 60)
+        if p.rank == 2:
+            L += p.warn("transport/net_ib.cc:1683", "NET/IB : Got completion from peer 192.168.4.7<48213> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:192.168.4.12 remoteGids::ffff:192.168.4.7 hca mlx5_3", tid=p.pid + 90)
+            L += p.crumbs("transport/net.cc:1134", "proxy.cc:692", tid=p.pid + 90)
+        out = []
+        for line in L:
+            line = "allreduce_perf.%s [stderr] %s" % (p.host, line) if line else line
+            while len(line) > 120:
+                out.append(line[:120])
+                line = line[120:]
+            out.append(line)
+        return out
+    write("collector_stream_prefix_wrapped", per_proc(ps, b85),
+          {"exit": 1, "kind": "link", "rank": 2, "host": "gpu-node12", "findings": 1, "say": ["RETRY_EXC"]})
+
 
 if __name__ == "__main__":
     main()
