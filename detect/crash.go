@@ -37,16 +37,16 @@ func Crash(j *Job, cfg Config) []Finding {
 		// reported: a peer or the launcher said it failed, beyond its exit alone.
 		reported bool
 	}
-	deaths := map[string]*death{}
+	died := map[string]*death{}
 	// launched are the deaths the launcher named: the first worker it saw fail on a node.
 	launched := map[string]bool{}
 	var order []string
 	note := func(p *Proc, when int64, strong, reported bool, format string, args ...any) {
 		k := p.Key()
-		d := deaths[k]
+		d := died[k]
 		if d == nil {
 			d = &death{proc: p}
-			deaths[k] = d
+			died[k] = d
 			order = append(order, k)
 		}
 		d.strong = d.strong || strong
@@ -124,7 +124,7 @@ func Crash(j *Job, cfg Config) []Finding {
 	launchedOn := func(host string) *death {
 		var found *death
 		for k := range launched {
-			if d := deaths[k]; d != nil && d.proc.Host == host {
+			if d := died[k]; d != nil && d.proc.Host == host {
 				if found != nil && found != d {
 					return nil
 				}
@@ -135,8 +135,9 @@ func Crash(j *Job, cfg Config) []Finding {
 	}
 	var out []Finding
 	failed := failureSeen(j)
+	why := &deaths{j: j}
 	for _, k := range order {
-		d := deaths[k]
+		d := died[k]
 		if timedOutItself(d.proc) || (!d.strong && !launched[k] && timedOutRank(j, d.proc)) {
 			continue
 		}
@@ -167,6 +168,10 @@ func Crash(j *Job, cfg Config) []Finding {
 		for _, e := range d.evidence {
 			f.addEvidence("%s", e)
 		}
+		if reason := why.reason(p); reason != "" {
+			f.Summary += ": " + reason
+		}
+		f.Cause = incident.CauseDied
 		if d.when != 0 {
 			f.FaultAt = snapshot.Micros(d.when).Time()
 		}

@@ -30,7 +30,7 @@ func (h Hangs) All() []Finding {
 // FindHangs gathers the open waits from every edge producer (waits.go, inversion.go),
 // follows them to their roots and cycles, and says what each root did and why.
 func FindHangs(j *Job, cfg Config) Hangs {
-	e := &engine{j: j, cfg: cfg, byID: make(map[string]*Group, len(j.Groups)), ix: commIndex{}}
+	e := &engine{j: j, cfg: cfg, byID: make(map[string]*Group, len(j.Groups)), ix: commIndex{}, deaths: &deaths{j: j}}
 	for _, g := range j.Groups {
 		e.byID[g.ID] = g
 	}
@@ -89,7 +89,7 @@ type engine struct {
 	ix       commIndex
 	graph    *WaitGraph
 	verdicts map[[2]*Group]*orderVerdict
-	exits    map[int]snapshot.Event // launcher exits by pid, built on the first dead root
+	deaths   *deaths                // why dead roots ended
 	gpus     map[*snapshot.GPU]int  // the job's live ranks per GPU, built on the first root asked
 }
 
@@ -380,7 +380,7 @@ func (e *engine) rootCause(r *Proc, w Wait, faultAt time.Time) (incident.Cause, 
 		return incident.CauseMismatch, ""
 	}
 	if r.State == snapshot.ProcExited && (faultAt.IsZero() || r.ExitedAt == 0 || r.ExitedAt.Time().Sub(faultAt) <= e.cfg.HangFloor) {
-		return incident.CauseDied, e.deathReason(r)
+		return incident.CauseDied, e.deaths.reason(r)
 	}
 	if left(r, w.Comm) {
 		return incident.CauseApplication, "it destroyed its communicator (destroy_process_group, ncclCommDestroy) and lives on: it left the job early (fewer steps or batches than its peers, an early return), and will never join the op its peers wait in"
@@ -443,37 +443,4 @@ func (e *engine) gpuFaulted(g *snapshot.GPU) bool {
 		}
 	}
 	return g.ECCVolatileDBE > 0
-}
-
-// deathReason says why a dead root ended, from what it, its launcher or PyTorch printed ("" when
-// nothing did): the exception that ended its traceback, a signal, an exit code.
-func (e *engine) deathReason(r *Proc) string {
-	for _, ev := range r.Events {
-		switch {
-		case ev.Kind == snapshot.EventRankExit && ev.Src == snapshot.ExitTraceback:
-			return fmt.Sprintf("it ended with %s: %s", ev.Detail, ev.Msg)
-		case ev.Kind == snapshot.EventSignal && ev.Code > 0:
-			return fmt.Sprintf("it was killed by signal %d (%s)", ev.Code, ev.Detail)
-		case ev.Kind == snapshot.EventTorchNCCLError || ev.Kind == snapshot.EventCudaError && ev.Fatal:
-			return "its last error: " + ev.Msg
-		}
-	}
-	if e.exits == nil { // the launcher's records of every process, by pid
-		e.exits = map[int]snapshot.Event{}
-		for _, p := range e.j.Procs {
-			for _, ev := range p.Events {
-				if (ev.Kind == snapshot.EventLauncherExit || ev.Kind == snapshot.EventRankExit) && ev.Code != 0 && ev.PID > 0 {
-					e.exits[ev.PID] = ev
-				}
-			}
-		}
-	}
-	ev, ok := e.exits[r.PID]
-	switch {
-	case !ok || r.PID <= 0:
-		return ""
-	case ev.Code < 0:
-		return fmt.Sprintf("the launcher reported it killed by signal %d (%s)", -ev.Code, ev.Detail)
-	}
-	return fmt.Sprintf("the launcher reported exit code %d%s", ev.Code, exitWords(ev.Code))
 }
