@@ -89,8 +89,8 @@ type engine struct {
 	ix       commIndex
 	graph    *WaitGraph
 	verdicts map[[2]*Group]*orderVerdict
-	deaths   *deaths                // why dead roots ended
-	gpus     map[*snapshot.GPU]int  // the job's live ranks per GPU, built on the first root asked
+	deaths   *deaths               // why dead roots ended
+	gpus     map[*snapshot.GPU]int // the job's live ranks per GPU, built on the first root asked
 }
 
 // gather runs the edge producers: per communicator (in parallel), then the cross-communicator
