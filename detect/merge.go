@@ -2,6 +2,7 @@ package detect
 
 import (
 	"strings"
+	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
@@ -195,15 +196,16 @@ func brokenConnectionsNameTheDead(j *Job, _ Config, fs *findings) {
 	kept := fs.crashes[:0]
 	var hostLevel []Finding
 	for _, f := range fs.crashes {
-		if strings.HasPrefix(f.Key, "peer:") && len(f.Culprits) == 1 && f.Culprits[0].Rank < 0 {
+		if strings.HasPrefix(f.Key, "peer:") && (len(f.Culprits) == 0 || len(f.Culprits) == 1 && f.Culprits[0].Rank < 0) {
 			hostLevel = append(hostLevel, f)
 			continue
 		}
 		kept = append(kept, f)
 	}
 	for _, hf := range hostLevel {
-		// An address no process's log resolves (loopback, a NAT) may lead to any host.
-		anyHost := !hosts[hf.Culprits[0].Host]
+		// An address no process's log resolves (loopback, a NAT), or none at all, may lead
+		// to any host.
+		anyHost := len(hf.Culprits) == 0 || !hosts[hf.Culprits[0].Host]
 		var dead *Finding
 		for i := range kept {
 			k := &kept[i]
@@ -218,7 +220,14 @@ func brokenConnectionsNameTheDead(j *Job, _ Config, fs *findings) {
 			}
 		}
 		if dead == nil {
-			kept = append(kept, hf)
+			dead = deathOf(fs.errors, anyHost, hf)
+		}
+		if dead == nil {
+			// A witness only: live, its death is given witnessGrace to show (the sidecars'
+			// liveness checks, a launcher's record) before the witness stands alone.
+			if j.Offline || hf.FaultAt.IsZero() || j.Now.Sub(hf.FaultAt) >= witnessGrace {
+				kept = append(kept, hf)
+			}
 			continue
 		}
 		absorb(dead, &hf)
@@ -228,6 +237,29 @@ func brokenConnectionsNameTheDead(j *Job, _ Config, fs *findings) {
 		dead.Victims = max(dead.Victims, hf.Victims)
 	}
 	fs.crashes = kept
+}
+
+// witnessGrace is how long a closed connection, seen live, waits for the death it witnessed.
+const witnessGrace = 5 * time.Second
+
+// deathOf is the error finding that tells of a process's death (its OOM, an error it died
+// of) on the witnessed host, nil when none or several.
+func deathOf(errors []Finding, anyHost bool, witness Finding) *Finding {
+	var found *Finding
+	for i := range errors {
+		e := &errors[i]
+		if e.Cause != incident.CauseDied && e.Cause != incident.CauseApplication || len(e.Culprits) == 0 {
+			continue
+		}
+		if h := e.Culprits[0].Host; !anyHost && h != "" && h != witness.Culprits[0].Host {
+			continue
+		}
+		if found != nil {
+			return nil
+		}
+		found = e
+	}
+	return found
 }
 
 // errorsExplainFailures: when NCCL printed an error (a link that failed, a CUDA failure,

@@ -148,3 +148,32 @@ func TestMismatchExplainsItsCommunicator(t *testing.T) {
 		t.Fatalf("the mismatch should carry the link and the straggler: %s", ev)
 	}
 }
+
+// A closed connection is a witness: live, before the death it saw is known (the sidecars'
+// liveness checks, the launcher's record), it waits a few seconds instead of opening a
+// culprit-less crash that the death's own incident would then double; alone after that it
+// is reported.
+func TestAWitnessWaitsForTheDeathItSaw(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		now   time.Duration // the connection closed at 9.8 s
+		crash bool
+	}{{"fresh, alone", 11 * time.Second, false}, {"alone past the grace", 16 * time.Second, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			ps := oneHost()
+			for _, p := range ps[:3] {
+				p.Events = append(p.Events, snapshot.Event{Kind: snapshot.EventConnClosedRemote, T: us(9800 * time.Millisecond),
+					Peer: "127.0.0.1<47694>", Stage: snapshot.StageRun, Msg: "socketProgress: Connection closed by remote peer localhost<47694>"})
+			}
+			var crashes []Finding
+			for _, f := range Evaluate(job(c.now, ps...), DefaultConfig(), TimingOK).Findings {
+				if f.Kind == incident.KindCrash {
+					crashes = append(crashes, f)
+				}
+			}
+			if (len(crashes) > 0) != c.crash {
+				t.Fatalf("crash findings %+v, want some: %v", crashes, c.crash)
+			}
+		})
+	}
+}
