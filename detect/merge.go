@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"sort"
 	"strings"
 	"time"
 
@@ -59,6 +60,7 @@ var mergeSteps = []mergeStep{
 	brokenConnectionsNameTheDead,    // connections that broke to a host of several ranks lead to the one that died there
 	findTeardown,                    // most ranks dying at once is the job's teardown
 	measuredSupersedesInferred,      // what the plugin measured replaces what logs suggested about one cause
+	oneMismatchPerCulprit,           // one rank's broken step seen on two communicators (a Flight Recorder dump's and the live one) is one cause
 	mismatchExplainsItsCommunicator, // a mismatch explains the stalls, slow links and late arrivals on its communicator
 	mismatchExplainsInversions,      // a rank that skipped or swapped an op is out of step on its communicator, not out of order
 	stoppedRankExplainsNeighbours,   // a rank that stopped or died explains the slow links to it
@@ -713,6 +715,23 @@ func findMeasured(fs []Finding, key string) *Finding {
 		}
 	}
 	return nil
+}
+
+// oneMismatchPerCulprit: mismatches that name the same rank process are one root cause
+// (a Flight Recorder dump's communicator and the live one, which carry different
+// identities, or the same broken step seen on a parent and a split child): the first seen
+// leads, the others are its evidence.
+func oneMismatchPerCulprit(_ *Job, _ Config, fs *findings) {
+	sort.SliceStable(fs.mism, func(a, b int) bool { return earlier(&fs.mism[a], &fs.mism[b]) })
+	var kept []Finding
+	for _, f := range fs.mism {
+		if lead := sameCulprit(f, kept); lead != nil && len(f.culpritKeys) > 0 {
+			absorb(lead, &f)
+			continue
+		}
+		kept = append(kept, f)
+	}
+	fs.mism = kept
 }
 
 // mismatchExplainsInversions: a rank that skipped a collective is one position behind on

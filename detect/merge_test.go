@@ -35,3 +35,20 @@ func TestDeathsAfterTheRootCause(t *testing.T) {
 		})
 	}
 }
+
+// One rank's broken step seen on two communicators (the live one and a Flight Recorder
+// dump's, whose identity differs) is one cause: one finding, the first seen leading.
+func TestOneMismatchPerCulprit(t *testing.T) {
+	mism := func(comm string, at time.Duration) Finding {
+		return Finding{Kind: incident.KindMismatch, Severity: incident.SeverityCritical, Comm: comm, Key: "mismatch:" + comm,
+			culpritKeys: []string{"node1:101"}, Culprits: []incident.Culprit{{Rank: 1, Host: "node1", PID: 101}}, FaultAt: t0.Add(at),
+			Summary: "mismatch on " + comm}
+	}
+	other := mism("tp", time.Second)
+	other.culpritKeys, other.Key = []string{"node3:103"}, "mismatch:tp"
+	fs := findings{mism: []Finding{mism("pg0-fr-dump", 5*time.Second), mism("0xc0ffee", 2*time.Second), other}}
+	oneMismatchPerCulprit(nil, DefaultConfig(), &fs)
+	if len(fs.mism) != 2 || fs.mism[0].Key != "mismatch:tp" || fs.mism[1].Key != "mismatch:0xc0ffee" || len(fs.mism[1].Evidence) != 1 {
+		t.Fatalf("%+v", fs.mism)
+	}
+}

@@ -270,9 +270,12 @@ func pluginWaits(j *Job, g *Group, window time.Duration) []Wait {
 			continue
 		}
 		class := WaitHost
-		if q := queuedColl(d); q != nil && q.Seq == k {
+		switch q := queuedColl(d); {
+		case m.Proc.State == snapshot.ProcExited && d.Done < k:
+			// A dead member completes nothing, whatever it had issued.
+		case q != nil && q.Seq == k:
 			class = WaitGPU
-		} else if d.Issued >= k || d.InFlight != nil || d.Done < d.Issued {
+		case d.Issued >= k || d.InFlight != nil || d.Done < d.Issued:
 			continue
 		}
 		out = append(out, connect(in, []*Proc{m.Proc}, func(w, a *Proc) Wait {
