@@ -26,6 +26,8 @@ type Finding struct {
 	// slowdown (or a stall that resolved) and the share of the job's time it cost.
 	Cause   incident.Cause
 	Episode *incident.Episode
+	// Episodes are the root's later episodes, offline (live, the Lifecycle lists them).
+	Episodes []incident.Episode
 	// Key identifies the root cause across evaluations: equal keys are one incident.
 	Key string
 	// Teardown is set on the finding that stands for a job's teardown when nothing earlier
@@ -77,6 +79,7 @@ func (f *Finding) Incident(job string, now time.Time) incident.Incident {
 		Key: f.Key, Kind: f.Kind, State: incident.StateOpen, Severity: f.Severity, Job: job, Comm: f.Comm, Seq: f.Seq,
 		Culprits: f.Culprits, Victims: f.Victims, Summary: f.Summary, Evidence: f.Evidence, Ops: f.Ops,
 		LagSeconds: f.LagSeconds, OpenedAt: now, LastSeen: now, FaultAt: f.FaultAt, Cause: f.Cause, Episode: f.Episode,
+		Episodes: f.Episodes,
 	}
 }
 

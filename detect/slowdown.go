@@ -103,6 +103,9 @@ func Slowdowns(j *Job, cfg Config, timing Timing) []Finding {
 	if timing == TimingOK {
 		out = append(out, led.rankEpisodes(j, sc, procs, groups)...)
 	}
+	if j.Offline && timing == TimingOK {
+		out = append(out, led.resolvedStalls(j, cfg.HangFloor, procs, out)...)
+	}
 	out = append(out, led.measuredRoots(j, sc, procs, groups, onLinks, out)...)
 	for _, l := range links {
 		out = append(out, l.finding(j))
@@ -269,6 +272,7 @@ func (l *Ledger) rankEpisodes(j *Job, sc SlowdownConfig, procs map[string]*Proc,
 	sort.Slice(kept, func(a, b int) bool { return kept[a].onset < kept[b].onset })
 	var out []Finding
 	n := map[string]int{}
+	lead := map[string]int{}
 	for _, e := range kept {
 		p := procs[e.root]
 		if !j.Offline && e.end != 0 {
@@ -280,7 +284,15 @@ func (l *Ledger) rankEpisodes(j *Job, sc SlowdownConfig, procs map[string]*Proc,
 			continue
 		}
 		n[e.root]++
-		out = append(out, l.episodeFinding(j, e, p, groups[e.group], n[e.root]))
+		f := l.episodeFinding(j, e, p, groups[e.group], n[e.root])
+		if first, ok := lead[e.root]; ok {
+			// A root that comes back is one finding, with its episodes listed.
+			out[first].Episodes = append(out[first].Episodes, *f.Episode)
+			out[first].addEvidence("again from %s: %s", fmtTime(f.Episode.Onset), f.Summary)
+			continue
+		}
+		lead[e.root] = len(out)
+		out = append(out, f)
 	}
 	return out
 }

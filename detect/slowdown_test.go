@@ -538,3 +538,27 @@ func TestMeasuredWaiterBehindAnotherCommunicatorIsNoRoot(t *testing.T) {
 		}
 	}
 }
+
+// Offline tells the whole run: one stall of 15 s that the job waited for and went on from
+// is a resolved hang, with its span; one of 8 s (under hang_floor) is not.
+func TestOfflineLongStallIsAResolvedHang(t *testing.T) {
+	for _, c := range []struct {
+		stall time.Duration
+		want  int
+	}{{15 * time.Second, 1}, {8 * time.Second, 0}} {
+		j := syncedJob(3*60, late(10, 11, c.stall), 2*time.Second)
+		j.Offline = true
+		fs := Slowdowns(j, DefaultConfig(), TimingOK)
+		if len(fs) != c.want {
+			t.Fatalf("stall %s: %d findings, want %d: %+v", c.stall, len(fs), c.want, fs)
+		}
+		if c.want == 0 {
+			continue
+		}
+		f := fs[0]
+		if f.Kind != incident.KindHang || culpritRanks(f)[0] != 1 || f.Episode == nil || f.Episode.End.IsZero() ||
+			!strings.Contains(f.Summary, "stalled the job for 15s") {
+			t.Fatalf("%+v: %s", f.Episode, f.Summary)
+		}
+	}
+}
