@@ -495,13 +495,14 @@ func (l *Ledger) observeMeasured(j *Job, sc SlowdownConfig) {
 // in, and how long a wait must be to be a stall rather than lateness.
 const stallEcho = 15 * time.Second
 
-// arrivedLate says whether the arrival ledger holds, within `within` of now, a wait for the
-// process of a step's share or more: its host issued late, which the arrival ledger judges
-// (an episode, or a stall the hang side saw); the plugin's timing window averages those
-// waits over its ops as if its GPU were late at each. Measured lateness names a rank only
-// where its host arrived on time.
+// arrivedLate says whether the arrival ledger holds, within `within` of now, waits for the
+// process (each of a step's share or more) that cost half the share of that time or more:
+// its host issued late, which the arrival ledger judges (an episode, or a stall the hang
+// side saw); the plugin's timing window averages those waits over its ops as if its GPU
+// were late at each. Measured lateness names a rank only where its host arrived on time.
 func (l *Ledger) arrivedLate(key string, now time.Time, within time.Duration, sc SlowdownConfig) bool {
 	since := snapshot.MicrosOf(now.Add(-within))
+	var lost int64
 	for _, gl := range l.groups {
 		r, ok := gl.keyIndex[key]
 		if !ok || gl.period <= 0 {
@@ -510,11 +511,11 @@ func (l *Ledger) arrivedLate(key string, now time.Time, within time.Duration, sc
 		lateAt := snapshot.Micros(sc.SlowdownShare * float64(gl.period))
 		for i := len(gl.spans) - 1; i >= 0 && gl.spans[i].end >= since; i-- {
 			if sp := gl.spans[i]; sp.root == r && sp.end-sp.start >= lateAt {
-				return true
+				lost += int64(sp.end - max(sp.start, since))
 			}
 		}
 	}
-	return false
+	return float64(lost) >= sc.SlowdownShare/2*float64(within.Microseconds())
 }
 
 // endedWithin says whether an arrival episode of the process ended live within `within`

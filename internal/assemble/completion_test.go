@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,9 +229,13 @@ func TestPluginMeasuredStragglerAndSlowLink(t *testing.T) {
 	// Timing covers the ops completed between two reads of a region: the sidecar must have
 	// read each before its ops run.
 	settled(t, sc, 3, nil)
+	// The ranks run at once, as a job's do: each issues its ops when its previous one ended,
+	// so rank 2 issues each op first and waits least on its GPU (it arrives late there).
+	var wg sync.WaitGroup
 	for r, c := range []struct{ busy, net int }{{25, 1}, {25, 8}, {1, 1}} {
-		ranks[r].Do(timedOps(60, c.busy, (r+1)%3, c.net)...)
+		wg.Go(func() { ranks[r].Do(timedOps(60, c.busy, (r+1)%3, c.net)...) })
 	}
+	wg.Wait()
 	n := settled(t, sc, 3, func(n *snapshot.Node) bool {
 		for _, p := range n.Processes {
 			if tm := p.Comms[0].Done.Timing; tm == nil || tm.N < 30 {
