@@ -171,7 +171,7 @@ func (c *cluster) storedIncidents(job string) []incident.Incident {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := c.cli.Get(ctx, snapshot.JobsPrefix+job+"/incidents/", clientv3.WithPrefix())
+	resp, err := c.cli.Get(ctx, snapshot.IncidentKey(job, ""), clientv3.WithPrefix())
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/authpb"
@@ -44,9 +43,6 @@ type Role struct {
 // Plan is the set of roles (each with a user of the same name) to create.
 type Plan struct{ Roles []Role }
 
-// jobName keeps a job name usable as a role name and a key segment.
-var jobName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
-
 // NewPlan returns the roles: the detector's, and one sidecar role for every job (no jobs)
 // or one per job named.
 func NewPlan(jobs []string) (Plan, error) {
@@ -59,8 +55,8 @@ func NewPlan(jobs []string) (Plan, error) {
 		return p, nil
 	}
 	for _, j := range jobs {
-		if !jobName.MatchString(j) {
-			return Plan{}, fmt.Errorf("job %q: want letters, digits, _ . - (a role name and a key segment)", j)
+		if err := snapshot.ValidJob(j); err != nil {
+			return Plan{}, fmt.Errorf("job: %w (a role name and a key segment)", err)
 		}
 		// A publisher writes its node key and the base its values are compressed against
 		// (snapshot.BaseKey) in one transaction: both, or nothing reaches the detector.
