@@ -72,6 +72,7 @@ func (f *freezer) hooks() *hooks {
 type cluster struct {
 	t        *testing.T
 	srv      *etcdembed.Server
+	cfg      etcdconn.Config  // how replicas connect
 	cli      *clientv3.Client // the test's own client
 	rec      *recorder
 	replicas map[string]*replica
@@ -81,7 +82,12 @@ type cluster struct {
 
 func newCluster(t *testing.T, ids ...string) *cluster {
 	srv, cli := etcdtest.Start(t, etcdembed.Options{})
-	c := &cluster{t: t, srv: srv, cli: cli, rec: &recorder{}, replicas: map[string]*replica{},
+	return newClusterOn(t, srv, etcdconn.Config{Endpoints: srv.Endpoints()}, cli, ids...)
+}
+
+// newClusterOn runs replicas connecting with cfg; cli is the test's own client (root).
+func newClusterOn(t *testing.T, srv *etcdembed.Server, cfg etcdconn.Config, cli *clientv3.Client, ids ...string) *cluster {
+	c := &cluster{t: t, srv: srv, cfg: cfg, cli: cli, rec: &recorder{}, replicas: map[string]*replica{},
 		frozen: map[string]*freezer{}, regs: map[string]*prometheus.Registry{}}
 	for _, id := range ids {
 		c.start(id)
@@ -99,7 +105,7 @@ func newCluster(t *testing.T, ids ...string) *cluster {
 
 // start runs replica id: lease TTL 2 s, an evaluation every 200 ms.
 func (c *cluster) start(id string) *replica {
-	cli, err := etcdconn.New(etcdconn.Config{Endpoints: c.srv.Endpoints()})
+	cli, err := etcdconn.New(c.cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}
