@@ -78,6 +78,8 @@ type cluster struct {
 	replicas map[string]*replica
 	frozen   map[string]*freezer
 	regs     map[string]*prometheus.Registry
+	// alerts, when set, makes each replica's alerts (a real dispatcher) instead of rec.
+	alerts func(id string, cli *clientv3.Client) func(prometheus.Registerer) (Alerts, error)
 }
 
 func newCluster(t *testing.T, ids ...string) *cluster {
@@ -111,10 +113,14 @@ func (c *cluster) start(id string) *replica {
 	}
 	f := &freezer{}
 	reg := prometheus.NewRegistry()
+	newAlerts := func(prometheus.Registerer) (Alerts, error) { return c.rec.as(id), nil }
+	if c.alerts != nil {
+		newAlerts = c.alerts(id, cli)
+	}
 	d, err := New(Options{Client: cli, Rules: detect.DefaultConfig(), Interval: 200 * time.Millisecond,
 		ResolveAfter: time.Second, LeaseTTL: 2 * time.Second, ID: id, Logger: slog.New(slog.DiscardHandler),
 		Registerer: reg, hooks: f.hooks(),
-		NewAlerts: func(prometheus.Registerer) (Alerts, error) { return c.rec.as(id), nil }})
+		NewAlerts: newAlerts})
 	if err != nil {
 		c.t.Fatal(err)
 	}
