@@ -219,7 +219,9 @@ func TestEtcdSecured(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			e := etcdtest.StartSecured(t, backend, "llama")
 			ctx := context.Background()
-			check := func(cfg etcdconn.Config, role string) EtcdCheck { return EtcdCheck{Config: cfg, Role: role, Job: "llama"} }
+			check := func(cfg etcdconn.Config, role string) EtcdCheck {
+				return EtcdCheck{Config: cfg, Role: role, Job: "llama"}
+			}
 			version := "etcd 3.7"
 			if backend == "etcd 3.4" {
 				version = "etcd 3.4."
