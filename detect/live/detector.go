@@ -158,6 +158,11 @@ type Detector struct {
 	etcdBack  time.Time              // when it became reachable again after an outage
 	lostTimes map[string][]time.Time // per job, when its node leases expired (detect.Job.LeaseLosses)
 	termReg   *prometheus.Registry
+	// The etcd outage (outage.go): the incident id this replica pages one under, the
+	// outages of dead replicas to resolve, and when etcd was last found unreachable.
+	outageID        string
+	orphanedOutages []incident.Incident
+	outageSeen      time.Time
 	prevLease clientv3.LeaseID // the lease of the last term (term loop only)
 }
 
@@ -406,6 +411,7 @@ func (d *Detector) etcdUnreachable(err error) {
 	defer d.mu.Unlock()
 	if d.etcdDown.IsZero() {
 		d.etcdDown = d.opts.Now()
+		d.outageSeen = d.etcdDown
 		d.opts.Logger.Error("etcd unreachable", "err", err)
 	}
 	d.m.etcdUp.Set(0)

@@ -245,8 +245,15 @@ func (d *Detector) sync(ctx context.Context, t *term, alerts Alerts) {
 			delete(t.unowned, job)
 		}
 	}
+	etcdUp := d.etcdDown.IsZero()
 	d.mu.Unlock()
 	d.m.setOwners(owners)
+	if leading && !wasLeading {
+		d.armOutage(ctx, t)
+	}
+	if leading && etcdUp {
+		d.adoptOutages(ctx, t, live)
+	}
 
 	sort.Strings(claim)
 	sort.Strings(release)
