@@ -163,7 +163,7 @@ type Detector struct {
 	outageID        string
 	orphanedOutages []incident.Incident
 	outageSeen      time.Time
-	prevLease clientv3.LeaseID // the lease of the last term (term loop only)
+	prevLease       clientv3.LeaseID // the lease of the last term (term loop only)
 }
 
 // New returns a detector; Run starts it.
