@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -114,5 +115,20 @@ func TestLeaseKeptAliveDoesNotStallTakeover(t *testing.T) {
 				t.Errorf("stored incidents of train: %v", got)
 			}
 		})
+	}
+}
+
+// TestBadValuesCountedAtTakeover: node values already in etcd when a replica claims their
+// job, and that it cannot decode, are counted (and logged), not dropped unseen.
+func TestBadValuesCountedAtTakeover(t *testing.T) {
+	c := newCluster(t)
+	c.heal(10)
+	if _, err := c.cli.Put(context.Background(), snapshot.NodeKey("train", "n2"), "\x00garbage"); err != nil {
+		t.Fatal(err)
+	}
+	r := c.start("a")
+	eventually(t, 10*time.Second, "a owns train", func() bool { return c.owns("a", "train") })
+	if got := testutil.ToFloat64(r.d.m.badSnapshots); got != 1 {
+		t.Errorf("bad snapshots counted at takeover: %v, want 1", got)
 	}
 }
