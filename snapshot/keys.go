@@ -46,7 +46,7 @@ var jobName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 func ValidJob(job string) error {
 	switch {
 	case job == "":
-		return fmt.Errorf("empty job name")
+		return fmt.Errorf("no job name")
 	case len(job) > MaxJobName:
 		return fmt.Errorf("job name of %d bytes: at most %d", len(job), MaxJobName)
 	case !jobName.MatchString(job):
