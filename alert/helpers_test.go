@@ -286,7 +286,7 @@ func testEtcd(t *testing.T) *clientv3.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.Delete(ctx, snapshot.Prefix+"delivery/", clientv3.WithPrefix()); err != nil {
+	if _, err := c.Delete(ctx, snapshot.DetectorPrefix+"delivery/", clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
 	return c

@@ -27,6 +27,7 @@ type Outage struct {
 	// Touched by Run's goroutine only.
 	lastLead time.Time
 	cur      *outageIncident
+	orphans  []*outageIncident // resolves of dead replicas' outages still to deliver
 }
 
 // OutageOptions configure an Outage.
@@ -37,6 +38,13 @@ type OutageOptions struct {
 	Leading func() bool
 	// Replica names this replica in the incident (its election id).
 	Replica string
+	// ID, when set, is the incident id to report an outage under (live.Detector.OutageID:
+	// the one its record in etcd names, which whoever leads next resolves if this replica
+	// dies first); "" or nil: an id from the outage's start.
+	ID func() string
+	// Orphans, when set, returns outages other replicas reported and died before
+	// resolving (live.Detector.OrphanedOutages), resolved: each is delivered as a resolve.
+	Orphans func() []incident.Incident
 	// Grace is how long etcd must stay unreachable before the outage is delivered
 	// (default 10 s: an etcd restart for an upgrade pages nobody).
 	Grace time.Duration
@@ -110,7 +118,13 @@ func (o *Outage) step(ctx context.Context) {
 	since := o.o.Down()
 	switch {
 	case o.cur == nil && !since.IsZero() && now.Sub(since) >= o.o.Grace && !o.lastLead.IsZero() && !o.lastLead.Before(since.Add(-leadSlack)):
-		o.cur = &outageIncident{inc: o.incident(since, now), delivered: map[string]*Delivery{}}
+		inc := o.incident(since, now)
+		if o.o.ID != nil {
+			if id := o.o.ID(); id != "" {
+				inc.ID = id
+			}
+		}
+		o.cur = &outageIncident{inc: inc, delivered: map[string]*Delivery{}}
 		o.o.Logger.Error("etcd lost: delivering it to the notifiers directly", "since", since.UTC(), "incident", o.cur.inc.ID)
 	case o.cur != nil && since.IsZero() && o.cur.inc.State == incident.StateOpen:
 		resolved := o.cur.inc
@@ -124,12 +138,43 @@ func (o *Outage) step(ctx context.Context) {
 		o.cur = nil
 		return
 	}
+	o.adopt(ctx, now)
 	if o.cur == nil || now.Before(o.cur.retryAt) {
 		return
 	}
-	if done := o.deliver(ctx, now); done && o.cur.inc.State == incident.StateResolved {
+	if done := o.deliver(ctx, o.cur, now); done && o.cur.inc.State == incident.StateResolved {
 		o.cur = nil
 	}
+}
+
+// maxOrphans bounds the dead replicas' outages waiting for delivery.
+const maxOrphans = 64
+
+// adopt delivers the resolves of outages that replicas which died reported: every
+// notifier that would have been told of the open is told of the resolve (a PagerDuty
+// resolve of a key that was never triggered changes nothing).
+func (o *Outage) adopt(ctx context.Context, now time.Time) {
+	if o.o.Orphans != nil {
+		for _, inc := range o.o.Orphans() {
+			if len(o.orphans) >= maxOrphans {
+				break
+			}
+			opened := &Delivery{IncidentID: inc.ID, Kind: inc.Kind, Revision: 1, State: incident.StateOpen}
+			cur := &outageIncident{inc: inc, delivered: map[string]*Delivery{}}
+			for _, t := range o.targets {
+				cur.delivered[t.Notifier.Name()] = opened
+			}
+			o.o.Logger.Info("resolving the etcd outage a replica reported before it died", "incident", inc.ID)
+			o.orphans = append(o.orphans, cur)
+		}
+	}
+	kept := o.orphans[:0]
+	for _, cur := range o.orphans {
+		if now.Before(cur.retryAt) || !o.deliver(ctx, cur, now) {
+			kept = append(kept, cur)
+		}
+	}
+	o.orphans = kept
 }
 
 // incident describes an outage that began at since.
@@ -152,8 +197,8 @@ func (o *Outage) incident(since, now time.Time) incident.Incident {
 
 // deliver sends the current state to each notifier that still needs it; it returns
 // whether all have it. Failures are retried with backoff (1 s doubling to 1 min).
-func (o *Outage) deliver(ctx context.Context, now time.Time) bool {
-	inc := o.cur.inc
+func (o *Outage) deliver(ctx context.Context, cur *outageIncident, now time.Time) bool {
+	inc := cur.inc
 	targets := map[string]bool(nil)
 	if o.routes != nil {
 		targets = routeTargets(o.routes, inc)
@@ -161,7 +206,7 @@ func (o *Outage) deliver(ctx context.Context, now time.Time) bool {
 	all := true
 	for _, t := range o.targets {
 		name := t.Notifier.Name()
-		prev, opened := o.cur.delivered[name]
+		prev, opened := cur.delivered[name]
 		ev := EventOpen
 		if inc.State == incident.StateResolved {
 			if !opened || prev == nil || prev.State == incident.StateResolved {
@@ -190,13 +235,13 @@ func (o *Outage) deliver(ctx context.Context, now time.Time) bool {
 		if d.Message == nil && prev != nil {
 			d.Message = prev.Message
 		}
-		o.cur.delivered[name] = d
+		cur.delivered[name] = d
 	}
 	if all {
-		o.cur.attempts = 0
+		cur.attempts = 0
 		return true
 	}
-	o.cur.attempts++
-	o.cur.retryAt = now.Add(min(time.Second<<min(o.cur.attempts-1, 6), time.Minute))
+	cur.attempts++
+	cur.retryAt = now.Add(min(time.Second<<min(cur.attempts-1, 6), time.Minute))
 	return false
 }

@@ -8,11 +8,11 @@ package heartbeat
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -108,8 +108,8 @@ type Options struct {
 }
 
 func (o *Options) defaults() error {
-	if o.Job == "" {
-		return errors.New("sidecar: no job name")
+	if err := snapshot.ValidJob(o.Job); err != nil {
+		return fmt.Errorf("sidecar: %w", err)
 	}
 	if o.Node == "" {
 		h, err := os.Hostname()
@@ -117,6 +117,9 @@ func (o *Options) defaults() error {
 			return fmt.Errorf("sidecar: node name: %w", err)
 		}
 		o.Node = h
+	}
+	if len(o.Node) > snapshot.MaxNodeName || strings.Contains(o.Node, "/") {
+		return fmt.Errorf("sidecar: node name %.40q...: at most %d bytes, no '/'", o.Node, snapshot.MaxNodeName)
 	}
 	if len(o.LogPatterns) == 0 {
 		o.LogPatterns = []string{follow.DefaultPattern}

@@ -19,9 +19,9 @@ import (
 const etcdRolesIntro = `usage: watchdog etcd-roles (--print | --apply) [flags]
 
 Sets up the watchdog's least-privilege etcd users and roles (docs/security.md):
-  ncclwatch-detector          readwrite /ncclwatch/v1/ (node keys, incidents, delivery
-                              state, the election, the incident key)
-  ncclwatch-sidecar           write /ncclwatch/v1/jobs/ (its node key under any job)
+  ncclwatch-detector          readwrite /ncclwatch/v1/ (node keys; under detector/:
+                              incidents, delivery state, the election, the incident key)
+  ncclwatch-sidecar           write /ncclwatch/v1/jobs/ (node keys and bases, any job)
   ncclwatch-sidecar-<job>     with --jobs: write only /ncclwatch/v1/jobs/<job>/nodes/ and
                               /ncclwatch/v1/jobs/<job>/base/ (node keys and their bases)
 Each user has the role of its name; its password is the file <--password-dir>/<user>.

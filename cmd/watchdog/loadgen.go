@@ -23,7 +23,14 @@ cost are printed (docs/scale.md). The simulated sidecars run in a process of the
 	jobs := fs.Int("jobs", 1, "jobs the ranks are split into (the silent rank is in the first)")
 	replicas := fs.Int("replicas", 1, "detector replicas, each in its own process")
 	pp := fs.Int("pp", 4, "pipeline stages")
-	endpoints := fs.String("etcd-endpoints", "", "external etcd (empty: embedded in this process)")
+	// The simulated sidecars connect with --etcd-* (a sidecar's user and certificate), the
+	// detectors with --detector-etcd-* (theirs): one identity per part, as deployed.
+	var ef etcdFlags
+	ef.register(fs.FlagSet, "")
+	detUser := fs.String("detector-etcd-user", "", "etcd user of the detector processes (default: --etcd-user)")
+	detPassword := fs.String("detector-etcd-password-file", "", "file holding the detectors' etcd password (default: --etcd-password-file)")
+	detCert := fs.String("detector-etcd-cert-file", "", "the detectors' client certificate for etcd TLS (default: --etcd-cert-file)")
+	detKey := fs.String("detector-etcd-key-file", "", "the detectors' client key for etcd TLS (default: --etcd-key-file)")
 	warmup := fs.Duration("warmup", 20*time.Second, "healthy time before a rank goes silent")
 	after := fs.Duration("wait", 40*time.Second, "longest wait for the incident")
 	step := fs.Duration("step", time.Second, "simulated training step")
@@ -38,15 +45,25 @@ cost are printed (docs/scale.md). The simulated sidecars run in a process of the
 		positiveDuration("step", *step), positiveInt("clients", *clients)); err != nil {
 		return err
 	}
+	sidecar := ef.config()
+	detector := sidecar
+	for _, f := range []struct {
+		v   string
+		dst *string
+	}{{*detUser, &detector.Username}, {*detPassword, &detector.PasswordFile}, {*detCert, &detector.CertFile}, {*detKey, &detector.KeyFile}} {
+		if f.v != "" {
+			*f.dst = f.v
+		}
+	}
 	if *generate {
-		if *endpoints == "" {
+		if len(sidecar.Endpoints) == 0 {
 			return usagef("--generate needs --etcd-endpoints")
 		}
-		return loadgen.Generate(ctx, loadgen.GenerateOptions{Endpoints: splitList(*endpoints), Ranks: *ranks, Jobs: *jobs, PP: *pp,
+		return loadgen.Generate(ctx, loadgen.GenerateOptions{Conn: sidecar, Ranks: *ranks, Jobs: *jobs, PP: *pp,
 			Warmup: *warmup, StepTime: *step, Clients: *clients}, os.Stdout)
 	}
-	res, err := loadgen.Run(ctx, loadgen.Options{Ranks: *ranks, Jobs: *jobs, Replicas: *replicas, PP: *pp, Endpoints: splitList(*endpoints),
-		Warmup: *warmup, After: *after, StepTime: *step, Clients: *clients})
+	res, err := loadgen.Run(ctx, loadgen.Options{Ranks: *ranks, Jobs: *jobs, Replicas: *replicas, PP: *pp, Endpoints: sidecar.Endpoints,
+		Sidecar: sidecar, Detector: detector, Warmup: *warmup, After: *after, StepTime: *step, Clients: *clients})
 	if err != nil {
 		return err
 	}

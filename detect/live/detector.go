@@ -158,7 +158,12 @@ type Detector struct {
 	etcdBack  time.Time              // when it became reachable again after an outage
 	lostTimes map[string][]time.Time // per job, when its node leases expired (detect.Job.LeaseLosses)
 	termReg   *prometheus.Registry
-	prevLease clientv3.LeaseID // the lease of the last term (term loop only)
+	// The etcd outage (outage.go): the incident id this replica pages one under, the
+	// outages of dead replicas to resolve, and when etcd was last found unreachable.
+	outageID        string
+	orphanedOutages []incident.Incident
+	outageSeen      time.Time
+	prevLease       clientv3.LeaseID // the lease of the last term (term loop only)
 }
 
 // New returns a detector; Run starts it.
@@ -215,6 +220,10 @@ func (d *Detector) watchLoop(ctx context.Context) {
 // watchRetryMax caps the wait between two failed reads of etcd.
 const watchRetryMax = 2 * time.Second
 
+// watched are the trees every replica follows: the sidecars' node keys and the stored
+// incidents (each in its own tree: snapshot/keys.go).
+var watched = []string{snapshot.JobsPrefix, snapshot.IncidentsPrefix}
+
 // watch applies the changes after rev until the watch fails. The etcd client resumes a
 // broken watch stream by itself when etcd returns, so a closed channel is not how an
 // outage shows: a read every ProbeEvery says whether etcd answers, and two failures in a
@@ -222,16 +231,34 @@ const watchRetryMax = 2 * time.Second
 func (d *Detector) watch(ctx context.Context, rev int64) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	ch := d.opts.Client.Watch(wctx, snapshot.JobsPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	merged := make(chan clientv3.WatchResponse)
+	closed := make(chan struct{}, len(watched))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for _, prefix := range watched {
+		ch := d.opts.Client.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for resp := range ch {
+				select {
+				case merged <- resp:
+				case <-wctx.Done():
+					return
+				}
+			}
+			closed <- struct{}{} // one closed watch ends both: the next load reads everything again
+		}()
+	}
 	probe := time.NewTicker(d.opts.ProbeEvery)
 	defer probe.Stop()
 	failed := 0
 	for {
 		select {
-		case resp, ok := <-ch:
-			if !ok {
-				return
-			}
+		case <-closed:
+			return
+		case resp := <-merged:
 			if err := resp.Err(); err != nil {
 				d.opts.Logger.Warn("etcd watch failed; reloading", "err", err)
 				return
@@ -256,17 +283,23 @@ func (d *Detector) watch(ctx context.Context, rev int64) {
 	}
 }
 
-// load reads every key under the jobs prefix and rebuilds the state.
+// load reads every watched key, at one revision, and rebuilds the state.
 func (d *Detector) load(ctx context.Context) (int64, error) {
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := d.opts.Client.Get(octx, snapshot.JobsPrefix, clientv3.WithPrefix())
-	if err != nil {
-		return 0, fmt.Errorf("load %s: %w", snapshot.JobsPrefix, err)
+	ops := make([]clientv3.Op, len(watched))
+	for i, prefix := range watched {
+		ops[i] = clientv3.OpGet(prefix, clientv3.WithPrefix())
 	}
-	chs := make([]change, len(resp.Kvs))
-	for i, kv := range resp.Kvs {
-		chs[i] = change{key: string(kv.Key), value: kv.Value}
+	resp, err := d.opts.Client.Txn(octx).Then(ops...).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("load %v: %w", watched, err)
+	}
+	var chs []change
+	for _, r := range resp.Responses {
+		for _, kv := range r.GetResponseRange().Kvs {
+			chs = append(chs, change{key: string(kv.Key), value: kv.Value})
+		}
 	}
 	ready := d.prepare(chs)
 	now := d.opts.Now()
@@ -378,6 +411,7 @@ func (d *Detector) etcdUnreachable(err error) {
 	defer d.mu.Unlock()
 	if d.etcdDown.IsZero() {
 		d.etcdDown = d.opts.Now()
+		d.outageSeen = d.etcdDown
 		d.opts.Logger.Error("etcd unreachable", "err", err)
 	}
 	d.m.etcdUp.Set(0)
@@ -453,7 +487,7 @@ func (d *Detector) evaluate(ctx context.Context, t *term, alerts Alerts) {
 	for job, c := range changed {
 		// The monitoring job's incidents are about etcd itself (unreachable): they are
 		// announced when they could not be stored, never when the fence refused them.
-		if r := d.persist(ctx, t, job, c.store); r == stored || (r == storeFailed && job == monitoringJob) {
+		if r := d.persist(ctx, t, job, c.store, c.notify); r == stored || (r == storeFailed && job == monitoringJob) {
 			for _, inc := range c.notify {
 				d.announce(inc, alerts)
 			}

@@ -28,7 +28,8 @@ const (
 	storeFailed              // etcd did not answer
 )
 
-// maxTxnOps stays under etcd's default limit of 128 operations per transaction.
+// maxTxnOps stays under etcd's default limit of 128 operations per transaction; a chunk
+// of incidents writes at most two keys each.
 const maxTxnOps = 100
 
 // fenceOf is the comparison a write about job must pass; false when this replica holds
@@ -47,11 +48,19 @@ func (d *Detector) fenceOf(job string) (clientv3.Cmp, bool) {
 	return etcdfence.KeyAt(snapshot.OwnerKey(job), o.rev), true
 }
 
-// persist stores a job's changed incidents, fenced; resolved ones expire after a day. A
-// refusal ends the term: the replica is stale.
-func (d *Detector) persist(ctx context.Context, t *term, job string, incs []incident.Incident) storeResult {
+// persist stores a job's changed incidents, fenced; resolved ones expire after a day. The
+// incidents notifiers are told of (paged) also get their sealed page record (PageKey), in
+// the same transaction: what a new owner restores an incident from when its incident key
+// was deleted or garbled, so that it continues the page under its id (and resolves it)
+// instead of paging the same fault again under a new one. A refusal ends the term: the
+// replica is stale.
+func (d *Detector) persist(ctx context.Context, t *term, job string, incs, paged []incident.Incident) storeResult {
 	if len(incs) == 0 {
 		return stored
+	}
+	pages := make(map[string]bool, len(paged))
+	for _, inc := range paged {
+		pages[inc.ID] = true
 	}
 	d.mu.Lock()
 	cmp, ok := d.fenceOf(job)
@@ -61,14 +70,21 @@ func (d *Detector) persist(ctx context.Context, t *term, job string, incs []inci
 		return storeRefused
 	}
 	var lease clientv3.LeaseID
-	for start := 0; start < len(incs); start += maxTxnOps {
-		chunk := incs[start:min(start+maxTxnOps, len(incs))]
-		ops := make([]clientv3.Op, 0, len(chunk))
+	for start := 0; start < len(incs); start += maxTxnOps / 2 {
+		chunk := incs[start:min(start+maxTxnOps/2, len(incs))]
+		ops := make([]clientv3.Op, 0, 2*len(chunk))
 		for _, inc := range chunk {
 			b, err := d.opts.Incidents.Seal(ctx, snapshot.IncidentKey(inc.Job, inc.ID), inc)
 			if err != nil {
 				d.opts.Logger.Warn("seal incident", "id", inc.ID, "err", err)
 				continue
+			}
+			var page []byte
+			if pages[inc.ID] {
+				if page, err = d.opts.Incidents.Seal(ctx, snapshot.PageKey(inc.Job, inc.ID), inc); err != nil {
+					d.opts.Logger.Warn("seal page record", "id", inc.ID, "err", err)
+					continue
+				}
 			}
 			var opts []clientv3.OpOption
 			if inc.State == incident.StateResolved {
@@ -84,6 +100,9 @@ func (d *Detector) persist(ctx context.Context, t *term, job string, incs []inci
 				}
 			}
 			ops = append(ops, clientv3.OpPut(snapshot.IncidentKey(inc.Job, inc.ID), string(b), opts...))
+			if page != nil {
+				ops = append(ops, clientv3.OpPut(snapshot.PageKey(inc.Job, inc.ID), string(page), opts...))
+			}
 		}
 		octx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		resp, err := d.opts.Client.Txn(octx).If(cmp).Then(ops...).Commit()

@@ -3,6 +3,7 @@ package live
 import (
 	"errors"
 	"runtime"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,10 +212,30 @@ func (d *Detector) adopt(job string) {
 	raws := d.rawOf(job)
 	d.mu.Unlock()
 	decoded := map[string]*snapshot.Node{}
+	var dropped []string
+	var firstErr error
 	for node, r := range raws {
-		if n, err := d.decode(job, node, &r); err == nil {
+		n, err := d.decode(job, node, &r)
+		switch {
+		case err == nil:
 			decoded[node] = n
+			continue
+		case errors.Is(err, errKeyMismatch):
+			d.m.spoofed.Inc()
+		default:
+			d.m.badSnapshots.Inc()
 		}
+		dropped = append(dropped, node)
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	// Values already in etcd when the job is taken over are counted and said as those
+	// the watch brings are (putDecoded), in one line.
+	if len(dropped) > 0 {
+		sort.Strings(dropped)
+		d.opts.Logger.Warn("node snapshots dropped at takeover: undecodable or naming another job or node than their key",
+			"job", job, "nodes", len(dropped), "first", dropped[0], "err", firstErr)
 	}
 	now := d.opts.Now()
 	d.mu.Lock()

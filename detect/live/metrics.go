@@ -22,6 +22,7 @@ type metrics struct {
 	ownership    *prometheus.CounterVec
 	owned        prometheus.Gauge
 	jobOwner     *prometheus.GaugeVec
+	restored     prometheus.Counter
 }
 
 func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
@@ -48,7 +49,7 @@ func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
 		Help: "Incident writes by result: ok, refused (this replica no longer owns the job: it was stale), error (etcd did not answer)."},
 		[]string{"result"})
 	m.ownership = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ncclwatch_detector_ownership_changes_total",
-		Help: "Jobs this replica claimed, released (to the replica they prefer, or ended) and lost (its key was gone)."},
+		Help: "Jobs this replica claimed, released (to the replica they prefer, or ended) and lost (its key was gone); replicas it evicted (their heartbeat stopped)."},
 		[]string{"change"})
 	m.owned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_jobs_owned", Help: "Jobs this replica owns and judges."})
 	m.jobOwner = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ncclwatch_detector_job_owner",
@@ -57,12 +58,14 @@ func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
 	for _, r := range []string{"ok", "refused", "error"} {
 		m.fencedWrites.WithLabelValues(r)
 	}
-	for _, c := range []string{"claimed", "released", "lost"} {
+	m.restored = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_restored_incidents_total",
+		Help: "Incidents restored at takeover from their sealed page record: their incident key was missing, garbled or behind what was paged."})
+	for _, c := range []string{"claimed", "released", "lost", "evicted"} {
 		m.ownership.WithLabelValues(c)
 	}
 	if reg != nil {
 		reg.MustRegister(m.open, m.latency, m.evalTime, m.nodes, m.ranks, m.leader, m.etcdUp, m.events,
-			m.badSnapshots, m.storeErrors, m.watchLag, m.spoofed, m.fencedWrites, m.ownership, m.owned, m.jobOwner)
+			m.badSnapshots, m.storeErrors, m.watchLag, m.spoofed, m.fencedWrites, m.ownership, m.owned, m.jobOwner, m.restored)
 	}
 	return m
 }

@@ -87,24 +87,72 @@ func (d *Detector) sync(ctx context.Context, t *term, alerts Alerts) {
 	resp, err := d.opts.Client.Txn(octx).Then(
 		clientv3.OpGet(snapshot.ShardPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(snapshot.LeaderKey+"/", clientv3.WithPrefix(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 	).Commit()
 	cancel()
 	if err != nil {
+		t.forget()
 		return
 	}
 	now := d.opts.Now()
-	var replicas []string
-	owners := map[string]owner{}
+	var kvsOfReplicas []replicaKV
+	type ownerKV struct {
+		job string
+		owner
+		lease int64
+	}
+	var ownerKVs []ownerKV
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		key := string(kv.Key)
 		if id, ok := snapshot.ParseReplicaKey(key); ok {
-			replicas = append(replicas, id)
-			if _, ok := t.seen[id]; !ok {
-				t.seen[id] = now
-			}
+			kvsOfReplicas = append(kvsOfReplicas, replicaKV{id: id, modRev: kv.ModRevision, createRev: kv.CreateRevision, lease: kv.Lease})
 		} else if job, ok := snapshot.ParseOwnerKey(key); ok {
-			owners[job] = owner{replica: string(kv.Value), rev: kv.CreateRevision}
+			ownerKVs = append(ownerKVs, ownerKV{job: job, owner: owner{replica: string(kv.Value), rev: kv.CreateRevision}, lease: kv.Lease})
+		}
+	}
+	// Liveness (liveness.go): replicas whose heartbeat stopped are removed, and with them
+	// every key under a lease no live replica holds.
+	d.judge(t, kvsOfReplicas, now)
+	self := false
+	live := map[int64]bool{}
+	var replicas []string
+	for _, r := range kvsOfReplicas {
+		if r.id == d.opts.ID {
+			self = r.createRev == t.rev
+		}
+		if !r.heartbeatOK && d.evict(ctx, r) {
+			delete(t.beats, r.id)
+			continue
+		}
+		live[r.lease] = true
+		replicas = append(replicas, r.id)
+	}
+	if !self {
+		t.end("its replica key is gone: the other replicas judged it dead")
+		return
+	}
+	var orphans []orphanKV
+	for _, o := range ownerKVs {
+		if !live[o.lease] {
+			orphans = append(orphans, orphanKV{key: snapshot.OwnerKey(o.job), createRev: o.rev})
+		}
+	}
+	elections := resp.Responses[1].GetResponseRange().Kvs
+	for _, kv := range elections {
+		if !live[kv.Lease] {
+			orphans = append(orphans, orphanKV{key: string(kv.Key), createRev: kv.CreateRevision})
+		}
+	}
+	gone := d.removeOrphans(ctx, orphans)
+	owners := map[string]owner{}
+	for _, o := range ownerKVs {
+		if !gone[snapshot.OwnerKey(o.job)] {
+			owners[o.job] = o.owner
+		}
+	}
+	for _, id := range replicas {
+		if _, ok := t.seen[id]; !ok {
+			t.seen[id] = now
 		}
 	}
 	sort.Strings(replicas)
@@ -115,9 +163,12 @@ func (d *Detector) sync(ctx context.Context, t *term, alerts Alerts) {
 	}
 	var leaderID string
 	leading := false
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-		leaderID = string(kvs[0].Value)
-		leading = string(kvs[0].Key) == t.electionKey
+	for _, kv := range elections {
+		if !gone[string(kv.Key)] {
+			leaderID = string(kv.Value)
+			leading = string(kv.Key) == t.electionKey
+			break
+		}
 	}
 
 	d.mu.Lock()
@@ -194,8 +245,15 @@ func (d *Detector) sync(ctx context.Context, t *term, alerts Alerts) {
 			delete(t.unowned, job)
 		}
 	}
+	etcdUp := d.etcdDown.IsZero()
 	d.mu.Unlock()
 	d.m.setOwners(owners)
+	if leading && !wasLeading {
+		d.armOutage(ctx, t)
+	}
+	if leading && etcdUp {
+		d.adoptOutages(ctx, t, live)
+	}
 
 	sort.Strings(claim)
 	sort.Strings(release)
@@ -327,21 +385,47 @@ func (d *Detector) setLeaderLocked(leading bool, key string, rev int64, known []
 	return out
 }
 
-// storedIncidents reads a job's incidents from etcd.
+// storedIncidents reads a job's incidents from etcd, with their page records (fence.go):
+// an incident whose key is missing, garbled or older than its page record is restored
+// from the page record, counted and logged, so that it goes on under its id.
 func (d *Detector) storedIncidents(ctx context.Context, job string) ([]incident.Incident, error) {
-	resp, err := d.opts.Client.Get(ctx, snapshot.JobsPrefix+job+"/incidents/", clientv3.WithPrefix())
+	resp, err := d.opts.Client.Txn(ctx).Then(
+		clientv3.OpGet(snapshot.IncidentKey(job, ""), clientv3.WithPrefix()),
+		clientv3.OpGet(snapshot.PageKey(job, ""), clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return nil, err
 	}
-	var out []incident.Incident
-	for _, kv := range resp.Kvs {
+	byID := map[string]incident.Incident{}
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		inc, ok, err := d.openIncident(ctx, string(kv.Key), kv.Value)
 		if err != nil {
 			return nil, err // not judged yet: take over later rather than page it again
 		}
-		if ok {
-			out = append(out, inc)
+		if _, id, _ := snapshot.ParseIncidentKey(string(kv.Key)); ok && inc.ID == id && inc.Job == job {
+			byID[inc.ID] = inc
 		}
 	}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		page, ok, err := d.openIncident(ctx, string(kv.Key), kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		_, id, _ := snapshot.ParsePageKey(string(kv.Key))
+		if !ok || page.ID != id || page.Job != job {
+			continue
+		}
+		if inc, found := byID[id]; found && inc.Revision >= page.Revision {
+			continue
+		}
+		d.m.restored.Inc()
+		d.opts.Logger.Warn("an incident's stored record is missing, garbled or behind what was paged: restored from its sealed page record",
+			"job", job, "id", id, "state", page.State, "revision", page.Revision)
+		byID[id] = page
+	}
+	out := make([]incident.Incident, 0, len(byID))
+	for _, inc := range byID {
+		out = append(out, inc)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
 	return out, nil
 }

@@ -72,16 +72,24 @@ func (f *freezer) hooks() *hooks {
 type cluster struct {
 	t        *testing.T
 	srv      *etcdembed.Server
+	cfg      etcdconn.Config  // how replicas connect
 	cli      *clientv3.Client // the test's own client
 	rec      *recorder
 	replicas map[string]*replica
 	frozen   map[string]*freezer
 	regs     map[string]*prometheus.Registry
+	// alerts, when set, makes each replica's alerts (a real dispatcher) instead of rec.
+	alerts func(id string, cli *clientv3.Client) func(prometheus.Registerer) (Alerts, error)
 }
 
 func newCluster(t *testing.T, ids ...string) *cluster {
 	srv, cli := etcdtest.Start(t, etcdembed.Options{})
-	c := &cluster{t: t, srv: srv, cli: cli, rec: &recorder{}, replicas: map[string]*replica{},
+	return newClusterOn(t, srv, etcdconn.Config{Endpoints: srv.Endpoints()}, cli, ids...)
+}
+
+// newClusterOn runs replicas connecting with cfg; cli is the test's own client (root).
+func newClusterOn(t *testing.T, srv *etcdembed.Server, cfg etcdconn.Config, cli *clientv3.Client, ids ...string) *cluster {
+	c := &cluster{t: t, srv: srv, cfg: cfg, cli: cli, rec: &recorder{}, replicas: map[string]*replica{},
 		frozen: map[string]*freezer{}, regs: map[string]*prometheus.Registry{}}
 	for _, id := range ids {
 		c.start(id)
@@ -99,16 +107,20 @@ func newCluster(t *testing.T, ids ...string) *cluster {
 
 // start runs replica id: lease TTL 2 s, an evaluation every 200 ms.
 func (c *cluster) start(id string) *replica {
-	cli, err := etcdconn.New(etcdconn.Config{Endpoints: c.srv.Endpoints()})
+	cli, err := etcdconn.New(c.cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	f := &freezer{}
 	reg := prometheus.NewRegistry()
+	newAlerts := func(prometheus.Registerer) (Alerts, error) { return c.rec.as(id), nil }
+	if c.alerts != nil {
+		newAlerts = c.alerts(id, cli)
+	}
 	d, err := New(Options{Client: cli, Rules: detect.DefaultConfig(), Interval: 200 * time.Millisecond,
 		ResolveAfter: time.Second, LeaseTTL: 2 * time.Second, ID: id, Logger: slog.New(slog.DiscardHandler),
 		Registerer: reg, hooks: f.hooks(),
-		NewAlerts: func(prometheus.Registerer) (Alerts, error) { return c.rec.as(id), nil }})
+		NewAlerts: newAlerts})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -171,7 +183,7 @@ func (c *cluster) storedIncidents(job string) []incident.Incident {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := c.cli.Get(ctx, snapshot.JobsPrefix+job+"/incidents/", clientv3.WithPrefix())
+	resp, err := c.cli.Get(ctx, snapshot.IncidentKey(job, ""), clientv3.WithPrefix())
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -37,6 +37,7 @@ type term struct {
 	rev         int64 // create revision of both keys (one transaction)
 
 	seen    map[string]time.Time // replicas, since when this term has seen them
+	beats   map[string]beat      // replicas' heartbeats as last read (liveness.go)
 	unowned map[string]time.Time // jobs without an owner, since when
 
 	done   chan struct{}
@@ -104,7 +105,7 @@ func (d *Detector) startTerm(ctx context.Context) (*term, error) {
 	}
 	t := &term{lease: g.ID, replicaKey: snapshot.ReplicaKey(d.opts.ID),
 		electionKey: fmt.Sprintf("%s/%x", snapshot.LeaderKey, int64(g.ID)),
-		seen:        map[string]time.Time{}, unowned: map[string]time.Time{}, done: make(chan struct{})}
+		seen:        map[string]time.Time{}, beats: map[string]beat{}, unowned: map[string]time.Time{}, done: make(chan struct{})}
 	for attempt := 0; attempt < 2; attempt++ {
 		resp, err := d.opts.Client.Txn(octx).
 			If(clientv3.Compare(clientv3.CreateRevision(t.replicaKey), "=", 0)).
@@ -184,8 +185,9 @@ func (d *Detector) runTerm(ctx context.Context, t *term) {
 	}
 }
 
-// keepAlive renews the term's lease every third of its TTL. While etcd does not answer it
-// retries every 250 ms; when etcd says the lease is gone, the term ends.
+// keepAlive renews the term's lease and rewrites its heartbeat (liveness.go) every third
+// of its TTL. While etcd does not answer it retries every 250 ms; when etcd says the lease
+// is gone, or the heartbeat is refused, the term ends.
 func (d *Detector) keepAlive(ctx context.Context, t *term) {
 	every := max(d.opts.LeaseTTL/3, 100*time.Millisecond)
 	wait := every
@@ -201,10 +203,16 @@ func (d *Detector) keepAlive(ctx context.Context, t *term) {
 		octx, cancel := context.WithTimeout(ctx, every)
 		resp, err := d.opts.Client.KeepAliveOnce(octx, t.lease)
 		cancel()
+		if err == nil && resp.TTL > 0 {
+			err = d.heartbeat(ctx, t)
+			if t.ended() {
+				return
+			}
+		}
 		switch {
 		case err == nil && resp.TTL > 0:
 			wait = every
-		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
+		case err == nil || errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound):
 			t.end("its lease expired")
 			return
 		case ctx.Err() != nil:

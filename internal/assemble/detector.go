@@ -132,6 +132,7 @@ func Outage(ctx context.Context, d *live.Detector, cfg *alert.Config, o AlertOpt
 		log = slog.Default()
 	}
 	out, err := alert.NewOutage(cfg, o.Build, alert.OutageOptions{Down: d.EtcdDownSince, Leading: d.Leading, Replica: d.ID(), Grace: o.OutageGrace,
+		ID: d.OutageID, Orphans: d.OrphanedOutages,
 		Health: o.Health, Logger: log.With("part", "alert")})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ncclwatch/watchdog/alert"
+	"github.com/ncclwatch/watchdog/detect/live"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
@@ -135,4 +137,85 @@ func TestEtcdOutageDeliveredOnceAndResolved(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestOutageResolvedAfterItsReporterDies: two replicas; the whole etcd goes away, the
+// leader reports it in-band and is killed before etcd returns. The replica that leads
+// after etcd's return resolves that report (same incident id), from the outage record the
+// dead leader stored in etcd when it took the lead: the notifier sees one open and its
+// resolve.
+func TestOutageResolvedAfterItsReporterDies(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	srv, err := etcdembed.Start(t.Context(), etcdembed.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	hooks := &hookLog{}
+	hook := httptest.NewServer(hooks)
+	defer hook.Close()
+	cfg := &alert.Config{Notifiers: []alert.NotifierConfig{{Name: "hook", Type: "webhook", URL: hook.URL}}}
+	type replica struct {
+		d    *live.Detector
+		stop context.CancelFunc
+		done chan struct{}
+	}
+	start := func(id string) *replica {
+		cli, err := etcdconn.New(etcdconn.Config{Endpoints: srv.Endpoints()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		reg := prometheus.NewRegistry()
+		health, err := alert.NewHealth(cfg, alert.BuildOptions{}, log, reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ao := AlertOptions{Logger: log, Health: health, OutageInBand: true, OutageGrace: 2 * time.Second}
+		d, err := Detector(cli, DetectorConfig{ID: id, Interval: 200 * time.Millisecond, ResolveAfter: time.Second, LeaseTTL: 2 * time.Second,
+			Logger: log, Registerer: reg, Ready: health.Ready, Alerts: Alerts(cfg, cli, ao)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		r := &replica{d: d, stop: cancel, done: make(chan struct{})}
+		go func() { defer close(r.done); d.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-r.done })
+		if err := Outage(ctx, d, cfg, ao); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := start("a")
+	waitFor(t, 15*time.Second, "a leads and armed its outage record", func() bool { return a.d.Leading() && a.d.OutageID() != "" })
+	b := start("b")
+	waitFor(t, 15*time.Second, "b is ready", func() bool { return b.d.Ready() == nil })
+
+	srv.Stop()
+	waitFor(t, 30*time.Second, "outage delivered", func() bool { return hooks.count("open") == 1 })
+	opened := hooks.all()[0]
+	a.stop() // killed during the outage: it cannot resolve what it reported
+	<-a.done
+	if err := srv.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	took := waitFor(t, 30*time.Second, "the dead reporter's outage resolved", func() bool { return hooks.count("resolve") == 1 })
+	t.Logf("resolved %.1f s after etcd's return, by the replica that leads after it", took.Seconds())
+	time.Sleep(2 * time.Second)
+	got := hooks.all()
+	if hooks.count("open") != 1 || hooks.count("resolve") != 1 {
+		t.Fatalf("notifier saw %v, want one open and one resolve", got)
+	}
+	var resolved string
+	for _, g := range got {
+		if strings.HasPrefix(g, "resolve ") {
+			resolved = g
+		}
+	}
+	if strings.TrimPrefix(opened, "open ") != strings.TrimPrefix(resolved, "resolve ") {
+		t.Errorf("opened %q, resolved %q: not the same incident", opened, resolved)
+	}
+	if !b.d.Leading() {
+		t.Error("b does not lead")
+	}
 }

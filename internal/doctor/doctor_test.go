@@ -16,6 +16,7 @@ import (
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
 	"github.com/ncclwatch/watchdog/internal/etcdroles"
+	"github.com/ncclwatch/watchdog/internal/etcdtest"
 	"github.com/ncclwatch/watchdog/internal/procstat"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -197,15 +198,44 @@ func TestEtcd(t *testing.T) {
 	as := func(user, role string) EtcdCheck {
 		return EtcdCheck{Config: etcdconn.Config{Endpoints: srv.Endpoints(), Username: user, PasswordFile: filepath.Join(dir, user)}, Role: role, Job: "llama"}
 	}
-	expect(t, Etcd(ctx, as(etcdroles.Detector, "detector")), OK, "user ncclwatch-detector is accepted", "writes under /ncclwatch/v1/")
+	expect(t, Etcd(ctx, as(etcdroles.Detector, "detector")), OK, "authenticated as ncclwatch-detector by the password", "writes under /ncclwatch/v1/")
 	expect(t, Etcd(ctx, as(etcdroles.Sidecar, "sidecar")), OK, "writes node keys and their bases of job llama", "least privilege")
 	expect(t, Etcd(ctx, as(perJob.Roles[1].Name, "sidecar")), OK, "writes node keys and their bases of job llama", "least privilege")
 	expect(t, Etcd(ctx, as(nodesOnly.Name, "sidecar")), Fail, "cannot write its node key", "and its base")
 	expect(t, Etcd(ctx, as(etcdroles.Sidecar, "detector")), Fail, "cannot read /ncclwatch/v1/jobs/", "ncclwatch-detector")
-	expect(t, Etcd(ctx, as(etcdroles.Detector, "sidecar")), Warn, "can read the detectors' incident key")
+	expect(t, Etcd(ctx, as(etcdroles.Detector, "sidecar")), Fail, "can read the detectors' incident key", "can write what the detectors decide with")
 	wrong := filepath.Join(dir, "wrong")
 	os.WriteFile(wrong, []byte("nope"), 0o600)
 	c := as(etcdroles.Detector, "detector")
 	c.Config.PasswordFile = wrong
-	expect(t, Etcd(ctx, c), Fail, "refused user \"ncclwatch-detector\" with the password in "+wrong)
+	expect(t, Etcd(ctx, c), Fail, "the password of ncclwatch-detector in "+wrong+" was refused")
+}
+
+// TestEtcdSecured: doctor, on etcd 3.4 (no AuthStatus) as on the embedded etcd, with TLS,
+// client certificates and auth, passes each part's own credentials (password, or the
+// certificate alone) for its role, and fails a part given another's certificate.
+func TestEtcdSecured(t *testing.T) {
+	for _, backend := range etcdtest.Backends {
+		t.Run(backend, func(t *testing.T) {
+			e := etcdtest.StartSecured(t, backend, "llama")
+			ctx := context.Background()
+			check := func(cfg etcdconn.Config, role string) EtcdCheck {
+				return EtcdCheck{Config: cfg, Role: role, Job: "llama"}
+			}
+			version := "etcd 3.7"
+			if backend == "etcd 3.4" {
+				version = "etcd 3.4."
+			}
+			expect(t, Etcd(ctx, check(e.Config(etcdroles.Detector), "detector")), OK, version, "authenticated as ncclwatch-detector by the password", "writes under /ncclwatch/v1/")
+			expect(t, Etcd(ctx, check(e.CertOnly(etcdroles.Detector), "detector")), OK, "authenticated as ncclwatch-detector by the client certificate CN")
+			for _, u := range []string{etcdroles.Sidecar, etcdroles.Sidecar + "-llama"} {
+				expect(t, Etcd(ctx, check(e.Config(u), "sidecar")), OK, "authenticated as "+u+" by the password", "least privilege")
+				expect(t, Etcd(ctx, check(e.CertOnly(u), "sidecar")), OK, "authenticated as "+u+" by the client certificate CN", "least privilege")
+			}
+			shared := e.Config(etcdroles.Sidecar)
+			det := e.CertOnly(etcdroles.Detector)
+			shared.CertFile, shared.KeyFile = det.CertFile, det.KeyFile
+			expect(t, Etcd(ctx, check(shared, "sidecar")), Fail, "an etcd identity of its own")
+		})
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -42,22 +43,27 @@ func Etcd(ctx context.Context, c EtcdCheck) []Result {
 		return append(out, problem("etcd", Fail, err.Error(), "check --etcd-* settings"))
 	}
 	defer cli.Close()
-	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	status, err := cli.AuthStatus(octx)
+	// What this etcd can answer is detected, not assumed from a version: AuthStatus exists
+	// from 3.5 on, and WhoAmI asks with what every version has (etcdconn/identity.go).
+	if st, err := cli.Status(octx, c.Config.Endpoints[0]); err == nil {
+		out = append(out, ok("etcd", "etcd %s at %s", st.Version, c.Config.Endpoints[0]))
+	}
+	id, err := etcdconn.WhoAmI(octx, cli, c.Config)
 	switch {
 	case err != nil:
 		return append(out, problem("etcd", Fail, fmt.Sprintf("etcd answers the connection but not a request: %v", err),
-			"a refused password names its file above; else check etcd's health (etcdctl endpoint health)"))
-	case !status.Enabled:
+			"check etcd's health (etcdctl endpoint health)"))
+	case id.AuthOff:
 		out = append(out, problem("roles", Warn, "etcd's authentication is off: whoever reaches etcd can write node keys of any job, and delete incidents",
 			"watchdog etcd-roles --apply --enable-auth --password-dir DIR (docs/security.md)"))
+	case id.User == "":
+		return append(out, problem("etcd", Fail, id.String(), "check --etcd-user and --etcd-password-file, or the client certificate (docs/security.md)"))
+	case id.Problem != "":
+		out = append(out, problem("etcd", Fail, id.String(), "one client certificate per part, its CN the part's etcd user (docs/security.md#one-identity-per-part)"))
 	default:
-		who := c.Config.Username
-		if who == "" {
-			who = "(client certificate)"
-		}
-		out = append(out, ok("etcd", "authentication is on; user %s is accepted", who))
+		out = append(out, ok("etcd", "authentication is on; %s", id))
 	}
 	switch c.Role {
 	case "detector":
@@ -118,13 +124,27 @@ func sidecarRole(ctx context.Context, cli *clientv3.Client, c EtcdCheck) []Resul
 	} else if !denied(err) {
 		out = append(out, problem("roles", Warn, fmt.Sprintf("reading the incident key failed otherwise than denied: %v", err), ""))
 	}
-	probe := snapshot.DeliveryKey("doctor", "probe")
-	if _, err := cli.Put(ctx, probe, "{}"); err == nil {
-		_, _ = cli.Delete(ctx, probe)
-		out = append(out, problem("roles", Warn, "the sidecar's user can write the detectors' delivery state (and silence pages)",
-			"give sidecars the role "+etcdroles.Sidecar+" alone (watchdog etcd-roles)"))
-	} else if denied(err) {
-		out = append(out, ok("roles", "the sidecar's user cannot read the incident key nor write delivery state (least privilege)"))
+	// Every key the detectors decide with must be out of the sidecar's reach. The probes
+	// are keys no detector uses (a job no sidecar may name), so a wrongly permitted write
+	// overwrites nothing. A sidecar cannot read, so a conditional write would be refused
+	// for its comparison: a plain put, deleted again when it was permitted.
+	const probeJob = "_doctor-probe"
+	var reachable []string
+	for _, k := range []string{snapshot.DeliveryKey("doctor", "probe"), snapshot.IncidentKey(probeJob, "probe"),
+		snapshot.PageKey(probeJob, "probe"), snapshot.OwnerKey(probeJob), snapshot.ReplicaKey(probeJob),
+		snapshot.LeaderKey + "/" + probeJob, snapshot.OutageKey(probeJob)} {
+		_, err := cli.Put(ctx, k, "{}")
+		switch {
+		case err == nil:
+			_, _ = cli.Delete(ctx, k)
+			reachable = append(reachable, k)
+		case !denied(err):
+			out = append(out, problem("roles", Warn, fmt.Sprintf("writing %s failed otherwise than denied: %v", k, err), ""))
+		}
 	}
-	return out
+	if len(reachable) > 0 {
+		return append(out, problem("roles", Fail, fmt.Sprintf("the sidecar's user can write what the detectors decide with (%s): it could silence, repeat or stall pages", strings.Join(reachable, ", ")),
+			"give sidecars the role "+etcdroles.Sidecar+"-<job> or "+etcdroles.Sidecar+" alone (watchdog etcd-roles)"))
+	}
+	return append(out, ok("roles", "the sidecar's user cannot read the incident key nor write incidents, page records, delivery state, owners, heartbeats, the election or outage records (least privilege)"))
 }

@@ -184,8 +184,12 @@ func (a *tokenAuth) unary(ctx context.Context, method string, req, reply any, cc
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	if first, stale := a.needsFirstToken(); first {
-		// Best effort: if it fails the RPC goes without a token and fails as etcd says.
-		_ = a.refresh(ctx, stale)
+		// An unreachable etcd: the RPC goes and fails as etcd's absence says. A refused
+		// password: the RPC does not go, since without a token an etcd with client
+		// certificate authentication takes it as the certificate's CN (identity.go).
+		if err := a.refresh(ctx, stale); refusal(ctx, err) {
+			return err
+		}
 	}
 	stale := a.token()
 	err := invoker(ctx, method, req, reply, cc, opts...)
@@ -200,7 +204,9 @@ func (a *tokenAuth) unary(ctx context.Context, method string, req, reply any, cc
 
 func (a *tokenAuth) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	if first, stale := a.needsFirstToken(); first {
-		_ = a.refresh(ctx, stale)
+		if err := a.refresh(ctx, stale); refusal(ctx, err) {
+			return nil, err
+		}
 	}
 	stale := a.token()
 	s, err := streamer(ctx, desc, cc, method, opts...)
@@ -231,6 +237,12 @@ func (s *tokenStream) RecvMsg(m any) error {
 		_ = s.auth.refresh(s.ctx, s.stale)
 	}
 	return err
+}
+
+// refusal says whether a token fetch failed for the credentials (a refused password, an
+// unreadable password file), not for an unreachable etcd or the caller's deadline.
+func refusal(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && !isUnreachable(err)
 }
 
 func readPassword(path string) (string, error) {

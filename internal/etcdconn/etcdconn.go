@@ -87,6 +87,7 @@ func New(cfg Config) (*clientv3.Client, error) {
 	}
 	if cfg.Logger != nil {
 		go monitor(c, cfg, cfg.Logger)
+		go logIdentity(c, cfg, cfg.Logger)
 	}
 	return c, nil
 }

@@ -1,7 +1,10 @@
 // Package etcdroles is the least-privilege etcd setup of the watchdog (docs/security.md):
-// the detector's role owns everything under the watchdog's prefix (incidents, delivery
-// state, the election, the incident key), and a sidecar's role may only write node keys:
-// of every job, or, where the site wants jobs kept apart, of one job. A Plan is printed as
+// the detector's role owns everything under the watchdog's prefix, and a sidecar's role
+// may only write node keys and their bases (snapshot.JobsPrefix, which holds nothing
+// else): of every job, or, the default of the chart and the Slurm units, of one job.
+// Nothing the detectors decide with (incidents, page records, delivery state, owners,
+// heartbeats, the election, outage records, the incident key: snapshot.DetectorPrefix)
+// lies in any sidecar role's range. A Plan is printed as
 // etcdctl commands (`watchdog etcd-roles --print`) or applied through a client with the
 // root role (`--apply`); both are idempotent.
 package etcdroles
@@ -10,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/authpb"
@@ -44,23 +46,20 @@ type Role struct {
 // Plan is the set of roles (each with a user of the same name) to create.
 type Plan struct{ Roles []Role }
 
-// jobName keeps a job name usable as a role name and a key segment.
-var jobName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
-
 // NewPlan returns the roles: the detector's, and one sidecar role for every job (no jobs)
 // or one per job named.
 func NewPlan(jobs []string) (Plan, error) {
-	p := Plan{Roles: []Role{{Name: Detector, Why: "the detector: reads node keys, owns incidents, delivery state, the election and the incident key",
+	p := Plan{Roles: []Role{{Name: Detector, Why: "the detector: reads node keys, owns everything under " + snapshot.DetectorPrefix + " (incidents, delivery state, the election, the incident key)",
 		Perms: []Perm{{Type: "readwrite", Key: snapshot.Prefix, Prefix: true}}}}}
 	if len(jobs) == 0 {
 		p.Roles = append(p.Roles, Role{Name: Sidecar,
-			Why:   "every sidecar: writes its node key under any job; reads nothing (incident keys it might write are refused unsealed, docs/security.md)",
+			Why:   "every sidecar: writes node keys and their bases under any job (nothing else lies there); reads nothing",
 			Perms: []Perm{{Type: "write", Key: snapshot.JobsPrefix, Prefix: true}}})
 		return p, nil
 	}
 	for _, j := range jobs {
-		if !jobName.MatchString(j) {
-			return Plan{}, fmt.Errorf("job %q: want letters, digits, _ . - (a role name and a key segment)", j)
+		if err := snapshot.ValidJob(j); err != nil {
+			return Plan{}, fmt.Errorf("job: %w (a role name and a key segment)", err)
 		}
 		// A publisher writes its node key and the base its values are compressed against
 		// (snapshot.BaseKey) in one transaction: both, or nothing reaches the detector.

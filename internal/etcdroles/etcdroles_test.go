@@ -113,7 +113,10 @@ func checkMatrix(t *testing.T, endpoints []string, dir, sidecar, job string) {
 		{"sidecar writes delivery state", put(side, snapshot.DeliveryKey("slack", "inc-1")), false},
 		{"sidecar writes the election", put(side, snapshot.LeaderKey+"/x"), false},
 		{"sidecar writes another job's node key", put(side, snapshot.NodeKey("other", "n1")), sidecar == Sidecar},
-		{"sidecar writes an incident", put(side, snapshot.IncidentKey(job, "inc-2")), sidecar == Sidecar},
+		{"sidecar writes an incident", put(side, snapshot.IncidentKey(job, "inc-2")), false},
+		{"sidecar writes a page record", put(side, snapshot.PageKey(job, "inc-2")), false},
+		{"sidecar writes an owner key", put(side, snapshot.OwnerKey(job)), false},
+		{"sidecar writes a replica heartbeat", put(side, snapshot.ReplicaKey("r")), false},
 	} {
 		if got := can(t, c.what, c.op); got != c.want {
 			t.Errorf("%s: permitted %t, want %t", c.what, got, c.want)

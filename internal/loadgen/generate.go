@@ -22,14 +22,15 @@ import (
 
 // GenerateOptions configure the generator process (`watchdog loadgen --generate`).
 type GenerateOptions struct {
-	Endpoints []string
-	Ranks     int
-	Jobs      int
-	PP        int
-	Warmup    time.Duration
-	StepTime  time.Duration
-	Clients   int
-	Logger    *slog.Logger
+	// Conn is how the simulated sidecars reach etcd (endpoints, TLS, a sidecar's user).
+	Conn     etcdconn.Config
+	Ranks    int
+	Jobs     int
+	PP       int
+	Warmup   time.Duration
+	StepTime time.Duration
+	Clients  int
+	Logger   *slog.Logger
 }
 
 // Report is one line of the generator's output: every second its running totals, and once
@@ -67,7 +68,7 @@ func Generate(ctx context.Context, o GenerateOptions, out io.Writer) error {
 	}
 	clients := make([]*clientv3.Client, max(o.Clients, 1))
 	for i := range clients {
-		c, err := etcdconn.New(etcdconn.Config{Endpoints: o.Endpoints})
+		c, err := etcdconn.New(o.Conn)
 		if err != nil {
 			return err
 		}

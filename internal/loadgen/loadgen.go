@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
 	"github.com/ncclwatch/watchdog/internal/procstat"
 )
@@ -42,6 +43,10 @@ type Options struct {
 	PP int
 	// Endpoints of an external etcd; empty starts an embedded one in this process.
 	Endpoints []string
+	// Sidecar and Detector are the TLS files and credentials of the simulated sidecars and
+	// of the detector processes (each part its own, docs/security.md); their Endpoints
+	// are ignored.
+	Sidecar, Detector etcdconn.Config
 	// Replicas is the number of detector processes (default 1): they share the jobs.
 	Replicas int
 	// Binary is the watchdog binary run as `detector` and `loadgen --generate` in their own
@@ -52,6 +57,19 @@ type Options struct {
 	StepTime time.Duration // training step (default 1 s)
 	Clients  int           // etcd clients the simulated sidecars share (default 8)
 	Logger   *slog.Logger
+}
+
+// connArgs are the flags that give a child process c's TLS files and credentials (file
+// paths only: no secret on a command line).
+func connArgs(c etcdconn.Config) []string {
+	var out []string
+	for _, f := range [][2]string{{"--etcd-ca-file", c.CAFile}, {"--etcd-cert-file", c.CertFile}, {"--etcd-key-file", c.KeyFile},
+		{"--etcd-user", c.Username}, {"--etcd-password-file", c.PasswordFile}} {
+		if f[1] != "" {
+			out = append(out, f[0], f[1])
+		}
+	}
+	return out
 }
 
 func (o *Options) defaults() error {
@@ -172,8 +190,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 		id := fmt.Sprintf("replica%d", i)
-		det := exec.CommandContext(ctx, bin, "detector", "--etcd-endpoints", strings.Join(endpoints, ","), "--http", httpAddr,
-			"--id", id, "--log-level", "warn")
+		args := append([]string{"detector", "--etcd-endpoints", strings.Join(endpoints, ","), "--http", httpAddr,
+			"--id", id, "--log-level", "warn"}, connArgs(o.Detector)...)
+		det := exec.CommandContext(ctx, bin, args...)
 		det.Stderr = os.Stderr
 		if err := det.Start(); err != nil {
 			return nil, fmt.Errorf("start detector: %w", err)
@@ -186,9 +205,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 
-	gen := exec.CommandContext(ctx, bin, "loadgen", "--generate", "--etcd-endpoints", strings.Join(endpoints, ","),
+	gen := exec.CommandContext(ctx, bin, append([]string{"loadgen", "--generate", "--etcd-endpoints", strings.Join(endpoints, ","),
 		"--ranks", strconv.Itoa(o.Ranks), "--jobs", strconv.Itoa(o.Jobs), "--pp", strconv.Itoa(o.PP),
-		"--warmup", o.Warmup.String(), "--step", o.StepTime.String(), "--clients", strconv.Itoa(o.Clients))
+		"--warmup", o.Warmup.String(), "--step", o.StepTime.String(), "--clients", strconv.Itoa(o.Clients)}, connArgs(o.Sidecar)...)...)
 	gen.Stderr = os.Stderr
 	out, err := gen.StdoutPipe()
 	if err != nil {
