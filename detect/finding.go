@@ -83,18 +83,20 @@ func (f *Finding) Incident(job string, now time.Time) incident.Incident {
 	}
 }
 
+// kindOrder ranks kinds from the one that explains most: a setup NCCL cannot work with is
+// found first (everything else follows from it), a straggler late.
+var kindOrder = map[incident.Kind]int{incident.KindConfig: 0, incident.KindCrash: 1, incident.KindMismatch: 2,
+	incident.KindOrderInversion: 3, incident.KindHang: 4, incident.KindP2PMismatch: 5, incident.KindStuckInFlight: 6,
+	incident.KindLink: 7, incident.KindGPU: 8, incident.KindLostNode: 9, incident.KindStraggler: 10,
+	incident.KindMonitoring: 11, incident.KindNCCLWarning: 12}
+
 // sortFindings orders findings most severe first, then by kind and key.
 func sortFindings(fs []Finding) {
-	// A setup NCCL cannot work with is found first: everything else follows from it.
-	order := map[incident.Kind]int{incident.KindConfig: 0, incident.KindCrash: 1, incident.KindMismatch: 2,
-		incident.KindOrderInversion: 3, incident.KindHang: 4, incident.KindP2PMismatch: 5, incident.KindStuckInFlight: 6,
-		incident.KindLink: 7, incident.KindGPU: 8, incident.KindLostNode: 9, incident.KindStraggler: 10,
-		incident.KindMonitoring: 11, incident.KindNCCLWarning: 12}
 	sort.SliceStable(fs, func(a, b int) bool {
 		if ra, rb := fs[a].Severity.Rank(), fs[b].Severity.Rank(); ra != rb {
 			return ra < rb
 		}
-		if oa, ob := order[fs[a].Kind], order[fs[b].Kind]; oa != ob {
+		if oa, ob := kindOrder[fs[a].Kind], kindOrder[fs[b].Kind]; oa != ob {
 			return oa < ob
 		}
 		return fs[a].Key < fs[b].Key

@@ -153,6 +153,11 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 		if severityRank(prev.Severity) < severityRank(next.Severity) {
 			next.Severity = prev.Severity // never downgrade an open incident
 		}
+		if kindOrder[prev.Kind] < kindOrder[next.Kind] {
+			// One root is one incident whatever its picture: a rank that stalled and now
+			// only lags stays the hang it was, told what it does now.
+			next.Kind, next.Comm, next.Seq = prev.Kind, prev.Comm, prev.Seq
+		}
 		if evidenced(prev.Cause) && !evidenced(next.Cause) {
 			// A cause the root's own evidence showed (its GPU shared, a link) stays the
 			// incident's after that evidence is gone (the other process ended first).

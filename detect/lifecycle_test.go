@@ -131,3 +131,26 @@ func TestRecurringRootIsOneIncident(t *testing.T) {
 		t.Fatalf("after the flapping stopped: %+v resolved %v", incs, resolved)
 	}
 }
+
+// One root is one incident whatever its picture: a rank that stalled (a hang) and now only
+// lags (a straggler, the same key) stays the hang it was; one that then dies becomes a crash.
+func TestOneRootKeepsItsWorstKind(t *testing.T) {
+	l := NewLifecycle(5 * time.Second)
+	f := func(kind incident.Kind, sev incident.Severity) Finding {
+		return Finding{Kind: kind, Severity: sev, Key: "rank:node1:101", Culprits: []incident.Culprit{{Rank: 1, Host: "node1", PID: 101}},
+			Summary: string(kind)}
+	}
+	var kinds []incident.Kind
+	for i, g := range []Finding{f(incident.KindHang, incident.SeverityWarning), f(incident.KindStraggler, incident.SeverityWarning),
+		f(incident.KindCrash, incident.SeverityCritical)} {
+		l.Update("j", []Finding{g}, t0.Add(time.Duration(i)*time.Second))
+		incs := l.Incidents("j")
+		if len(incs) != 1 {
+			t.Fatalf("incidents %+v", incs)
+		}
+		kinds = append(kinds, incs[0].Kind)
+	}
+	if want := []incident.Kind{incident.KindHang, incident.KindHang, incident.KindCrash}; !slices.Equal(kinds, want) {
+		t.Fatalf("kinds %v, want %v", kinds, want)
+	}
+}

@@ -199,7 +199,7 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 	if len(suspects) == 1 {
 		p := suspects[0]
 		f.Culprits, f.culpritKeys, f.Victims = []incident.Culprit{p.Culprit()}, []string{p.Key()}, len(g.Members)-1
-		f.Key = "straggler:" + p.Key()
+		f.Key = "rank:" + p.Key()
 		f.Summary = fmt.Sprintf("%s slows the job: %s; no rank arrives late, so every rank waits on the GPUs, and %s: %s",
 			p.Name(), what, p.Name(), why[0])
 		processEvidence(j, p, &f)
@@ -310,7 +310,7 @@ func overlaps(a, b episode) bool {
 
 // episodeFinding names a rank the job waited for, what it cost and why, from its evidence.
 func (l *Ledger) episodeFinding(j *Job, e episode, p *Proc, g *Group, nth int) Finding {
-	key := "straggler:" + p.Key()
+	key := "rank:" + p.Key()
 	if nth > 1 {
 		key += fmt.Sprintf("#%d", nth)
 	}
@@ -605,7 +605,7 @@ func (l *Ledger) measuredRoots(j *Job, sc SlowdownConfig, procs map[string]*Proc
 		cause, why := slowCause(j, p, e, m)
 		g := groups[m.group]
 		f := Finding{Kind: incident.KindStraggler, Severity: incident.SeverityWarning, Comm: m.group,
-			Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{k}, Key: "straggler:" + k,
+			Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{k}, Key: "rank:" + k,
 			LagSeconds: float64(m.late) / 1e6, measured: true, Cause: cause,
 			Episode: &incident.Episode{Onset: h[0].at, LostShare: m.share}}
 		if g != nil {
