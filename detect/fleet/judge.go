@@ -365,7 +365,7 @@ func Judge(v *View, stored map[string]*NodeIncident, now time.Time, cfg Config) 
 			continue
 		}
 		// Roots since the last resolution, against the node's share of the fleet's rate.
-		if PoissonTail(rootsOf(jobs), pv.Expected) >= alpha {
+		if PoissonTail(rootsOf(jobs), v.othersRate(pv)) >= alpha {
 			continue
 		}
 		ni := &NodeIncident{Part: pv.Part, Jobs: jobs, Since: since}
@@ -408,6 +408,34 @@ func Judge(v *View, stored map[string]*NodeIncident, now time.Time, cfg Config) 
 		out = append(out, &next)
 	}
 	return out
+}
+
+// othersRate is the roots the part's node would have at the rate the rest of the fleet
+// shows for its kind (the part's own roots left out, so that a bad part does not raise
+// the bar it is judged against), over the node's exposure.
+func (v *View) othersRate(pv *PartView) float64 {
+	var roots int
+	for _, o := range v.parts {
+		if o.Part.Kind == pv.Part.Kind {
+			roots += o.Roots
+		}
+	}
+	roots -= pv.Roots
+	if pv.Part.Kind == PartLink {
+		// A link root is booked at both ends: count it once, and leave out the far ends
+		// of this node's own.
+		roots = (roots - pv.Roots) / 2
+	}
+	e := 0.0
+	for _, r := range v.records {
+		if s := r.nodes[pv.Part.Node]; s != nil {
+			e += prorate(s, v.At.Add(-v.Window), v.At)
+		}
+	}
+	if roots <= 0 || v.ExposureHours <= e {
+		return 0
+	}
+	return float64(roots) * e / (v.ExposureHours - e)
 }
 
 // cleanHours is the node's exposure after t (prorated), from the records behind the view.

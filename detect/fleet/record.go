@@ -114,7 +114,7 @@ func (r *JobRecord) Encode() ([]byte, error) {
 	}
 	groups := map[key][]string{}
 	for n, s := range r.nodes {
-		k := key{s.first.UnixNano(), s.last.UnixNano(), float64(int64(s.hours*1000)) / 1000}
+		k := key{s.first.UnixNano(), s.last.UnixNano(), s.hours}
 		groups[k] = append(groups[k], n)
 	}
 	r.Exposure = r.Exposure[:0]
