@@ -100,7 +100,7 @@ func TestJudge(t *testing.T) {
 			for j := 0; j < 10; j++ {
 				for k := 0; k < 4; k++ {
 					bs = append(bs, booking{job: string(rune('a' + j)), cause: incident.CauseHostStalled, kind: incident.KindHang,
-						at: time.Duration(k+1) * h, hosts: []string{jobs[string(rune('a' + j))][k]}})
+						at: time.Duration(k+1) * h, hosts: []string{jobs[string(rune('a'+j))][k]}})
 				}
 			}
 			return bs
