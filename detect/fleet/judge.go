@@ -44,6 +44,13 @@ type Config struct {
 	Actions ActionConfig `yaml:"actions"`
 }
 
+// DefaultConfig is the configuration with every default filled.
+func DefaultConfig() Config {
+	var c Config
+	c.Defaults()
+	return c
+}
+
 // Defaults fills the zero fields.
 func (c *Config) Defaults() {
 	def := func(d *time.Duration, v time.Duration) {
