@@ -103,10 +103,24 @@ type PartView struct {
 	LostSeconds float64       `json:"lost_seconds"`
 	Jobs        []JobEvidence `json:"jobs"`
 	Last        time.Time     `json:"last"`
+	// ByClass counts the roots by class (their cause, or their kind when it says more:
+	// a lost node).
+	ByClass map[string]int `json:"by_class"`
 	// Expected is the roots the part would have at the fleet's rate for its kind over its
-	// node's exposure; PValue how likely Roots or more are by chance.
+	// node's exposure.
 	Expected float64 `json:"expected"`
-	PValue   float64 `json:"p_value"`
+	// PValue is how likely its roots of its likeliest-blamed class are by chance, at the
+	// rate the rest of the fleet shows for that class.
+	PValue float64 `json:"p_value"`
+}
+
+// classOf is the class a root is judged in: background rates differ by cause (a host
+// stall is common, a lost node rare), and a rare class must not hide behind a common one.
+func classOf(kind incident.Kind, cause incident.Cause) string {
+	if kind == incident.KindLostNode || cause == incident.CauseUnknown {
+		return string(kind)
+	}
+	return string(cause)
 }
 
 // NodeView is one node of the fleet over the window.
@@ -183,14 +197,15 @@ func Aggregate(records []*JobRecord, incidents []*NodeIncident, now time.Time, c
 	}
 	type jobKey struct{ part, job string }
 	evidence := map[jobKey]*JobEvidence{}
-	add := func(job string, p Part, cause incident.Cause, sameJob bool, at time.Time, n int, lost time.Duration, ids []string) {
+	add := func(job string, p Part, kind incident.Kind, cause incident.Cause, sameJob bool, at time.Time, n int, lost time.Duration, ids []string) {
 		b := bucket(p)
 		pv := v.parts[b.Key()]
 		if pv == nil {
-			pv = &PartView{Part: b}
+			pv = &PartView{Part: b, ByClass: map[string]int{}}
 			v.parts[b.Key()] = pv
 		}
 		pv.Roots += n
+		pv.ByClass[classOf(kind, cause)] += n
 		pv.Lost += lost
 		if at.After(pv.Last) {
 			pv.Last = at
@@ -226,6 +241,27 @@ func Aggregate(records []*JobRecord, incidents []*NodeIncident, now time.Time, c
 		nv.Lost += lost
 		nodeJobs[b.Node][job] = true
 	}
+	// A link root names both ends; which end is bad shows across roots: the end whose
+	// links failed with more distinct peers. Link roots wait until every peer is known.
+	type linkRoot struct {
+		job     string
+		p       Part
+		kind    incident.Kind
+		cause   incident.Cause
+		sameJob bool
+		at      time.Time
+		n       int
+		lost    time.Duration
+		ids     []string
+	}
+	var links []linkRoot
+	book := func(l linkRoot) {
+		if l.p.Kind == PartLink {
+			links = append(links, l)
+			return
+		}
+		add(l.job, l.p, l.kind, l.cause, l.sameJob, l.at, l.n, l.lost, l.ids)
+	}
 	for _, r := range records {
 		jobHasRoot := false
 		for _, rt := range r.Roots {
@@ -234,7 +270,7 @@ func Aggregate(records []*JobRecord, incidents []*NodeIncident, now time.Time, c
 			}
 			jobHasRoot = true
 			for _, p := range rt.Parts {
-				add(r.Job, p, rt.Cause, rt.SameJob, rt.At, 1, rt.Lost, []string{rt.Incident})
+				book(linkRoot{r.Job, p, rt.Kind, rt.Cause, rt.SameJob, rt.At, 1, rt.Lost, []string{rt.Incident}})
 			}
 		}
 		for _, h := range r.Hourly {
@@ -242,7 +278,7 @@ func Aggregate(records []*JobRecord, incidents []*NodeIncident, now time.Time, c
 				continue
 			}
 			jobHasRoot = true
-			add(r.Job, h.Part, h.Cause, h.SameJob, h.Hour, h.Count, h.Lost, h.Incidents)
+			book(linkRoot{r.Job, h.Part, h.Kind, h.Cause, h.SameJob, h.Hour, h.Count, h.Lost, h.Incidents})
 		}
 		exposed := false
 		for n, s := range r.nodes {
@@ -256,9 +292,27 @@ func Aggregate(records []*JobRecord, incidents []*NodeIncident, now time.Time, c
 			v.Jobs++
 		}
 	}
+	peers := map[string]map[string]bool{}
+	for _, l := range links {
+		if peers[l.p.Node] == nil {
+			peers[l.p.Node] = map[string]bool{}
+		}
+		peers[l.p.Node][l.p.ID] = true
+	}
+	for _, l := range links {
+		// The far end failed with more peers: it is the likelier culprit, and this root
+		// is its evidence, not this node's.
+		if len(peers[l.p.Node]) < len(peers[l.p.ID]) {
+			continue
+		}
+		add(l.job, l.p, l.kind, l.cause, l.sameJob, l.at, l.n, l.lost, l.ids)
+	}
 	for k, e := range evidence {
 		pv := v.parts[k.part]
 		pv.Jobs = append(pv.Jobs, *e)
+	}
+	for _, pv := range v.parts {
+		pv.PValue = v.pValue(pv)
 	}
 	// The fleet's rate of roots per job-hour, by part kind.
 	rootsByKind := map[PartKind]int{}
@@ -273,7 +327,6 @@ func Aggregate(records []*JobRecord, incidents []*NodeIncident, now time.Time, c
 		if v.ExposureHours > 0 {
 			pv.Expected = float64(rootsByKind[pv.Part.Kind]) * node(pv.Part.Node).ExposureHours / v.ExposureHours
 		}
-		pv.PValue = PoissonTail(pv.Roots, pv.Expected)
 		nv := node(pv.Part.Node)
 		nv.Parts = append(nv.Parts, *pv)
 	}
@@ -372,7 +425,7 @@ func Judge(v *View, stored map[string]*NodeIncident, now time.Time, cfg Config) 
 			continue
 		}
 		// Roots since the last resolution, against the node's share of the fleet's rate.
-		if PoissonTail(rootsOf(jobs), v.othersRate(pv)) >= alpha {
+		if pv.PValue >= alpha {
 			continue
 		}
 		ni := &NodeIncident{Part: pv.Part, Jobs: jobs, Since: since}
@@ -417,32 +470,38 @@ func Judge(v *View, stored map[string]*NodeIncident, now time.Time, cfg Config) 
 	return out
 }
 
-// othersRate is the roots the part's node would have at the rate the rest of the fleet
-// shows for its kind (the part's own roots left out, so that a bad part does not raise
-// the bar it is judged against), over the node's exposure.
-func (v *View) othersRate(pv *PartView) float64 {
-	var roots int
-	for _, o := range v.parts {
-		if o.Part.Kind == pv.Part.Kind {
-			roots += o.Roots
-		}
-	}
-	roots -= pv.Roots
-	if pv.Part.Kind == PartLink {
-		// A link root is booked at both ends: count it once, and leave out the far ends
-		// of this node's own.
-		roots = (roots - pv.Roots) / 2
-	}
+// pValue is how likely the part's roots are by chance, class by class, at the rate the
+// rest of the fleet shows for each class (the part's own roots left out, so that a bad
+// part does not raise the bar it is judged against) over its node's exposure: the
+// smallest over its classes, times their number.
+func (v *View) pValue(pv *PartView) float64 {
 	e := 0.0
 	for _, r := range v.records {
 		if s := r.nodes[pv.Part.Node]; s != nil {
 			e += prorate(s, v.At.Add(-v.Window), v.At)
 		}
 	}
-	if roots <= 0 || v.ExposureHours <= e {
-		return 0
+	best := 1.0
+	for class, n := range pv.ByClass {
+		others := -n
+		for _, o := range v.parts {
+			if o.Part.Kind == pv.Part.Kind {
+				others += o.ByClass[class]
+			}
+		}
+		if pv.Part.Kind == PartLink {
+			// A link root is booked at both ends, and a node collects ends as either: the
+			// rate is of ends, less the far ends of this node's own.
+			others -= n
+		}
+		lambda := 0.0
+		if others > 0 && v.ExposureHours > e {
+			lambda = float64(others) * e / (v.ExposureHours - e)
+		}
+		best = min(best, PoissonTail(n, lambda))
+
 	}
-	return float64(roots) * e / (v.ExposureHours - e)
+	return min(1, best*float64(len(pv.ByClass)))
 }
 
 // cleanHours is the node's exposure after t (prorated), from the records behind the view.

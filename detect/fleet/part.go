@@ -126,6 +126,12 @@ func PartsOf(inc *incident.Incident, pl Places) (parts []Part, sameJob bool) {
 	if !ok {
 		return nil, false
 	}
+	if !b.sameJob && onlyRankZero(inc.Culprits) {
+		// Rank 0 is slow or stalls in many jobs by its role (logging, checkpoints,
+		// evaluation), and schedulers put it on the allocation's first node: booked against
+		// nodes, a low-numbered node would collect every job's rank-0 trouble.
+		return nil, false
+	}
 	var hosts []string
 	for _, c := range inc.Culprits {
 		if usableHost(c.Host) && !slices.Contains(hosts, pl.node(c.Host)) {
@@ -173,6 +179,15 @@ func PartsOf(inc *incident.Incident, pl Places) (parts []Part, sameJob bool) {
 		}
 	}
 	return parts, b.sameJob
+}
+
+func onlyRankZero(cs []incident.Culprit) bool {
+	for _, c := range cs {
+		if c.Rank != 0 {
+			return false
+		}
+	}
+	return len(cs) > 0
 }
 
 func usableHost(h string) bool { return h != "" && h != "?" && !strings.ContainsAny(h, "\n\r\x00") }

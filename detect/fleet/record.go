@@ -59,6 +59,7 @@ type Root struct {
 // HourCount is the roots of one part and cause that began in one hour.
 type HourCount struct {
 	Part      Part           `json:"part"`
+	Kind      incident.Kind  `json:"kind,omitempty"`
 	Cause     incident.Cause `json:"cause,omitempty"`
 	SameJob   bool           `json:"same_job,omitempty"`
 	Hour      time.Time      `json:"hour"`
@@ -239,7 +240,7 @@ func (r *JobRecord) count(p Part, rt Root) {
 	hour := rt.At.UTC().Truncate(time.Hour)
 	for i := range r.Hourly {
 		h := &r.Hourly[i]
-		if h.Part == p && h.Cause == rt.Cause && h.Hour.Equal(hour) {
+		if h.Part == p && h.Kind == rt.Kind && h.Cause == rt.Cause && h.Hour.Equal(hour) {
 			h.Count++
 			h.Lost += rt.Lost
 			h.SameJob = h.SameJob || rt.SameJob
@@ -249,7 +250,7 @@ func (r *JobRecord) count(p Part, rt Root) {
 			return
 		}
 	}
-	r.Hourly = append(r.Hourly, HourCount{Part: p, Cause: rt.Cause, SameJob: rt.SameJob, Hour: hour, Count: 1, Lost: rt.Lost,
+	r.Hourly = append(r.Hourly, HourCount{Part: p, Kind: rt.Kind, Cause: rt.Cause, SameJob: rt.SameJob, Hour: hour, Count: 1, Lost: rt.Lost,
 		Incidents: []string{rt.Incident}})
 }
 
