@@ -31,8 +31,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Job time lost to roots on node parts over the fleet window, by part kind."}, []string{"part_kind"}),
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ncclwatch_fleet_node_incidents_open",
 			Help: "Open node incidents (a part that is the root across jobs), by part kind."}, []string{"part_kind"}),
-		exposure: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_fleet_exposure_job_hours",
-			Help: "Job-hours that ran on the fleet's nodes over the fleet window (the exposure roots are judged against)."}),
+		exposure: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_fleet_exposure_job_seconds",
+			Help: "Job time that ran on the fleet's nodes over the fleet window, one job on one node for one second counting 1 (the exposure roots are judged against)."}),
 		nodes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_fleet_nodes",
 			Help: "Nodes in the fleet ledger over its window (with exposure or roots)."}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ncclwatch_fleet_ledger_writes_total",
@@ -90,6 +90,6 @@ func (m *metrics) set(v *View, topN int) {
 			m.partLost.WithLabelValues(string(k), pv.Part.Node, pv.Part.ID).Set(pv.Lost.Seconds())
 		}
 	}
-	m.exposure.Set(v.ExposureHours)
+	m.exposure.Set(v.ExposureHours * 3600)
 	m.nodes.Set(float64(len(v.Nodes)))
 }
