@@ -158,6 +158,8 @@ func kindTitle(k incident.Kind) string {
 		return "Job set-up error"
 	case incident.KindNCCLWarning:
 		return "NCCL warning"
+	case incident.KindNode:
+		return "Bad node part across jobs"
 	default:
 		return string(k)
 	}

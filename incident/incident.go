@@ -30,11 +30,14 @@ const (
 	// detector's knowledge table explains; the finding quotes it, and any known cause
 	// outranks it.
 	KindNCCLWarning Kind = "nccl_warning"
+	// KindNode: a part of a node (host, GPU, NIC, link) was the root in several jobs, or
+	// again and again in one, far above its share of the fleet's exposure (detect/fleet).
+	KindNode Kind = "node"
 )
 
 // Kinds lists every kind, for renderers and documentation that must name each one.
 var Kinds = []Kind{KindMismatch, KindHang, KindP2PMismatch, KindCrash, KindStraggler, KindLink, KindGPU,
-	KindLostNode, KindStuckInFlight, KindMonitoring, KindConfig, KindOrderInversion, KindNCCLWarning}
+	KindLostNode, KindStuckInFlight, KindMonitoring, KindConfig, KindOrderInversion, KindNCCLWarning, KindNode}
 
 // Cause is the class of a root cause, named from the root's own evidence: what an on-call
 // engineer acts on (restart a node, drain a GPU, fix the input pipeline, fix the code).

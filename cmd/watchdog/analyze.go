@@ -48,6 +48,7 @@ func analyzeMain(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	tz := fs.String("log-tz", "Local", "time zone NCCL printed its timestamps in (e.g. UTC, Europe/Paris)")
 	ring := fs.Int("ops", 0, "recent ops per communicator compared across ranks (0: 4096, 1024 above 64 files)")
 	workers := fs.Int("workers", 0, "files read at once (0: one per CPU)")
+	runs := fs.Bool("runs", false, "each PATH is a run (a job's folder) of its own: report each, then the hosts, GPUs, NICs and links that were roots in more than one")
 	usageErr := func(err error) int {
 		fmt.Fprintf(stderr, "watchdog analyze: %v\nRun 'watchdog analyze --help' for the flags.\n", err)
 		return analyze.ExitInput
@@ -78,8 +79,11 @@ func analyzeMain(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	// when the heap nears the limit, bounded well under 1 GiB.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(768 << 20))
-	rep, err := analyze.Analyze(ctx, paths, analyze.Options{Location: loc, RingSize: *ring, Workers: *workers,
-		Stdin: stdin, Rules: detect.DefaultConfig()})
+	opts := analyze.Options{Location: loc, RingSize: *ring, Workers: *workers, Stdin: stdin, Rules: detect.DefaultConfig()}
+	if *runs {
+		return analyzeRuns(ctx, paths, opts, *asJSON, *verbose, stdout, stderr)
+	}
+	rep, err := analyze.Analyze(ctx, paths, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "watchdog analyze: %v\n", strings.TrimPrefix(err.Error(), analyze.ErrInput.Error()+": "))
 		if errors.Is(err, analyze.ErrInput) {

@@ -28,6 +28,9 @@ func TestAnalyzeCommand(t *testing.T) {
 		{"cannot judge", []string{"../../testdata/captures/nccl-2.28.9-2xH200/default_subsys"}, 3, "this is not an all-clear", ""},
 		{"clean", []string{"../../testdata/captures/nccl-2.28.9-2xH200/healthy"}, 0, "none: no mismatch", ""},
 		{"help", []string{"-h"}, 0, "$NCCLWATCH_LOG_TZ", ""},
+		{"runs: a host that was the root in two", []string{"--runs", silentCapture, "../../testdata/captures/nccl-2.28.9-2xH200/crash"}, 1,
+			"Parts that were roots in more than one run (1)\n  1. host vm: 2 finding(s) in 2 runs", ""},
+		{"runs as JSON", []string{"--runs", "--json", silentCapture, "../../testdata/captures/nccl-2.28.9-2xH200/healthy"}, 1, `"recurring": []`, ""},
 		{"negative workers", []string{silentCapture, "--workers", "-1"}, 2, "", "--workers -1: must not be negative"},
 	}
 	for _, c := range cases {

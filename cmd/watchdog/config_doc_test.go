@@ -180,6 +180,11 @@ func sameDefault(v reflect.Value, doc string) error {
 			return nil
 		}
 		return fmt.Errorf("documented default %q, real %q", doc, x)
+	case bool:
+		if (zeroDoc && !x) || doc == strconv.FormatBool(x) {
+			return nil
+		}
+		return fmt.Errorf("documented default %q, real %v", doc, x)
 	case []string:
 		if zeroDoc && len(x) == 0 {
 			return nil

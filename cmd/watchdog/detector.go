@@ -18,6 +18,7 @@ import (
 
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/detect"
+	"github.com/ncclwatch/watchdog/detect/fleet"
 	"github.com/ncclwatch/watchdog/internal/assemble"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
@@ -44,11 +45,13 @@ type DetectorConfig struct {
 	// IncidentKeyFile holds the keys that seal the incidents in etcd (incident/seal);
 	// empty: a key kept in etcd, readable by the detector's role only.
 	IncidentKeyFile string `yaml:"incident_key_file"`
+	// Fleet configures the fleet ledger: roots across jobs and node incidents (detect/fleet).
+	Fleet fleet.Config `yaml:"fleet"`
 }
 
 func defaultDetectorConfig() DetectorConfig {
 	return DetectorConfig{EmbeddedEtcdListen: "127.0.0.1:2379", HTTP: "127.0.0.1:9300", Interval: time.Second,
-		ResolveAfter: 5 * time.Second, LeaseTTL: 10 * time.Second, Rules: detect.DefaultConfig()}
+		ResolveAfter: 5 * time.Second, LeaseTTL: 10 * time.Second, Rules: detect.DefaultConfig(), Fleet: fleet.DefaultConfig()}
 }
 
 func runDetector(ctx context.Context, args []string) error {
@@ -166,7 +169,7 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 	alertOpts := assemble.AlertOptions{Logger: log, Health: health, OutageInBand: true}
 	d, err := assemble.Detector(cli, assemble.DetectorConfig{Rules: cfg.Rules, Interval: cfg.Interval,
 		ResolveAfter: cfg.ResolveAfter, LeaseTTL: cfg.LeaseTTL, ID: *id, Logger: log, Registerer: reg, Version: stamped,
-		Ready: health.Ready, Alerts: assemble.Alerts(alerts, cli, alertOpts), IncidentKeyFile: cfg.IncidentKeyFile})
+		Ready: health.Ready, Alerts: assemble.Alerts(alerts, cli, alertOpts), IncidentKeyFile: cfg.IncidentKeyFile, Fleet: &cfg.Fleet})
 	if err != nil {
 		return err
 	}
@@ -262,6 +265,7 @@ func (c *DetectorConfig) validate() error {
 	}
 	// Whatever the rules grow: no negative number anywhere in them.
 	errs = append(errs, negativeFields("rules", reflect.ValueOf(c.Rules))...)
+	errs = append(errs, negativeFields("fleet", reflect.ValueOf(c.Fleet))...)
 	return errors.Join(errs...)
 }
 

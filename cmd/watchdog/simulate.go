@@ -37,7 +37,14 @@ func runSimulate(ctx context.Context, args []string) error {
 	fs := newFlags("simulate", `usage: watchdog simulate --out DIR [flags]
 
 Writes a simulated training job's NCCL debug logs (DIR/<node>/nccl.<host>.<pid>.log) and IB
-sysfs trees, with scripted faults; prints each injection as a JSON line on stdout.`)
+sysfs trees, with scripted faults; prints each injection as a JSON line on stdout.
+
+With --fleet-nodes N it simulates a fleet instead (no --out): --fleet-jobs jobs placed by a
+simple scheduler on N nodes, three bad parts (a slow NIC, a throttling GPU, a flaky host)
+among background trouble, the jobs' incidents booked through the fleet ledger on an
+embedded etcd; it prints how many jobs and hours it took to name each bad part, and the
+node incidents on good parts (docs/scale.md). Exits 1 when a bad part went unnamed or a
+good one was named.`)
 	out := fs.String("out", "", "folder to write the job into: one folder per node with its NCCL logs and sys/class/infiniband (required)")
 	nodes := fs.Int("nodes", 4, "nodes")
 	perNode := fs.Int("ranks-per-node", 8, "ranks (GPUs) per node, 1 to 8")
@@ -52,11 +59,20 @@ sysfs trees, with scripted faults; prints each injection as a JSON line on stdou
 	realtime := fs.Bool("realtime", false, "write lines as the job runs (wall clock) instead of generating a finished job at once")
 	hold := fs.Duration("hold", 0, "with --realtime, how long to keep a hung job before exiting (0: until interrupted)")
 	logsOnly := fs.Bool("logs-only", false, "skip the IB sysfs trees (load generation at scale)")
+	fleetNodes := fs.Int("fleet-nodes", 0, "simulate a fleet of this many nodes instead of one job (see above)")
+	fleetJobs := fs.Int("fleet-jobs", 100, "with --fleet-nodes, the jobs to place")
+	asJSON := fs.Bool("json", false, "with --fleet-nodes, print the measurements as JSON")
 	var faults faultFlags
 	fs.Var(&faults, "fault", "kind:rank:step[:params], repeatable; kinds: "+kindList()+
 		"\n(e.g. skip:5:10, wrong-op:9:12, straggler:7:0:200ms, ib-port:3:10:down,warn, pause:0:20:30s, xid:4:8:79)")
 	if err := fs.parse(args); err != nil {
 		return err
+	}
+	if *fleetNodes > 0 {
+		if err := positiveInt("fleet-jobs", *fleetJobs); err != nil {
+			return err
+		}
+		return simulateFleet(ctx, *fleetNodes, *fleetJobs, *seed, *asJSON)
 	}
 	if *out == "" || fs.NArg() > 0 {
 		return usagef("--out is required and no arguments are taken")

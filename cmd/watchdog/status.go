@@ -24,8 +24,10 @@ const statusIntro = `usage: watchdog status [flags]
 
 A live terminal view of the detector's jobs: per communicator each rank's progress (its rank
 in the communicator and its global rank, collectives issued, how far behind, time since its
-last op, GPU state), then the job's incidents. Refreshes every --every until interrupted;
---once prints one view.`
+last op, GPU state), then the job's incidents. With --nodes, the fleet instead: open node
+incidents (a host, GPU, NIC or link that was the root across jobs) with the action to take,
+then the nodes ranked by job time lost to their parts. Refreshes every --every until
+interrupted; --once prints one view.`
 
 const statusExits = `Exit status:
   0  the view was shown
@@ -50,6 +52,8 @@ func statusMain(ctx context.Context, args []string, stdout io.Writer) error {
 	once := fs.Bool("once", false, "print once and exit (default: refresh every --every)")
 	every := fs.Duration("every", 2*time.Second, "refresh period")
 	width := fs.Int("width", 0, "columns to fit (0: the terminal's, else $COLUMNS, else 80)")
+	nodes := fs.Bool("nodes", false, "show the fleet instead: node incidents and the nodes ranked by job time lost to their parts")
+	top := fs.Int("top", 20, "with --nodes, how many nodes to list")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -60,7 +64,7 @@ func statusMain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	if err := errors.Join(positiveDuration("every", *every), notNegative("width", float64(*width))); err != nil {
+	if err := errors.Join(positiveDuration("every", *every), notNegative("width", float64(*width)), positiveInt("top", *top)); err != nil {
 		return err
 	}
 	cols := *width
@@ -70,7 +74,12 @@ func statusMain(ctx context.Context, args []string, stdout io.Writer) error {
 	client := &http.Client{Timeout: 5 * time.Second}
 	for first := true; ; first = false {
 		var b strings.Builder
-		err := renderStatus(ctx, client, base, *job, cols, &b)
+		var err error
+		if *nodes {
+			err = renderNodes(ctx, client, base, *top, cols, &b)
+		} else {
+			err = renderStatus(ctx, client, base, *job, cols, &b)
+		}
 		if err != nil && (first || *once) {
 			// Nothing to show yet: say why and exit, rather than refresh an error forever.
 			code := exitError

@@ -57,6 +57,8 @@ type Options struct {
 	Incidents IncidentCodec
 	// Ready, when set, is part of readiness (Detector.Ready): the alert notifiers built.
 	Ready func() error
+	// Fleet, when set, books the owned jobs' roots across jobs (fleet.go).
+	Fleet Fleet
 	// ID names this replica in the election (default hostname:pid).
 	ID         string
 	Logger     *slog.Logger
@@ -493,6 +495,7 @@ func (d *Detector) evaluate(ctx context.Context, t *term, alerts Alerts) {
 			}
 		}
 	}
+	d.observeFleet(ctx, alerts)
 	d.mu.Lock()
 	open := d.openCounts()
 	d.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/detect"
+	"github.com/ncclwatch/watchdog/detect/fleet"
 	"github.com/ncclwatch/watchdog/detect/live"
 	"github.com/ncclwatch/watchdog/incident/seal"
 	"github.com/ncclwatch/watchdog/internal/buildinfo"
@@ -36,6 +37,9 @@ type DetectorConfig struct {
 	// IncidentKeyFile seals the stored incidents with its keys (incident/seal.FileKeys);
 	// empty: the key internal/incidentkey keeps in etcd.
 	IncidentKeyFile string
+	// Fleet configures the fleet ledger (detect/fleet): roots across jobs, node incidents;
+	// nil takes its defaults.
+	Fleet *fleet.Config
 
 	Logger     *slog.Logger // default slog.Default()
 	Registerer prometheus.Registerer
@@ -60,11 +64,21 @@ func Detector(cli *clientv3.Client, cfg DetectorConfig) (*live.Detector, error) 
 		}
 		incidents = seal.New(keys)
 	}
+	fc := fleet.Config{}
+	if cfg.Fleet != nil {
+		fc = *cfg.Fleet
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	ledger := fleet.New(cli, fc, fleet.Options{Logger: log.With("part", "fleet"), Registerer: cfg.Registerer})
 	return live.New(live.Options{Client: cli, Rules: cfg.Rules, Interval: cfg.Interval, ResolveAfter: cfg.ResolveAfter,
-		LeaseTTL: cfg.LeaseTTL, ID: cfg.ID, NewAlerts: cfg.Alerts, Ready: cfg.Ready, Incidents: incidents, Logger: cfg.Logger, Registerer: cfg.Registerer})
+		LeaseTTL: cfg.LeaseTTL, ID: cfg.ID, NewAlerts: cfg.Alerts, Ready: cfg.Ready, Incidents: incidents, Logger: cfg.Logger,
+		Registerer: cfg.Registerer, Fleet: ledger})
 }
 
-// DetectorHandler serves a detector's API (/api/...), /healthz (liveness), /readyz
+// DetectorHandler serves a detector's API (/api/..., the fleet's /api/v1/nodes included), /healthz (liveness), /readyz
 // (readiness: etcd reachable), and /metrics: g's and the current term's.
 func DetectorHandler(d *live.Detector, g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
@@ -72,6 +86,8 @@ func DetectorHandler(d *live.Detector, g prometheus.Gatherer) http.Handler {
 	mux.Handle("/api/", api)
 	mux.Handle("/healthz", api)
 	mux.Handle("/readyz", api)
+	mux.Handle("GET /api/v1/nodes", d.FleetHandler())
+	mux.Handle("GET /api/v1/nodes/{node}", d.FleetHandler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{g, d.TermGatherer()}, promhttp.HandlerOpts{}))
 	return mux
 }
