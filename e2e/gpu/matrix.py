@@ -184,6 +184,119 @@ def make_plan(seed, mode, tokens):
 # Running it
 
 
+class ZygoteLaunch:
+    """A job as forks of the rank servers (zygote.py): pids and exit codes from their answers;
+    a rank that fails gets torchrun's line ("failed (exitcode: N) local_rank: ...") in the
+    job's stdout, and its peers live on (a rank on another node would), until the window ends."""
+
+    def __init__(self, drv, name, stdout):
+        self.drv, self.name, self.stdout = drv, name, stdout
+        self.pids, self.rcs, self.said = {}, {}, set()
+
+    def start(self, d, jenv):
+        for r in range(WORLD):
+            self.drv.zread(r)  # drop anything stale
+            spec = {"job": self.name, "script": os.path.join(HERE, "job.py"), "stdout": self.stdout, "env": jenv, "cwd": d}
+            self.drv.zyg[r].stdin.write((json.dumps(spec) + "\n").encode())
+            self.drv.zyg[r].stdin.flush()
+
+    def poll(self):
+        """True when every rank has ended."""
+        for r in range(WORLD):
+            for m in self.drv.zread(r):
+                if m.get("job") != self.name:
+                    continue
+                if "rc" in m:
+                    self.rcs[r] = m
+                elif "pid" in m:
+                    self.pids[r] = m["pid"]
+        for r, m in self.rcs.items():
+            if m["rc"] != 0 and r not in self.said:
+                self.said.add(r)
+                ts = time.strftime("%m%d %H:%M:%S", time.localtime(m["t"]))
+                with open(self.stdout, "a") as f:
+                    f.write(f"E{ts}.{int(m['t'] % 1 * 1e6):06d} {os.getpid()} torch/distributed/elastic/multiprocessing/api.py:"
+                            f"882] failed (exitcode: {m['rc']}) local_rank: {r} (pid: {m['pid']}) of binary: {self.drv.torch_py}\n")
+        return len(self.rcs) == WORLD
+
+    def kill(self):
+        for r, pid in self.pids.items():
+            if r not in self.rcs:
+                try:
+                    os.killpg(pid, signal.SIGKILL)  # the rank and what it started (CPU hogs)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        end = time.time() + 10
+        while len(self.rcs) < len(self.pids) and time.time() < end:
+            self.poll()
+            time.sleep(0.05)
+
+    def result(self):
+        return ({str(r): p for r, p in self.pids.items()}, {str(r): m["rc"] for r, m in self.rcs.items()},
+                max((m["t"] for m in self.rcs.values()), default=time.time()))
+
+
+class TorchrunLaunch:
+    """A job under torchrun (LAUNCH=torchrun; the dry run: stubrun.py): a fresh python and torch
+    import per rank, torchrun's own store and failure handling, --monitor-interval MONITOR_S
+    (30: the peers of a failed rank live on through the window). Pids come from the ranks'
+    WATCHDOG_INFO lines; a rank has ended when its process is gone or a zombie."""
+    AGENT_KEYS = ("MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID")
+
+    def __init__(self, drv, name, stdout):
+        self.drv, self.name, self.stdout = drv, name, stdout
+        self.proc, self.pids, self.gone = None, {}, {}
+
+    def start(self, d, jenv):
+        e = dict(os.environ)
+        for k, v in jenv.items():
+            if v is None or k in self.AGENT_KEYS:
+                e.pop(k, None)
+            else:
+                e[k] = str(v)
+        if os.path.exists(self.drv.ratelimit) and env("RATELIMIT", "1") == "1":
+            e.update(LD_PRELOAD=self.drv.ratelimit, RATELIMIT_FILE=os.path.join(self.drv.work, "rl", "rank%r"))
+        runner = [sys.executable, os.path.join(HERE, "stubrun.py")] if DRY else [self.drv.torch_py, "-m", "torch.distributed.run"]
+        cmd = runner + ["--standalone", f"--nproc_per_node={WORLD}", f"--monitor-interval={env('MONITOR_S', '30')}",
+                        os.path.join(HERE, "job.py")]
+        with open(self.stdout, "ab") as f:
+            self.proc = subprocess.Popen(cmd, stdout=f, stderr=f, env=e, cwd=d, start_new_session=True)
+
+    def poll(self):
+        if not self.pids or len(self.pids) < WORLD:
+            for k, o in markers(self.stdout):
+                if k == "INFO" and isinstance(o.get("pid"), int):
+                    self.pids[o["rank"]] = o["pid"]
+        for r, pid in self.pids.items():
+            if r not in self.gone and not alive(pid):
+                self.gone[r] = time.time()
+        return self.proc.poll() is not None or (len(self.pids) == WORLD and len(self.gone) == WORLD)
+
+    def kill(self):
+        for pid in [self.proc.pid] + list(self.pids.values()):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def result(self):
+        rc = self.proc.poll()
+        return ({str(r): p for r, p in self.pids.items()}, {"torchrun": rc},
+                max(self.gone.values(), default=time.time()))
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 class Driver:
     def __init__(self, a, plan):
         self.a, self.plan = a, plan
@@ -279,10 +392,11 @@ class Driver:
         if DRY:
             zenv["PYTHONPATH"] = os.path.join(HERE, "stubtorch") + os.pathsep + base.get("PYTHONPATH", "")
         # The store and the rank servers import torch now, while the detector starts.
-        self.store = self.start([self.torch_py, os.path.join(HERE, "zygote.py"), "--store", str(self.store_port)],
+        self.fork = env("LAUNCH", "fork") != "torchrun"
+        self.store = None if not self.fork else self.start([self.torch_py, os.path.join(HERE, "zygote.py"), "--store", str(self.store_port)],
                                 os.path.join(self.work, "store.log"), env_=zenv, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE)
-        for r in range(WORLD):
+        for r in range(WORLD if self.fork else 0):
             e = dict(zenv, RANK=str(r), LOCAL_RANK=str(r))
             if os.path.exists(self.ratelimit) and env("RATELIMIT", "1") == "1":
                 # Loaded in every rank of every job (the shim costs nothing while its file says 0):
@@ -315,6 +429,8 @@ class Driver:
                                    "--stop", os.path.join(self.work, "stop-incidents"), "--every", "0.5",
                                    "--max-s", str(int(self.limit + 30))], os.path.join(self.work, "monitor-incidents.log"))
         # The rank servers and the store: ready when each has said so.
+        if not self.fork:
+            return ok
         end = time.time() + envf("ZYGOTE_WAIT_S", 90)
         ready, store = set(), b""
         os.set_blocking(self.store.stdout.fileno(), False)
@@ -468,37 +584,18 @@ class Driver:
             mons.append(self.start([sys.executable, os.path.join(HERE, "monitor.py"), "regions", "--profdump", self.profdump,
                                     "--dir", os.path.join(d, "prof"), "--out", os.path.join(d, "regions.jsonl"), "--stop", stopf,
                                     "--every", "1", "--max-s", max_s], os.path.join(d, "monitor.log")))
-        # The job: every rank server forks its rank.
-        jenv = self.job_env(run, d)
-        for r in range(WORLD):
-            self.zread(r)  # drop anything stale
-            spec = {"job": name, "script": os.path.join(HERE, "job.py"), "stdout": stdout, "env": jenv, "cwd": d}
-            self.zyg[r].stdin.write((json.dumps(spec) + "\n").encode())
-            self.zyg[r].stdin.flush()
-        pids, rcs, failed_said = {}, {}, set()
+        # The job: forks of the rank servers, or torchrun (LAUNCH=torchrun).
+        launch = (TorchrunLaunch if env("LAUNCH", "fork") == "torchrun" else ZygoteLaunch)(self, name, stdout)
+        launch.start(d, self.job_env(run, d))
+        rec["launch"] = env("LAUNCH", "fork")
+        rec["sidecar_ok"] = [self.wait_http(f"http://127.0.0.1:{fd['port']}/api/v1/snapshot", 10, sc)
+                             for fd, sc in zip(feeds, sidecars)]
         t_steps = None
         init_max = envf("INIT_MAX_S", 60)
         grace = envf("END_GRACE_S", 8) if run["truth"]["group"] in ("none", "slow", "stall", "mismatch") else 0.5
         killed = None
-        while True:
+        while not launch.poll():
             now = time.time()
-            for r in range(WORLD):
-                for m in self.zread(r):
-                    if m.get("job") != name:
-                        continue
-                    if "rc" in m:
-                        rcs[r] = m
-                    elif "pid" in m:
-                        pids[r] = m["pid"]
-            for r, m in rcs.items():
-                if m["rc"] != 0 and r not in failed_said:  # what torchrun's agent says of a failed rank
-                    failed_said.add(r)
-                    ts = time.strftime("%m%d %H:%M:%S", time.localtime(m["t"]))
-                    with open(stdout, "a") as f:
-                        f.write(f"E{ts}.{int(m['t'] % 1 * 1e6):06d} {os.getpid()} torch/distributed/elastic/multiprocessing/api.py:"
-                                f"882] failed (exitcode: {m['rc']}) local_rank: {r} (pid: {m['pid']}) of binary: {self.torch_py}\n")
-            if len(rcs) == WORLD:
-                break
             if t_steps is None:
                 t_steps = self.steps_start(stdout)
             if self.aborting:
@@ -514,23 +611,9 @@ class Driver:
             time.sleep(0.1)
         rec["t_kill"] = time.time() if killed else None
         rec["killed"] = killed
-        for r, pid in pids.items():
-            if r not in rcs:
-                try:
-                    os.killpg(pid, signal.SIGKILL)  # the rank and what it started (CPU hogs)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        end = time.time() + 10
-        while len(rcs) < len(pids) and time.time() < end:
-            for r in range(WORLD):
-                for m in self.zread(r):
-                    if m.get("job") == name and "rc" in m:
-                        rcs[r] = m
-            time.sleep(0.05)
-        rec["t_exit"] = max((m["t"] for m in rcs.values()), default=time.time())
+        launch.kill()
+        rec["pids"], rec["rc"], rec["t_exit"] = launch.result()
         rec["t_steps"] = t_steps or self.steps_start(stdout)
-        rec["pids"] = {str(r): p for r, p in pids.items()}
-        rec["rc"] = {str(r): m["rc"] for r, m in rcs.items()}
         if not killed and not self.aborting:
             time.sleep(envf("POST_S", 3))  # a clean end: what the watchdog says of it counts too
         rec["t_window_end"] = rec["t_kill"] or (rec["t_exit"] + envf("POST_S", 3))
@@ -572,15 +655,20 @@ class Driver:
         ok = self.setup()
         if not ok:
             self.log("setup failed: no runs")
+        seen = []  # what each run took beyond its run_s (start, end grace, teardown)
         for run in self.plan["runs"]:
-            fits = self.left() - self.finish_s >= run["est_s"]
+            overhead = max(seen) if seen else envf("INIT_EST_S", 6) + envf("TEARDOWN_EST_S", 4)
+            fits = self.left() - self.finish_s >= run["run_s"] + overhead
             if not ok or self.aborting or not fits:
                 why = "setup failed" if not ok else "aborted" if self.aborting else f"no time left ({self.left():.0f}s)"
                 self.records.append({"name": run["name"], "index": run["index"], "skipped": True, "why": why})
                 self.log(f"run {run['name']}: skipped ({why})")
                 continue
             try:
-                self.records.append(self.run_one(run))
+                rec = self.run_one(run)
+                self.records.append(rec)
+                if rec.get("t_steps") and rec.get("killed") in (None, "window_end"):
+                    seen.append(rec["t_end"] - rec["t_launch"] - run["run_s"])
             except Exception as e:  # noqa: BLE001  (one broken run does not stop the others)
                 self.log(f"run {run['name']}: harness error {type(e).__name__}: {e}")
                 self.records.append({"name": run["name"], "index": run["index"], "skipped": True,
@@ -608,9 +696,10 @@ class Driver:
             except (BrokenPipeError, OSError):
                 pass
         try:
-            self.store.stdin.write(b"stop\n")
-            self.store.stdin.flush()
-        except (BrokenPipeError, OSError, AttributeError):
+            if self.store:
+                self.store.stdin.write(b"stop\n")
+                self.store.stdin.flush()
+        except (BrokenPipeError, OSError):
             pass
         self.hogs_off()
         for p in reversed(self.procs):

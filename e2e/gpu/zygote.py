@@ -72,9 +72,11 @@ def child(spec):
 
 
 def serve_rank(a):
-    import torch  # noqa: F401  (the import every job would pay; CUDA is not touched here)
-    import torch.distributed  # noqa: F401
-    say({"ready": a.rank, "pid": os.getpid(), "torch": getattr(torch, "__version__", "?")})
+    # The import every job would pay, and nothing more: CUDA must not start before the fork
+    # (torch.distributed is imported in the child, as e2e/gpu/overhead4_job.py does on the device).
+    import torch
+    cuda_up = getattr(getattr(torch, "cuda", None), "is_initialized", lambda: False)()
+    say({"ready": a.rank, "pid": os.getpid(), "torch": getattr(torch, "__version__", "?"), "cuda_initialized": cuda_up})
     kids = {}  # pid -> job
     buf = b""
     fd = sys.stdin.fileno()
