@@ -381,10 +381,10 @@ class Driver:
             json.dump(self.plan, f, indent=1)
         base = dict(os.environ)
         if not DRY:
-            self.start([self.torch_py, "-c", "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version(), "
-                        "'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count(), torch.cuda.get_device_name(0))"],
-                       os.path.join(self.work, "versions.txt"))
-            self.start(["sh", "-c", "nvidia-smi --query-gpu=index,pci.bus_id,name,memory.total,clocks.max.sm --format=csv; nproc"],
+            # No torch.cuda here: a CUDA context beside the first job would be a foreign process
+            # on its GPU. The versions come from the jobs' own WATCHDOG_INFO lines.
+            self.start(["sh", "-c", "nvidia-smi --query-gpu=index,pci.bus_id,name,memory.total,clocks.max.sm --format=csv; "
+                        "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv; nproc"],
                        os.path.join(self.work, "nvidia-smi.txt"))
         zenv = dict(base, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", WORLD_SIZE=str(WORLD),
                     LOCAL_WORLD_SIZE=str(WORLD), GROUP_RANK="0", ROLE_RANK="0", GROUP_WORLD_SIZE="1",
@@ -707,6 +707,9 @@ class Driver:
         self.save()
         shutil.copy(os.path.join(self.work, "incidents.jsonl"), os.path.join(self.out, "incidents.jsonl"))
 
+    def versions(self):
+        return {"job": first_info(self.work), "nvidia_smi": read_text(os.path.join(self.work, "nvidia-smi.txt"))}
+
     def save(self):
         """matrix.json: the plan, each run's truth with its measured facts, each run's record."""
         by = {r["name"]: r for r in self.records}
@@ -723,11 +726,21 @@ class Driver:
         doc = {k: v for k, v in self.plan.items() if k != "runs"}
         doc.update(node=self.node, t0=self.t0, limit_s=self.limit, detector_flags=env("DETECTOR_FLAGS", ""),
                    sidecar_flags=env("SIDECAR_FLAGS", ""), stdout_logs=env("STDOUT_LOGS", "1") == "1",
-                   cpus_per_rank=envi("CPUS_PER_RANK", 0 if DRY else 2), runs=runs,
-                   versions=read_text(os.path.join(self.work, "versions.txt")))
+                   cpus_per_rank=envi("CPUS_PER_RANK", 0 if DRY else 2), launch=env("LAUNCH", "fork"), runs=runs,
+                   versions=self.versions())
         with open(os.path.join(self.out, "matrix.json.tmp"), "w") as f:
             json.dump(doc, f, indent=1)
         os.replace(os.path.join(self.out, "matrix.json.tmp"), os.path.join(self.out, "matrix.json"))
+
+
+def first_info(work):
+    """The first rank's WATCHDOG_INFO of the first run that started: torch, NCCL, the GPU."""
+    cases = os.path.join(work, "cases")
+    for name in sorted(os.listdir(cases)) if os.path.isdir(cases) else []:
+        for k, o in markers(os.path.join(cases, name, "stdout.log")):
+            if k == "INFO":
+                return {x: o.get(x) for x in ("torch", "nccl", "gpu_name", "pci_bus_id", "compute_iters", "per_iter_ms")}
+    return None
 
 
 def read_text(p, n=2000):

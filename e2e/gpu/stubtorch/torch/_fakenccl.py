@@ -243,13 +243,20 @@ def bus_id(dev):
 _hog = {"t": 0.0, "f": 1.0}
 
 
-def cpu_factor():
-    """A starved CPU in a dry run: the calling thread's nice value n makes the fake compute
-    1 + n/4 times longer (the matrix's cpu_starve lowers its rank's priority)."""
+def _nice():
     try:
-        return 1.0 + max(0, os.getpriority(os.PRIO_PROCESS, 0)) / 4.0
+        return os.getpriority(os.PRIO_PROCESS, 0)
     except OSError:
-        return 1.0
+        return 0
+
+
+_NICE0 = _nice()  # the priority the process started with (a dry run may run niced as a whole)
+
+
+def cpu_factor():
+    """A starved CPU in a dry run: a calling thread reniced by n since the start makes the fake
+    compute 1 + n/4 times longer (the matrix's cpu_starve lowers its rank's priority)."""
+    return 1.0 + max(0, _nice() - _NICE0) / 4.0
 
 
 def hog_factor():
