@@ -57,9 +57,9 @@
 #   periodic_pause   sleeps PAUSE_LEN_S every PERIOD_S seconds (an evaluation, a checkpoint of
 #                    its own), the first at the fault step
 #   long_stall       sleeps STALL_S once, then goes on (a stall the job recovers from)
-#   cpu_starve       starts CPU_HOGS busy processes (duty CPU_HOG_DUTY) on its own cores (they
-#                    inherit its affinity: CPUS_PER_RANK pins each rank) and lowers its own
-#                    threads' priority by CPU_NICE
+#   cpu_starve       moves its threads to STARVE_CPUS (2) cores of its own (or keeps those of
+#                    CPUS_PER_RANK), starts CPU_HOGS busy processes (duty CPU_HOG_DUTY) there
+#                    (they inherit its affinity) and lowers its own threads' priority by CPU_NICE
 #   gpu_hog          turns hog.py's warm workers on its GPU on: HOG_DIR/gpu<k>.ctl gets
 #                    "on HOG_WORKERS HOG_DUTY" (the harness turns them off after the job)
 #   slow_nic         writes NIC_RATE (bytes/s, K/M/G) into its RATELIMIT_FILE: the LD_PRELOAD
@@ -582,6 +582,7 @@ class MatrixFault:
             fault(i, stall_s=env_f("STALL_S", 25))
         elif scen == "cpu_starve":
             n, duty, nice = int(env_f("CPU_HOGS", 4)), env_f("CPU_HOG_DUTY", 1.0), int(env_f("CPU_NICE", 0))
+            pinned = self.pin_threads()
             pids = [subprocess.Popen([sys.executable, "-c", CPU_HOG, str(duty), str(env_f("CPU_HOG_MAX_S", 300))],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid
                     for _ in range(n)]
@@ -593,7 +594,7 @@ class MatrixFault:
                         reniced += 1
                     except OSError:
                         pass
-            fault(i, hogs=pids, duty=duty, nice=nice, reniced_threads=reniced, cpus=cpus)
+            fault(i, hogs=pids, duty=duty, nice=nice, reniced_threads=reniced, cpus=pinned)
         elif scen == "gpu_hog":
             d = os.environ.get("HOG_DIR")
             text = f"on {int(env_f('HOG_WORKERS', 1))} {env_f('HOG_DUTY', 1.0)}"
@@ -635,6 +636,26 @@ class MatrixFault:
             mark("PHASE", phase="destroyed", step=i, error=err)
             time.sleep(3600)  # alive, its process groups gone
         return None
+
+    def pin_threads(self):
+        """cpu_starve: the rank's cores, which its CPU hogs then share (they inherit the
+        affinity). A rank pinned from the start (CPUS_PER_RANK) keeps its cores; else every
+        thread of it moves now to STARVE_CPUS (2) cores of its own (cores 2+k*rank.., or the
+        last k), when the machine has k+2 cores or more; None when it does not."""
+        if cpus:
+            return cpus
+        k = int(env_f("STARVE_CPUS", 2))
+        avail = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if k <= 0 or len(avail) < k + 2:
+            return None
+        first = 2 + k * rank
+        want = set(avail[first:first + k] if first + k <= len(avail) else avail[-k:])
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(tid), want)
+            except OSError:
+                pass
+        return sorted(want)
 
     def flap(self, path, rate, on_s, every):
         t0, state = time.time(), None

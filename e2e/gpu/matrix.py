@@ -489,7 +489,7 @@ class Driver:
             e["SHARE_GPUS"] = str(ngpus)
         else:
             e["ONE_GPU"] = "1"
-        cpr = envi("CPUS_PER_RANK", 0 if DRY else 2)
+        cpr = envi("CPUS_PER_RANK", 0)
         if cpr > 0:
             e.update(CPUS_PER_RANK=str(cpr), CPU_FIRST=env("CPU_FIRST", "2"))
         if run["mode"] in ("plugin", "both"):
@@ -592,7 +592,9 @@ class Driver:
                              for fd, sc in zip(feeds, sidecars)]
         t_steps = None
         init_max = envf("INIT_MAX_S", 60)
-        grace = envf("END_GRACE_S", 8) if run["truth"]["group"] in ("none", "slow", "stall", "mismatch") else 0.5
+        # A job that stops for good is cut at its window's end; one that goes on gets time to end.
+        stops = run["truth"]["hang"] and run["truth"]["group"] != "stall"
+        grace = 0.5 if stops else envf("END_GRACE_S", 8)
         killed = None
         while not launch.poll():
             now = time.time()
@@ -726,7 +728,7 @@ class Driver:
         doc = {k: v for k, v in self.plan.items() if k != "runs"}
         doc.update(node=self.node, t0=self.t0, limit_s=self.limit, detector_flags=env("DETECTOR_FLAGS", ""),
                    sidecar_flags=env("SIDECAR_FLAGS", ""), stdout_logs=env("STDOUT_LOGS", "1") == "1",
-                   cpus_per_rank=envi("CPUS_PER_RANK", 0 if DRY else 2), launch=env("LAUNCH", "fork"), runs=runs,
+                   cpus_per_rank=envi("CPUS_PER_RANK", 0), launch=env("LAUNCH", "fork"), runs=runs,
                    versions=self.versions())
         with open(os.path.join(self.out, "matrix.json.tmp"), "w") as f:
             json.dump(doc, f, indent=1)

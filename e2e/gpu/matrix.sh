@@ -52,8 +52,6 @@ else
     fi
   fi
   export TORCH_PY
-  # One rank per 2 cores from core 2 on when the machine has them (job.py checks).
-  [ "$(nproc)" -ge 12 ] && export CPUS_PER_RANK=${CPUS_PER_RANK:-2} || export CPUS_PER_RANK=${CPUS_PER_RANK:-0}
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
   # go-nvml dlopens libnvidia-ml.so.1: the driver's usual folders, in case they are not on the path.
   for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu; do
