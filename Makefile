@@ -10,7 +10,7 @@ FUZZTIME  ?= 60s
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 .PHONY: build test lint demo bench bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-detector-scale bench-scale bench-reconnect bench-logbound fuzz-short clean plugin
-.PHONY: bench-plugin-overhead bench-plugin-instr bench-plugin-overhead-dry
+.PHONY: bench-plugin-overhead bench-plugin-instr bench-plugin-overhead-dry matrix-bins matrix-dry
 
 # VERSION and REVISION (below): the version from git tags (deploy/tools/version.sh) and the commit.
 build:
@@ -154,6 +154,19 @@ bench-plugin-instr: $(PLUGIN_SO) $(BIN)/plugin-microbench
 # e2e/gpu/overhead4.sh's plumbing here, against the stub torch (no GPU; timings meaningless).
 bench-plugin-overhead-dry: $(PLUGIN_SO) $(STANDIN_SO) $(BIN)/profdump-linux-amd64
 	DRYRUN=1 OUT=$(BIN)/overhead4-dry bash e2e/gpu/overhead4.sh
+
+# The fault matrix (e2e/gpu/matrix.sh, issue 30): what its device commands carry, and its
+# plumbing here against the stub torch (every class once, WARN logs + the plugin, ~7 min on
+# 2 cores; MATRIX_ENV / MATRIX_ARGS pick others, e.g. MATRIX_ENV="MODE=info SEED=2").
+matrix-bins: $(PLUGIN_SO) $(BIN)/profdump-linux-amd64 $(BIN)/ratelimit.so
+	CGO_ENABLED=1 GOOS=linux GOARCH=amd64 $(GO) build -o $(BIN)/watchdog-linux-amd64 ./cmd/watchdog
+
+matrix-dry: matrix-bins
+	env DRYRUN=1 OUT=$(BIN)/matrix-dry $(MATRIX_ENV) bash e2e/gpu/matrix.sh $(MATRIX_ARGS)
+
+$(BIN)/ratelimit.so: e2e/gpu/ratelimit/shim.c
+	@mkdir -p $(BIN)
+	gcc -O2 -shared -fPIC -o $@ $< -ldl -lpthread
 
 $(BIN)/profdump-linux-amd64: FORCE
 	@mkdir -p $(BIN)

@@ -50,6 +50,33 @@
 #   phases           no single fault: the phase plan of PHASES (JSON list, or @file) runs
 #                    phase after phase, e.g. healthy, a slow host on rank 1, healthy, a slow
 #                    GPU on rank 3, ... (see run_phases below)
+# The fault matrix's classes (matrix.py; from the fault step on, on the faulty rank):
+#   host_lag         sleeps LAG_FACTOR x its own healthy step before its collectives, every step
+#   host_jitter      sleeps JITTER_MIN_S..JITTER_MAX_S before its collectives with probability
+#                    JITTER_P per step (FAULT_SEED seeds the draws)
+#   periodic_pause   sleeps PAUSE_LEN_S every PERIOD_S seconds (an evaluation, a checkpoint of
+#                    its own), the first at the fault step
+#   long_stall       sleeps STALL_S once, then goes on (a stall the job recovers from)
+#   cpu_starve       moves its threads to STARVE_CPUS (2) cores of its own (or keeps those of
+#                    CPUS_PER_RANK), starts CPU_HOGS busy processes (duty CPU_HOG_DUTY) there
+#                    (they inherit its affinity) and lowers its own threads' priority by CPU_NICE
+#   gpu_hog          turns hog.py's warm workers on its GPU on: HOG_DIR/gpu<k>.ctl gets
+#                    "on HOG_WORKERS HOG_DUTY" (the harness turns them off after the job)
+#   slow_nic         writes NIC_RATE (bytes/s, K/M/G) into its RATELIMIT_FILE: the LD_PRELOAD
+#                    shim (ratelimit/) limits its TCP sends from then on
+#   flap_nic         the same at FLAP_RATE, on FLAP_ON_S of every FLAP_EVERY_S seconds (a thread)
+#   oom              allocates on its GPU, doubling from 256 MiB, until torch.OutOfMemoryError,
+#                    which it does not catch (PyTorch prints it with its "[rankN]: " prefix)
+#   exit_early       leaves the loop (out of data): destroy_process_group, exit 0
+#   pg_destroyed     destroy_process_group() of everything, then stays alive (sleeps)
+# RUN_S > 0 (the matrix): time instead of steps. The job runs until RUN_S seconds after its
+# first step, every rank voting each step in a one-element world all-reduce (MAX), so all stop
+# at the same step; the fault starts on the faulty rank at its first step FAULT_AT_S seconds
+# after the first step (FAULT_STEP is ignored). STEP_LOG=<file> (%r: the rank): each step's
+# end time and length, one line per step, for the harness's measured slowdown.
+# CPUS_PER_RANK=k (with CPU_FIRST, default 0): rank r runs on cores CPU_FIRST+k*r ..
+# CPU_FIRST+k*r+k-1, set before torch starts a thread (every thread inherits it); no pinning
+# when those cores are not all available.
 #
 # Machine-readable lines on stdout (one JSON object each, flushed):
 #   WATCHDOG_INFO  {rank, pid, local_rank, gpu, pci_bus_id, nccl, torch, ...}
@@ -59,7 +86,8 @@
 #   WATCHDOG_PHASE {phase, event: start|end, index, fault, rank, class, t_start, t_end,
 #                   severity, steps, step_s_median, slowdown, ...}
 #   WATCHDOG_EVENT {what, rank, t, phase, ...}  the fault rank's own on/off moments (a stall,
-#                   the GPU hog or the rate limit turned on or off)
+#                   the GPU hog or the rate limit turned on or off; the matrix's stalls and
+#                   link flaps, with "s" the stall's length)
 #
 # Flight Recorder: FR_JSON_DIR set: a thread writes PyTorch's JSON dump of this rank's
 # Flight Recorder (torch._C._distributed_c10d._dump_nccl_trace_json; PyTorch itself writes
@@ -69,13 +97,18 @@
 import datetime
 import json
 import os
+import random
 import signal
+import statistics
+import subprocess
 import sys
 import time
 
+MATRIX_SCENARIOS = ("host_lag", "host_jitter", "periodic_pause", "long_stall", "cpu_starve", "gpu_hog",
+                    "slow_nic", "flap_nic", "oom", "exit_early", "pg_destroyed")
 SCENARIOS = ("healthy", "silent", "frozen", "crash", "wrong_op", "wrong_size", "wrong_dtype",
              "sub_mismatch", "order_inversion", "straggler_onset", "pause", "gpu_hang", "p2p_skip",
-             "skip_sub", "left_pg", "phases")
+             "skip_sub", "left_pg", "phases") + MATRIX_SCENARIOS
 NEED_4 = ("sub_mismatch", "order_inversion", "skip_sub", "left_pg")  # need two tensor-parallel pairs
 FAULT_RANK_4 = {"silent": 2, "frozen": 3, "sub_mismatch": 3, "skip_sub": 3, "left_pg": 3}  # with 4+ ranks; else rank 1
 
@@ -84,6 +117,11 @@ if scen not in SCENARIOS:
     sys.exit(f"job.py: unknown SCENARIO {scen!r}; want one of {SCENARIOS}")
 steps = int(os.environ.get("STEPS", "100"))
 fault_step = int(os.environ.get("FAULT_STEP", "30"))
+NEVER = 1 << 60  # the fault step while a time-based fault has not started yet
+run_s = float(os.environ.get("RUN_S", "0") or 0)
+fault_at_s = float(os.environ.get("FAULT_AT_S", "0") or 0)
+if run_s > 0:
+    steps, fault_step = NEVER, NEVER  # the vote ends the job; the clock starts the fault
 pg_timeout = float(os.environ.get("PG_TIMEOUT", "45"))
 compute_s = float(os.environ.get("COMPUTE_S", "0.15"))
 pause_s = float(os.environ.get("PAUSE_S", "60"))
@@ -115,7 +153,24 @@ if one_gpu or share_gpus:
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_IB_DISABLE", "1")
 if scen == "order_inversion":
-    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # one hardware queue: kernels run in call order
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+
+
+def pin_cpus():
+    """CPUS_PER_RANK=k: this rank on its own k cores, before any thread starts (threads inherit
+    the affinity of the thread that makes them); None when not asked or not possible."""
+    k = int(os.environ.get("CPUS_PER_RANK", "0") or 0)
+    if k <= 0 or not hasattr(os, "sched_setaffinity"):
+        return None
+    first = int(os.environ.get("CPU_FIRST", "0") or 0) + k * rank
+    want = set(range(first, first + k))
+    if not want <= os.sched_getaffinity(0):
+        return None
+    os.sched_setaffinity(0, want)
+    return sorted(want)
+
+
+cpus = pin_cpus()  # one hardware queue: kernels run in call order
 full_step = scen != "order_inversion" or os.environ.get("INVERSION_FULL_STEP") == "1"
 
 import torch  # noqa: E402
@@ -246,7 +301,8 @@ mark("INFO", pid=os.getpid(), local_rank=local, world=world, gpu=gpu, one_gpu=on
      scenario=scen, steps=steps, fault_step=fault_step, fault_rank=FAULTY, pg_timeout=pg_timeout,
      tp=tp_ranks, dp=dp_ranks, nccl_hostid=os.environ.get("NCCL_HOSTID"),
      profiler_plugin=os.environ.get("NCCL_PROFILER_PLUGIN"), nccl_debug=os.environ.get("NCCL_DEBUG"),
-     p2p_disable=os.environ.get("NCCL_P2P_DISABLE"), ratelimit=bool(os.environ.get("LD_PRELOAD")))
+     p2p_disable=os.environ.get("NCCL_P2P_DISABLE"), ratelimit=bool(os.environ.get("LD_PRELOAD")),
+     cpus=cpus, run_s=run_s or None, fault_at_s=fault_at_s if run_s else None)
 
 
 def coalesced_allreduce():
@@ -466,9 +522,185 @@ def run_phases(plan):
     return i
 
 
-mark("PHASE", phase="steps_start", steps=steps)
+# A busy loop for the CPU starvation fault: a fresh python (no torch), burning duty x of a
+# core in 50 ms bursts on the cores it inherited, until its parent (the rank) is gone.
+CPU_HOG = r"""
+import os, sys, time
+parent, duty, end = os.getppid(), float(sys.argv[1]), time.time() + float(sys.argv[2])
+while time.time() < end and os.getppid() == parent:
+    t = time.time()
+    while time.time() - t < 0.05:
+        pass
+    if duty < 1:
+        time.sleep(0.05 * (1 - duty) / duty)
+"""
+
+
+def write_ctl(path, text):
+    """A control file another process polls (hog.py's, the rate-limit shim's): whole or not at all."""
+    if not path:
+        return None
+    with open(path + ".tmp", "w") as f:
+        f.write(text + "\n")
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def env_f(k, d):
+    return float(os.environ.get(k, "") or d)
+
+
+class MatrixFault:
+    """The fault matrix's classes, on the faulty rank: start() at the fault step (before its
+    compute), act() every step from then on between compute and collectives."""
+
+    def __init__(self):
+        self.rng = random.Random(int(os.environ.get("FAULT_SEED", "0") or 0))
+        self.ends = []        # this rank's step end times, for its healthy step
+        self.lag_s = 0.0
+        self.next_pause = None
+
+    def healthy_step(self):
+        d = [b - a for a, b in zip(self.ends, self.ends[1:])][2:]
+        return statistics.median(d) if d else compute_s
+
+    def event(self, what, **kw):
+        mark("EVENT", what=what, scenario=scen, **kw)
+
+    def start(self, i):
+        """Returns "leave" when the rank leaves the loop (exit_early)."""
+        if scen == "host_lag":
+            base = self.healthy_step()
+            self.lag_s = env_f("LAG_FACTOR", 0.5) * base
+            fault(i, lag_s=round(self.lag_s, 4), factor=env_f("LAG_FACTOR", 0.5), healthy_step_s=round(base, 4))
+        elif scen == "host_jitter":
+            fault(i, p=env_f("JITTER_P", 0.15), min_s=env_f("JITTER_MIN_S", 0.2), max_s=env_f("JITTER_MAX_S", 0.8))
+        elif scen == "periodic_pause":
+            self.next_pause = time.time()
+            fault(i, period_s=env_f("PERIOD_S", 6), pause_s=env_f("PAUSE_LEN_S", 2))
+        elif scen == "long_stall":
+            fault(i, stall_s=env_f("STALL_S", 25))
+        elif scen == "cpu_starve":
+            n, duty, nice = int(env_f("CPU_HOGS", 4)), env_f("CPU_HOG_DUTY", 1.0), int(env_f("CPU_NICE", 0))
+            pinned = self.pin_threads()
+            pids = [subprocess.Popen([sys.executable, "-c", CPU_HOG, str(duty), str(env_f("CPU_HOG_MAX_S", 300))],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid
+                    for _ in range(n)]
+            reniced = 0
+            if nice > 0:  # every thread of this rank, NCCL's and PyTorch's included (nice is per thread)
+                for tid in os.listdir("/proc/self/task"):
+                    try:
+                        os.setpriority(os.PRIO_PROCESS, int(tid), max(nice, os.getpriority(os.PRIO_PROCESS, int(tid))))
+                        reniced += 1
+                    except OSError:
+                        pass
+            fault(i, hogs=pids, duty=duty, nice=nice, reniced_threads=reniced, cpus=pinned)
+        elif scen == "gpu_hog":
+            d = os.environ.get("HOG_DIR")
+            text = f"on {int(env_f('HOG_WORKERS', 1))} {env_f('HOG_DUTY', 1.0)}"
+            path = write_ctl(os.path.join(d, f"gpu{gpu}.ctl") if d else None, text)
+            fault(i, gpu=gpu, ctl=text, file=path)
+        elif scen in ("slow_nic", "flap_nic"):
+            pat = os.environ.get("RATELIMIT_FILE", "")
+            path = pat.replace("%r", str(rank)) if pat else None
+            if scen == "slow_nic":
+                rate = os.environ.get("NIC_RATE", "200M")
+                fault(i, rate=rate, file=write_ctl(path, rate))
+            else:
+                rate, on_s, every = os.environ.get("FLAP_RATE", "30M"), env_f("FLAP_ON_S", 2), env_f("FLAP_EVERY_S", 6)
+                fault(i, rate=rate, on_s=on_s, every_s=every, file=path)
+                __import__("threading").Thread(target=self.flap, args=(path, rate, on_s, every), daemon=True).start()
+        elif scen == "oom":
+            fault(i, how="doubling from 256 MiB until torch.OutOfMemoryError, uncaught")
+            held = []
+            n = 256 << 20
+            while True:  # the error escapes: PyTorch's excepthook prints it, the process exits 1
+                held.append(torch.empty(n, dtype=torch.uint8, device=dev))
+                n *= 2
+        elif scen == "exit_early":
+            fault(i, steps_done=i, exit_code=0)
+            # A destroy that waits on peers must not turn "left" into "stuck": out after 20 s.
+            def leave():
+                time.sleep(env_f("EXIT_EARLY_MAX_S", 20))
+                mark("PHASE", phase="exit_forced", step=i)
+                os._exit(0)
+            __import__("threading").Thread(target=leave, daemon=True).start()
+            return "leave"
+        elif scen == "pg_destroyed":
+            fault(i, destroyed="all")
+            err = None
+            try:
+                dist.destroy_process_group()
+            except Exception as e:  # noqa: BLE001  (recorded; the rank stays alive either way)
+                err = f"{type(e).__name__}: {e}"[:200]
+            mark("PHASE", phase="destroyed", step=i, error=err)
+            time.sleep(3600)  # alive, its process groups gone
+        return None
+
+    def pin_threads(self):
+        """cpu_starve: the rank's cores, which its CPU hogs then share (they inherit the
+        affinity). A rank pinned from the start (CPUS_PER_RANK) keeps its cores; else every
+        thread of it moves now to STARVE_CPUS (2) cores of its own (cores 2+k*rank.., or the
+        last k), when the machine has k+2 cores or more; None when it does not."""
+        if cpus:
+            return cpus
+        k = int(env_f("STARVE_CPUS", 2))
+        avail = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if k <= 0 or len(avail) < k + 2:
+            return None
+        first = 2 + k * rank
+        want = set(avail[first:first + k] if first + k <= len(avail) else avail[-k:])
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(tid), want)
+            except OSError:
+                pass
+        return sorted(want)
+
+    def flap(self, path, rate, on_s, every):
+        t0, state = time.time(), None
+        while True:
+            on = (time.time() - t0) % every < on_s
+            if on != state:
+                state = on
+                write_ctl(path, rate if on else "0")
+                self.event("link_on" if on else "link_off", rate=rate if on else "0")
+            time.sleep(0.02)
+
+    def act(self, i):
+        if scen == "host_lag":
+            time.sleep(self.lag_s)
+        elif scen == "host_jitter":
+            if self.rng.random() < env_f("JITTER_P", 0.15):
+                d = self.rng.uniform(env_f("JITTER_MIN_S", 0.2), env_f("JITTER_MAX_S", 0.8))
+                self.event("stall", s=round(d, 4), step=i)
+                time.sleep(d)
+        elif scen == "periodic_pause":
+            now = time.time()
+            if now >= self.next_pause:
+                d = env_f("PAUSE_LEN_S", 2)
+                self.event("stall", s=d, step=i)
+                time.sleep(d)
+                self.next_pause = now + env_f("PERIOD_S", 6)
+        elif scen == "long_stall" and i == fault_step:
+            d = env_f("STALL_S", 25)
+            self.event("stall", s=d, step=i)
+            time.sleep(d)
+            self.event("resumed", step=i)
+
+
+matrix = MatrixFault()
+ctl = torch.zeros(1, device=dev, dtype=torch.int64) if run_s else None
+step_log = None
+if os.environ.get("STEP_LOG"):
+    step_log = open(os.environ["STEP_LOG"].replace("%r", str(rank)), "a", buffering=1)
+
+mark("PHASE", phase="steps_start", steps=None if run_s else steps, run_s=run_s or None)
 t_loop = time.time()
+t_prev = t_loop
 for i in range(steps if scen != "phases" else 0):
+    if run_s and fault_step == NEVER and rank == FAULTY and scen != "healthy" and time.time() - t_loop >= fault_at_s:
+        fault_step = i  # the time-based fault starts here, on this rank only
     if i == fault_step:
         fr_json_start.set()  # every rank: Flight Recorder's JSON form from here on
     if rank == FAULTY and i == fault_step:
@@ -482,6 +714,8 @@ for i in range(steps if scen != "phases" else 0):
         if scen == "crash":
             fault(i, exit_code=3)
             os._exit(3)
+        if scen in MATRIX_SCENARIOS and matrix.start(i) == "leave":
+            break
     if scen == "pause" and i == fault_step:
         if rank == FAULTY:
             fault(i, pause_s=pause_s)
@@ -499,10 +733,23 @@ for i in range(steps if scen != "phases" else 0):
         # ~2 GHz SM clocks: cycles for gpu_hang_s; the collectives below queue behind it.
         fault(i, kernel_s=gpu_hang_s)
         torch.cuda._sleep(int(gpu_hang_s * 2e9))
+    if scen in MATRIX_SCENARIOS and rank == FAULTY and i >= fault_step:
+        matrix.act(i)
     collectives(i)
+    if run_s:  # the vote: every rank stops at the step where the first of them ran out of time
+        ctl.fill_(1 if time.time() - t_loop >= run_s else 0)
+        dist.all_reduce(ctl, op=dist.ReduceOp.MAX)
     torch.cuda.synchronize()
+    t_end = time.time()
+    if fault_step == NEVER and len(matrix.ends) < 200:
+        matrix.ends.append(t_end)
+    if step_log:
+        step_log.write(f"{i} {t_end:.6f} {t_end - t_prev:.6f}\n")
+    t_prev = t_end
     if i < 3 or i % 20 == 0 or abs(i - fault_step) <= 1:
         print(f"[rank {rank}] step {i} {time.time() - s:.3f}s", flush=True)
+    if run_s and int(ctl.item()):
+        break
 if scen == "phases":
     run_phases(load_phases())
 mark("PHASE", phase="steps_end", elapsed_s=round(time.time() - t_loop, 3))

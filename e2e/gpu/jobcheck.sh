@@ -30,9 +30,11 @@ for l in open(sys.argv[1]):
         o = json.loads(m.group(2))
         assert isinstance(o["t"], float) and "rank" in o, l
         if m.group(1) == "FAULT":
-            assert o["rank"] == int(os.environ["WANT_FAULT_RANK"]) and o["step"] == 4 and o["scenario"] and o["pid"] > 0, l
+            assert o["rank"] == int(os.environ["WANT_FAULT_RANK"]) and o["scenario"] and o["pid"] > 0, l
+            assert os.environ.get("RUN_S") or o["step"] == 4, l  # RUN_S: the fault starts by the clock
 PY
   LAST_ERR=$(cat "$err")
+  LAST_OUT=$(cat "$out")
   rm -f "$out" "$err"
 }
 # Two ranks (two GPUs).
@@ -99,5 +101,33 @@ for r in 0 1; do
   want=0; [ "$r" = 1 ] && want=1
   if [ "$n" != "$want" ]; then echo "FAIL order_inversion (full step) rank $r: world before tp $n times, want $want"; fail=1; fi
 done
+# The fault matrix's time-based runs (RUN_S: the job ends by a vote after RUN_S seconds, the
+# fault starts FAULT_AT_S seconds after the first step) and its classes, on rank 1.
+T=$(mktemp -d)
+export RUN_S=1.2 FAULT_AT_S=0.3
+RUN_S=0.5 STEP_LOG="$T/steps.%r.log" check 4 healthy 0 0 '"run_s": 0.5' '"phase": "steps_end"' 'done'
+[ -s "$T/steps.0.log" ] || { echo "FAIL healthy/RUN_S: no step log"; fail=1; }
+LAG_FACTOR=0.5 check 4 host_lag 1 0 'WATCHDOG_FAULT {.*"lag_s"' '"phase": "steps_end"'
+JITTER_P=1 JITTER_MIN_S=0.01 JITTER_MAX_S=0.02 check 4 host_jitter 1 0 'WATCHDOG_EVENT {.*"what": "stall"'
+PERIOD_S=0.4 PAUSE_LEN_S=0.05 check 4 periodic_pause 1 0 'WATCHDOG_FAULT {.*"period_s": 0.4' 'WATCHDOG_EVENT {.*"what": "stall"'
+STALL_S=0.3 check 4 long_stall 1 0 'WATCHDOG_EVENT {.*"what": "stall"' 'WATCHDOG_EVENT {.*"what": "resumed"' 'done'
+CPU_HOGS=1 CPU_HOG_DUTY=0.05 CPU_NICE=3 check 4 cpu_starve 1 0 'WATCHDOG_FAULT {.*"hogs": \[[0-9]' '"nice": 3' 'done'
+hog=$(printf '%s\n' "$LAST_OUT" | grep -o '"hogs": \[[0-9]*' | grep -o '[0-9]*$')
+sleep 0.5
+if [ -n "$hog" ] && [ -r "/proc/$hog/cmdline" ] && tr '\0' ' ' < "/proc/$hog/cmdline" | grep -q 'getppid'; then
+  echo "FAIL cpu_starve: CPU hog $hog outlived its rank"; kill "$hog"; fail=1
+fi
+HOG_DIR=$T HOG_WORKERS=2 check 4 gpu_hog 1 0 'WATCHDOG_FAULT {.*"ctl": "on 2 1.0"'
+grep -q '^on 2 1.0$' "$T/gpu0.ctl" 2>/dev/null || { echo "FAIL gpu_hog: $T/gpu0.ctl does not say on 2 1.0"; fail=1; }
+RATELIMIT_FILE="$T/rl.%r" NIC_RATE=5M check 4 slow_nic 1 0 'WATCHDOG_FAULT {.*"rate": "5M"'
+grep -q '^5M$' "$T/rl.1" 2>/dev/null || { echo "FAIL slow_nic: $T/rl.1 does not say 5M"; fail=1; }
+RATELIMIT_FILE="$T/fl.%r" FLAP_RATE=1M FLAP_ON_S=0.2 FLAP_EVERY_S=0.4 check 4 flap_nic 1 0 'WATCHDOG_EVENT {.*"link_on"' 'WATCHDOG_EVENT {.*"link_off"'
+check 4 oom 1 1 'WATCHDOG_FAULT {.*"scenario": "oom"' '^\[rank1\]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate'
+check 4 exit_early 1 0 'WATCHDOG_FAULT {.*"exit_code": 0' '"phase": "steps_end"' 'done'
+check 4 pg_destroyed 1 124 'WATCHDOG_FAULT {.*"destroyed": "all"' '"phase": "destroyed"'
+check 4 exit_early 0 0 '"phase": "steps_end"'   # not the faulty rank: runs to the end
+CPUS_PER_RANK=1 CPU_FIRST=0 check 2 healthy 1 0 '"cpus": \[1\]'
+unset RUN_S FAULT_AT_S
+rm -rf "$T"
 [ $fail = 0 ] && echo "jobcheck: all scenarios OK" || echo "jobcheck: FAILED"
 exit $fail

@@ -243,6 +243,22 @@ def bus_id(dev):
 _hog = {"t": 0.0, "f": 1.0}
 
 
+def _nice():
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+    except OSError:
+        return 0
+
+
+_NICE0 = _nice()  # the priority the process started with (a dry run may run niced as a whole)
+
+
+def cpu_factor():
+    """A starved CPU in a dry run: a calling thread reniced by n since the start makes the fake
+    compute 1 + n/4 times longer (the matrix's cpu_starve lowers its rank's priority)."""
+    return 1.0 + max(0, _nice() - _NICE0) / 4.0
+
+
 def hog_factor():
     """How much slower this rank's GPU computes now: 1 + W*D while hog.py runs W workers of
     duty D on it (HOG_DIR/gpu<k>.state), else 1. Read at most every 50 ms."""
@@ -420,6 +436,7 @@ class Op:
 
 class FakeNCCL:
     def __init__(self):
+        self.pid = os.getpid()
         self.dir = os.environ.get("STUB_NCCL_DIR")
         self.rank = int(os.environ.get("RANK", "0"))
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -437,7 +454,9 @@ class FakeNCCL:
         self.thread = None
         self.device = 0
         self.fr = FlightRecorder(self.rank)
-        self.net = os.environ.get("NCCL_P2P_DISABLE") == "1" and os.environ.get("NCCL_SHM_DISABLE") == "1"
+        # STUB_NET=1: the same with the one-GPU layout's NET/Socket (NCCL_HOSTID per rank).
+        self.net = (os.environ.get("NCCL_P2P_DISABLE") == "1" and os.environ.get("NCCL_SHM_DISABLE") == "1") or \
+            os.environ.get("STUB_NET") == "1"
         self.tx = None
         self.net_scale = max(1, int(os.environ.get("STUB_NET_SCALE", "64")))
         self.dump_signal = os.path.join(self.dir, "fr_dump_signal") if self.dir else None
@@ -451,6 +470,15 @@ class FakeNCCL:
     @property
     def active(self):
         return self.dir is not None
+
+    def refresh(self):
+        """A process forked after torch was imported (the fault matrix's zygote.py) reads its
+        own environment at init_process_group, as NCCL does at its first init; the device set
+        before it is kept."""
+        if self.pid != os.getpid() or self.dir != os.environ.get("STUB_NCCL_DIR"):
+            dev = self.device
+            self.__init__()
+            self.set_device(dev)
 
     def set_device(self, dev):
         self.device = int(dev)

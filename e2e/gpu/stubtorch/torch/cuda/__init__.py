@@ -2,6 +2,13 @@ from . import nccl  # noqa: F401
 from .._fakenccl import nccl as _fake
 
 
+def __getattr__(name):
+    if name == "OutOfMemoryError":  # torch.cuda.OutOfMemoryError is torch.OutOfMemoryError
+        import torch
+        return torch.OutOfMemoryError
+    raise AttributeError(name)
+
+
 class _Props:
     name = "stub GPU"
     uuid = "stub"

@@ -37,14 +37,55 @@ def _group(group):
 
 
 def _log(name, t, group=None, **kw):
+    if os.environ.get("STUB_QUIET") == "1":  # the fault matrix's dry run: its stdout is the job's
+        return
     g = group.name if group else "world"
     print(f"STUB {name} n={t.n} {t.dtype} group={g} {kw}", file=sys.stderr, flush=True)
+
+
+class TCPStore:
+    """The store's server side only (the fault matrix's agent store): it listens."""
+
+    def __init__(self, host_name, port, world_size=None, is_master=False, timeout=None, wait_for_workers=True,
+                 multi_tenant=False, use_libuv=True):
+        self.host, self.port = host_name, port
+        self.sock = None
+        if is_master:
+            import socket
+            self.sock = socket.socket()
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind((host_name, port))
+            self.sock.listen(64)
+            self.port = self.sock.getsockname()[1]
+
+
+def _excepthook():
+    """As init_process_group does since PyTorch 2.2: an uncaught exception's lines get the
+    rank's "[rankN]: " prefix."""
+    import io
+    old_hook = sys.excepthook
+    prefix = f"[rank{_rank()}]"
+
+    def hook(*args):
+        old_stderr = sys.stderr
+        sys.stderr = buf = io.StringIO()
+        try:
+            old_hook(*args)
+        finally:
+            sys.stderr = old_stderr
+        msg = "\n".join(f"{prefix}: {s}" if s != "" else "" for s in buf.getvalue().split("\n"))
+        sys.stderr.write(msg)
+        sys.stderr.flush()
+
+    sys.excepthook = hook
 
 
 def init_process_group(backend, timeout=None, device_id=None):
     global _world
     assert backend == "nccl" and timeout is not None and device_id is not None
+    nccl.refresh()
     nccl.init_world(timeout.total_seconds())
+    _excepthook()
     _world = _Group("world", timeout, range(int(os.environ.get("WORLD_SIZE", "1"))), nccl.world_comm)
 
 
