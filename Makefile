@@ -226,11 +226,12 @@ helm-check: $(HELM)
 	NCCLWATCH_HELM=$(abspath $(HELM)) $(GO) test -count=1 \
 	  -run '^(TestKubernetesManifests|TestStrictDecoding|TestValuesSchema|TestPodDisruptionBudgetOnlyWithReplicas|TestSidecarCredentials)$$' ./deploy/
 
-# deploy/kubernetes/*.yaml are the chart rendered with values-production.yaml.
+# deploy/kubernetes/*.yaml are the chart rendered with values-production.yaml (without the
+# Job that removes the per-job roles at helm uninstall: plain manifests have no hooks).
 K8S_OUT ?= deploy/kubernetes
 k8s-manifests: $(HELM)
 	@bash -c 'set -eo pipefail; \
-	  $(HELM) template ncclwatch $(CHART) --namespace ncclwatch -f $(K8S_VALUES) --set examplePod.enabled=false $(HELM_QUIET) > $(K8S_OUT)/ncclwatch.yaml; \
+	  $(HELM) template ncclwatch $(CHART) --namespace ncclwatch -f $(K8S_VALUES) --set examplePod.enabled=false,sidecar.rolesHook.removeAtUninstall=false $(HELM_QUIET) > $(K8S_OUT)/ncclwatch.yaml; \
 	  $(HELM) template ncclwatch $(CHART) --namespace ncclwatch -f $(K8S_VALUES) --set examplePod.enabled=true \
 	    --show-only templates/example-pod.yaml $(HELM_QUIET) > $(K8S_OUT)/training-pod.yaml'
 

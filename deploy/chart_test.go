@@ -61,22 +61,40 @@ func TestPodDisruptionBudgetOnlyWithReplicas(t *testing.T) {
 	}
 }
 
-// TestSidecarCredentials: with a sidecar user the training pod mounts its Secret, never
-// the detector's, and its settings name that user.
+// TestSidecarCredentials: by default each job's training pods mount their job's client
+// certificate and nothing else (no password: they log in by its CN); the detector's and
+// root's Secrets stay out of them; a hook creates the job's role. Settings that would put
+// the detector's credential into training pods, or leave the per-job hook without what it
+// needs, fail the render and say why.
 func TestSidecarCredentials(t *testing.T) {
 	out, err := helmTemplateErr(t, "-f", "kubernetes/values-production.yaml", "--set", "examplePod.enabled=true", "--show-only", "templates/example-pod.yaml")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if !strings.Contains(out, "secretName: ncclwatch-etcd-sidecar") || strings.Contains(out, "ncclwatch-etcd-detector") {
+	if !strings.Contains(out, "secretName: ncclwatch-etcd-tls-sidecar-llama-train") || strings.Contains(out, "ncclwatch-etcd-detector") ||
+		strings.Contains(out, "ncclwatch-etcd-tls-detector") || strings.Contains(out, "root") {
 		t.Errorf("the training pod's secrets:\n%s", out)
 	}
 	out, err = helmTemplateErr(t, "-f", "kubernetes/values-production.yaml", "--show-only", "templates/sidecar-configmap.yaml")
-	if err != nil || !strings.Contains(out, `NCCLWATCH_ETCD_USER: "ncclwatch-sidecar"`) {
-		t.Errorf("sidecar settings (%v):\n%s", err, out)
+	if err != nil || strings.Contains(out, "NCCLWATCH_ETCD_USER") || !strings.Contains(out, "NCCLWATCH_ETCD_CERT_FILE") {
+		t.Errorf("sidecar settings (%v): want a certificate and no user\n%s", err, out)
 	}
-	if out, err := helmTemplateErr(t, "--set", "etcd.endpoints[0]=https://e:2379,etcd.auth.sidecar.user=s,examplePod.enabled=true"); err == nil ||
-		!strings.Contains(out, "etcd.auth.sidecar.passwordSecret.name must name its Secret") {
-		t.Errorf("a sidecar user without its Secret rendered (%v)", err)
+	out, err = helmTemplateErr(t, "-f", "kubernetes/values-production.yaml", "--set", "sidecar.jobs={a,b}", "--show-only", "templates/etcd-roles-hook.yaml")
+	if err != nil || !strings.Contains(out, "--jobs=a,b") || !strings.Contains(out, "--remove") {
+		t.Errorf("the roles hook (%v):\n%s", err, out)
+	}
+	prod := "etcd.endpoints[0]=https://e:2379,etcd.auth.user=ncclwatch-detector,etcd.auth.passwordSecret.name=pw,examplePod.enabled=true,"
+	for _, c := range []struct{ set, says string }{
+		{prod + "sidecar.etcdRole=shared,etcd.auth.sidecar.user=s", "etcd.auth.sidecar.passwordSecret.name must name its Secret"},
+		{prod + "sidecar.etcdRole=shared", "etcd.auth.sidecar.user must name the sidecars' own user"},
+		{prod + "sidecar.etcdRole=shared,etcd.auth.sidecar.user=ncclwatch-detector,etcd.auth.sidecar.passwordSecret.name=pw", "is the detector's user"},
+		{prod + "etcd.auth.root.passwordSecret.name=r", "so etcd.tls must be enabled"},
+		{prod + "etcd.tls.enabled=true", "etcd.auth.root.passwordSecret.name must name the Secret"},
+		{prod + "etcd.tls.enabled=true,etcd.tls.certManager.enabled=true", "issuerRef.name must name the issuer"},
+		{prod + "sidecar.jobs={Llama_1}", "/sidecar/jobs/0"},
+	} {
+		if out, err := helmTemplateErr(t, "--set", c.set); err == nil || !strings.Contains(out, c.says) {
+			t.Errorf("--set %s rendered (%v), want it to fail saying %q:\n%.400s", c.set, err, c.says, out)
+		}
 	}
 }

@@ -16,8 +16,10 @@ import (
 	"strings"
 	"testing"
 
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,10 +62,14 @@ var manifestSets = []manifestSet{
 		"--set", "examplePod.enabled=true,grafanaDashboards.enabled=true"}, ncclDebug: "WARN", pluginMode: true},
 	{name: "embedded etcd, every option on", args: []string{"--set", "examplePod.enabled=true,examplePod.nativeSidecar=false," +
 		"grafanaDashboards.enabled=true,monitoring.podMonitor.enabled=true,monitoring.serviceMonitor.enabled=true," +
-		"monitoring.prometheusRule.enabled=true,etcd.tls.secretName=tls,etcd.auth.user=u,etcd.auth.passwordSecret.name=pw," +
+		"monitoring.prometheusRule.enabled=true,etcd.tls.enabled=true,etcd.tls.certManager.enabled=true,etcd.tls.certManager.issuerRef.name=ca," +
+		"etcd.auth.user=u,etcd.auth.passwordSecret.name=pw,etcd.auth.root.passwordSecret.name=root,sidecar.jobs={a,b}," +
 		"detector.podLabels.team=ml,detector.podLabels.app\\.kubernetes\\.io/name=other,detector.podAnnotations.note=x," +
 		"profilerPlugin.enabled=true,profilerPlugin.ncclDebug=INFO,profilerPlugin.dir=/usr/lib/nccl-plugins/,profilerPlugin.regionDir=/dev/ncclwatch"},
 		ncclDebug: "INFO", pluginMode: true},
+	{name: "shared sidecar role, Secrets of your own", args: []string{"--set", "examplePod.enabled=true,etcd.endpoints[0]=https://e:2379," +
+		"etcd.tls.enabled=true,etcd.tls.secretPrefix=etcd-,etcd.auth.user=ncclwatch-detector,etcd.auth.passwordSecret.name=pw," +
+		"sidecar.etcdRole=shared,etcd.auth.sidecar.user=ncclwatch-sidecar,etcd.auth.sidecar.passwordSecret.name=spw"}, ncclDebug: "INFO"},
 	{name: "IB ports through hostPath", args: []string{"--set", "examplePod.enabled=true,sidecar.infinibandHostPath=true"},
 		trainingPodDenied: "hostPath volumes", ncclDebug: "INFO"},
 }
@@ -148,7 +154,8 @@ var (
 
 func newScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, monitoringv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme,
+		policyv1.AddToScheme, monitoringv1.AddToScheme, certmanagerv1.AddToScheme} {
 		if err := add(s); err != nil {
 			panic(err)
 		}
@@ -264,7 +271,7 @@ func checkManifests(t *testing.T, set manifestSet, objs []object) {
 	}
 	want := []string{"Deployment", "Service", "ServiceAccount", "ConfigMap"}
 	if set.files != nil {
-		want = append(want, "PodDisruptionBudget", "Pod", "PodMonitor", "ServiceMonitor", "PrometheusRule")
+		want = append(want, "PodDisruptionBudget", "Pod", "PodMonitor", "ServiceMonitor", "PrometheusRule", "Job", "Certificate")
 	}
 	for _, k := range want {
 		if kinds[k] == 0 {
@@ -297,6 +304,11 @@ func checkManifests(t *testing.T, set manifestSet, objs []object) {
 			if why := admitted(psapi.LevelRestricted, &v.Spec.Template.ObjectMeta, &v.Spec.Template.Spec); why != "" {
 				t.Errorf("Deployment %s: Pod Security \"restricted\" refuses its pods: %s", v.Name, why)
 			}
+		case *batchv1.Job:
+			checkPod(t, "Job "+v.Name, &v.Spec.Template.Spec, configMaps)
+			if why := admitted(psapi.LevelRestricted, &v.Spec.Template.ObjectMeta, &v.Spec.Template.Spec); why != "" {
+				t.Errorf("Job %s: Pod Security \"restricted\" refuses its pods: %s", v.Name, why)
+			}
 		case *corev1.Pod:
 			checkPod(t, "Pod "+v.Name, &v.Spec, configMaps)
 			checkProbes(t, "Pod "+v.Name, longRunning(&v.Spec), "")
@@ -318,6 +330,7 @@ func checkManifests(t *testing.T, set manifestSet, objs []object) {
 			}
 		}
 	}
+	checkCredentials(t, objs, configMaps)
 	// The training container gets exactly the NCCL settings the docs name.
 	nccl, ok := configMaps["ncclwatch-nccl"]
 	if !ok {

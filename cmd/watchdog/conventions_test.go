@@ -69,6 +69,10 @@ func TestDoctorAndEtcdRolesExits(t *testing.T) {
 		{[]string{"etcd-roles"}, exitUsage, ""},
 		{[]string{"etcd-roles", "--print", "--jobs", "a/b"}, exitUsage, ""},
 		{[]string{"etcd-roles", "--apply", "--etcd-endpoints", "http://127.0.0.1:1"}, exitUsage, ""},
+		{[]string{"etcd-roles", "--remove", "--etcd-endpoints", "http://127.0.0.1:1"}, exitUsage, ""},
+		{[]string{"etcd-roles", "--apply", "--print"}, exitUsage, ""},
+		{[]string{"etcd-roles", "--apply", "--jobs-only", "--jobs", "a", "--certificate-only", "--job-password-key", "k"}, exitUsage, ""},
+		{[]string{"etcd-roles", "--write-password", dir + "/pw", "--jobs", "a,b", "--job-password-key", dir + "/missing"}, exitError, ""},
 		{[]string{"etcd-roles", "--print"}, exitOK, "etcdctl role grant-permission --prefix ncclwatch-sidecar write '/ncclwatch/v1/jobs/'"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

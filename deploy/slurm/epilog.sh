@@ -52,7 +52,7 @@ if [ "$NCCLWATCH_SUPERVISOR" != background ] && command -v systemctl >/dev/null 
 	systemctl stop "ncclwatch-sidecar@$job.service" 2>/dev/null
 	rm -f "$NCCLWATCH_RUN_DIR/$job.env"
 fi
-rm -f "$NCCLWATCH_RUN_DIR/$instance.env"
+rm -f "$NCCLWATCH_RUN_DIR/$instance.env" "$NCCLWATCH_RUN_DIR/$instance.etcd-password"
 rm -rf "${NCCLWATCH_STATE_ROOT:?}/$instance"
 # The profiler plugin's files live in memory: they go with the job (the logs may stay).
 rm -rf "${NCCLWATCH_PROFILER_ROOT:?}/$job"

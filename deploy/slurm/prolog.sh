@@ -7,6 +7,12 @@
 # NCCLWATCH_* variable in it or in the environment that names a sidecar flag (e.g.
 # NCCLWATCH_ETCD_ENDPOINTS for --etcd-endpoints) is handed to the sidecar.
 #
+# The sidecar logs in to etcd as its job's own user, ncclwatch-sidecar-<job> (it may write only
+# that job's node keys), which prolog-slurmctld.sh created: its password derives from the
+# site key NCCLWATCH_JOB_PASSWORD_KEY (`watchdog etcd-roles --write-password`) into
+# $NCCLWATCH_RUN_DIR/<job>.<node>.etcd-password (root:ncclwatch 0440, which the job's user
+# cannot read); epilog.sh removes it. NCCLWATCH_SIDECAR_ROLE=shared keeps NCCLWATCH_ETCD_USER.
+#
 # The sidecar runs as the systemd unit ncclwatch-sidecar@<job>.service where systemd runs,
 # else (containers, one-machine quick start) as a background process with a pid file.
 # A watchdog problem never fails the job: errors are logged and the prolog exits 0.
@@ -31,6 +37,8 @@ fi
 : "${NCCLWATCH_LOG_GROUP:=ncclwatch}"           # group that may read the NCCL logs
 : "${NCCLWATCH_PLUGIN:=}"                       # the NCCL profiler plugin; empty: INFO logs only
 : "${NCCLWATCH_PROFILER_ROOT:=$NCCLWATCH_RUN_DIR/profiler}" # the plugin's files: <root>/<job>/ (tmpfs)
+: "${NCCLWATCH_SIDECAR_ROLE:=job}"              # job: the job's own etcd user; shared: NCCLWATCH_ETCD_USER
+: "${NCCLWATCH_JOB_PASSWORD_KEY:=}"             # the site key the job users' passwords derive from
 
 log() {
 	if command -v logger >/dev/null 2>&1; then logger -t ncclwatch-prolog -- "$*" 2>/dev/null; fi
@@ -91,6 +99,28 @@ if [ -n "$NCCLWATCH_PLUGIN" ]; then
 	fi
 fi
 
+# The job's own etcd credential (with etcd authentication: NCCLWATCH_ETCD_USER or the key set).
+# `watchdog etcd-roles` runs without this script's NCCLWATCH_* settings, which would be
+# its flags' defaults.
+roles() {
+	# shellcheck disable=SC2046
+	env $(env | sed -n 's/^\(NCCLWATCH_[A-Za-z0-9_]*\)=.*/-u \1/p') "$NCCLWATCH_BIN" etcd-roles "$@"
+}
+if [ "$NCCLWATCH_SIDECAR_ROLE" = job ] && [ -n "$NCCLWATCH_JOB_PASSWORD_KEY" ]; then
+	pw_file=$NCCLWATCH_RUN_DIR/$instance.etcd-password
+	if roles --write-password "$pw_file" --jobs "$job" --job-password-key "$NCCLWATCH_JOB_PASSWORD_KEY"; then
+		getent group "$NCCLWATCH_LOG_GROUP" >/dev/null 2>&1 && chgrp "$NCCLWATCH_LOG_GROUP" "$pw_file" && chmod 0440 "$pw_file"
+		NCCLWATCH_ETCD_USER=ncclwatch-sidecar-$job
+		NCCLWATCH_ETCD_PASSWORD_FILE=$pw_file
+		export NCCLWATCH_ETCD_USER NCCLWATCH_ETCD_PASSWORD_FILE
+	else
+		log "cannot write the etcd password of job $job to $pw_file: its sidecar is not started"
+		exit 0
+	fi
+elif [ "$NCCLWATCH_SIDECAR_ROLE" = job ] && [ -n "${NCCLWATCH_ETCD_USER:-}" ]; then
+	log "NCCLWATCH_JOB_PASSWORD_KEY is not set: the sidecar of job $job logs in as the shared $NCCLWATCH_ETCD_USER, which may write every job's node keys (set the key for a per-job user, or NCCLWATCH_SIDECAR_ROLE=shared)"
+fi
+
 # The sidecar's environment: its NCCLWATCH_* flags; prolog-only settings stay here.
 env_file=$NCCLWATCH_RUN_DIR/$instance.env
 {
@@ -100,7 +130,7 @@ env_file=$NCCLWATCH_RUN_DIR/$instance.env
 	echo "NCCLWATCH_STATE_DIR=$NCCLWATCH_STATE_ROOT/$instance"
 	echo "NCCLWATCH_HTTP=$NCCLWATCH_HTTP_HOST:$NCCLWATCH_HTTP_PORT"
 	[ -n "$profdir" ] && echo "NCCLWATCH_PROFILER_DIR=$profdir"
-	env | grep '^NCCLWATCH_' | grep -v -E '^NCCLWATCH_(JOB|NODE|LOGS|STATE_DIR|HTTP|PROFILER_DIR|CONF|BIN|LOG_ROOT|RUN_DIR|STATE_ROOT|SUPERVISOR|HTTP_HOST|HTTP_PORT|TARGETS_DIR|TARGET_HOST|LOG_GROUP|PLUGIN|PLUGIN_NCCL_DEBUG|PLUGIN_DISABLE|PROFILER_ROOT|KEEP_LOGS|DISABLE)=' || true
+	env | grep '^NCCLWATCH_' | grep -v -E '^NCCLWATCH_(JOB|NODE|LOGS|STATE_DIR|HTTP|PROFILER_DIR|CONF|BIN|LOG_ROOT|RUN_DIR|STATE_ROOT|SUPERVISOR|HTTP_HOST|HTTP_PORT|TARGETS_DIR|TARGET_HOST|LOG_GROUP|PLUGIN|PLUGIN_NCCL_DEBUG|PLUGIN_DISABLE|PROFILER_ROOT|KEEP_LOGS|DISABLE|SIDECAR_ROLE|JOB_PASSWORD_KEY|ROLES_[A-Z_]*)=' || true
 } > "$env_file.tmp" && mv "$env_file.tmp" "$env_file" || { log "cannot write $env_file"; exit 0; }
 
 supervisor=$NCCLWATCH_SUPERVISOR

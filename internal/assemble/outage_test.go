@@ -19,6 +19,8 @@ import (
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/internal/etcdconn"
 	"github.com/ncclwatch/watchdog/internal/etcdembed"
+	"github.com/ncclwatch/watchdog/internal/etcdroles"
+	"github.com/ncclwatch/watchdog/internal/etcdtest"
 )
 
 // hookLog records what a webhook notifier delivered: "<event> <incident key> <id>".
@@ -143,17 +145,22 @@ func TestEtcdOutageDeliveredOnceAndResolved(t *testing.T) {
 // leader reports it in-band and is killed before etcd returns. The replica that leads
 // after etcd's return resolves that report (same incident id), from the outage record the
 // dead leader stored in etcd when it took the lead: the notifier sees one open and its
-// resolve.
+// resolve. On the embedded etcd and Debian's 3.4, each with TLS, client certificates
+// required and auth on (the replicas log in as ncclwatch-detector).
 func TestOutageResolvedAfterItsReporterDies(t *testing.T) {
-	log := slog.New(slog.DiscardHandler)
-	srv, err := etcdembed.Start(t.Context(), etcdembed.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
+	for _, backend := range etcdtest.Backends {
+		t.Run(backend, func(t *testing.T) { outageResolvedAfterItsReporterDies(t, backend) })
 	}
-	defer srv.Close()
+}
+
+func outageResolvedAfterItsReporterDies(t *testing.T, backend string) {
+	log := slog.New(slog.DiscardHandler)
+	// Started first, so that its cleanup runs after the replicas': a replica stopping
+	// against a stopped etcd waits out its timeouts.
+	e := etcdtest.StartSecured(t, backend)
 	hooks := &hookLog{}
 	hook := httptest.NewServer(hooks)
-	defer hook.Close()
+	t.Cleanup(hook.Close)
 	cfg := &alert.Config{Notifiers: []alert.NotifierConfig{{Name: "hook", Type: "webhook", URL: hook.URL}}}
 	type replica struct {
 		d    *live.Detector
@@ -161,11 +168,7 @@ func TestOutageResolvedAfterItsReporterDies(t *testing.T) {
 		done chan struct{}
 	}
 	start := func(id string) *replica {
-		cli, err := etcdconn.New(etcdconn.Config{Endpoints: srv.Endpoints()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cli.Close() })
+		cli := e.Client(t, e.Config(etcdroles.Detector))
 		reg := prometheus.NewRegistry()
 		health, err := alert.NewHealth(cfg, alert.BuildOptions{}, log, reg)
 		if err != nil {
@@ -191,14 +194,12 @@ func TestOutageResolvedAfterItsReporterDies(t *testing.T) {
 	b := start("b")
 	waitFor(t, 15*time.Second, "b is ready", func() bool { return b.d.Ready() == nil })
 
-	srv.Stop()
+	e.Stop()
 	waitFor(t, 30*time.Second, "outage delivered", func() bool { return hooks.count("open") == 1 })
 	opened := hooks.all()[0]
 	a.stop() // killed during the outage: it cannot resolve what it reported
 	<-a.done
-	if err := srv.Resume(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	e.Resume()
 	took := waitFor(t, 30*time.Second, "the dead reporter's outage resolved", func() bool { return hooks.count("resolve") == 1 })
 	t.Logf("resolved %.1f s after etcd's return, by the replica that leads after it", took.Seconds())
 	time.Sleep(2 * time.Second)

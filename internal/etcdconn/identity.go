@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // An etcd with client certificate authentication (--client-cert-auth) takes a request
@@ -34,8 +37,12 @@ type Identity struct {
 	// CN is the client certificate's common name ("" without one).
 	CN string
 	// Problem, when set, says what is wrong (a refused password, a CN that is not the
-	// user); the parts log it as an error and doctor fails on it.
+	// user and reaches a watchdog key alone); the parts log it as an error and doctor
+	// fails on it.
 	Problem string
+	// Note, when set, says something that is no problem: a client certificate of another
+	// CN that reaches nothing alone (a node's certificate beside a per-job password).
+	Note string
 }
 
 // String is the line a part logs at start.
@@ -47,6 +54,8 @@ func (id Identity) String() string {
 		return "etcd accepted no identity: " + id.Problem
 	case id.Problem != "":
 		return fmt.Sprintf("authenticated as %s by the %s; %s", id.User, id.By, id.Problem)
+	case id.Note != "":
+		return fmt.Sprintf("authenticated as %s by the %s; %s", id.User, id.By, id.Note)
 	}
 	return fmt.Sprintf("authenticated as %s by the %s", id.User, id.By)
 }
@@ -102,7 +111,15 @@ func WhoAmI(ctx context.Context, cli *clientv3.Client, cfg Config) (Identity, er
 		case err == nil:
 			id.User, id.By = cfg.Username, "password"
 			if cn != "" && cn != cfg.Username {
-				id.Problem = fmt.Sprintf("the client certificate's CN is %q, an etcd identity of its own for any request without a token: give this part a certificate whose CN is %s (docs/security.md)", cn, cfg.Username)
+				reach, err := certReach(ctx, cfg)
+				switch {
+				case err == nil && len(reach) == 0:
+					id.Note = fmt.Sprintf("the client certificate's CN %q writes no watchdog key alone", cn)
+				case err == nil:
+					id.Problem = fmt.Sprintf("the client certificate's CN is %q, an etcd identity of its own for any request without a token (it may write %s): give this part a certificate whose CN is %s, or one whose CN names no etcd user (docs/security.md)", cn, strings.Join(reach, ", "), cfg.Username)
+				default:
+					id.Problem = fmt.Sprintf("the client certificate's CN is %q, an etcd identity of its own for any request without a token (what it may do could not be asked: %v): give this part a certificate whose CN is %s (docs/security.md)", cn, err, cfg.Username)
+				}
 			}
 			return id, nil
 		case errors.Is(rpctypes.Error(err), rpctypes.ErrAuthNotEnabled):
@@ -128,6 +145,31 @@ func WhoAmI(ctx context.Context, cli *clientv3.Client, cfg Config) (Identity, er
 		return id, err
 	}
 	return id, nil
+}
+
+// certReach says which watchdog keys the client certificate of cfg may write alone (as
+// its CN, without a token): a node key of any job, a key of the detectors. Each is asked
+// by a transaction whose only put stands in the branch that never runs (no comparison,
+// so the other runs): etcd checks the permissions of both branches, and writes nothing.
+func certReach(ctx context.Context, cfg Config) ([]string, error) {
+	certOnly := cfg
+	certOnly.Username, certOnly.PasswordFile, certOnly.Logger = "", "", nil
+	cli, err := New(certOnly)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	var reach []string
+	for _, k := range []string{snapshot.NodeKey("_identity-probe", "node"), snapshot.DetectorPrefix + "identity-probe"} {
+		_, err := cli.Txn(ctx).Else(clientv3.OpPut(k, "")).Commit()
+		switch {
+		case err == nil:
+			reach = append(reach, k)
+		case !errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) && !errors.Is(rpctypes.Error(err), rpctypes.ErrUserNotFound):
+			return nil, err
+		}
+	}
+	return reach, nil
 }
 
 // logIdentity logs once, when etcd first answers, which identity it accepted.

@@ -34,6 +34,10 @@ func TestOneIdentityPerPart(t *testing.T) {
 			detectorCert := e.CertOnly(etcdroles.Detector)
 			sidecarWithDetectorCert := e.Config(etcdroles.Sidecar)
 			sidecarWithDetectorCert.CertFile, sidecarWithDetectorCert.KeyFile = detectorCert.CertFile, detectorCert.KeyFile
+			// A Slurm node's certificate beside a per-job password: its CN names no etcd user.
+			nodeCert := e.CertOnly("ncclwatch-node")
+			sidecarWithNodeCert := e.Config(etcdroles.Sidecar)
+			sidecarWithNodeCert.CertFile, sidecarWithNodeCert.KeyFile = nodeCert.CertFile, nodeCert.KeyFile
 			for _, c := range []struct {
 				name    string
 				cfg     etcdconn.Config
@@ -44,7 +48,8 @@ func TestOneIdentityPerPart(t *testing.T) {
 				{"password and its own certificate", e.Config(etcdroles.Sidecar), "authenticated as ncclwatch-sidecar by the password", false, true},
 				{"its own certificate alone", e.CertOnly(etcdroles.Sidecar), "authenticated as ncclwatch-sidecar by the client certificate CN", false, true},
 				{"a refused password", withWrongPassword, "was refused: nothing is sent to etcd (without a token etcd would take the requests as ncclwatch-sidecar", true, false},
-				{"another part's certificate", sidecarWithDetectorCert, "an etcd identity of its own for any request without a token: give this part a certificate whose CN is ncclwatch-sidecar", true, true},
+				{"a certificate that reaches nothing alone", sidecarWithNodeCert, "writes no watchdog key alone", false, true},
+				{"another part's certificate", sidecarWithDetectorCert, "an etcd identity of its own for any request without a token (it may write /ncclwatch/v1/jobs/_identity-probe/nodes/node, /ncclwatch/v1/detector/identity-probe): give this part a certificate whose CN is ncclwatch-sidecar", true, true},
 			} {
 				t.Run(c.name, func(t *testing.T) {
 					var logs syncbuf.Buffer

@@ -11,6 +11,10 @@ package etcdroles
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -44,7 +48,13 @@ type Role struct {
 }
 
 // Plan is the set of roles (each with a user of the same name) to create.
-type Plan struct{ Roles []Role }
+type Plan struct {
+	Roles []Role
+	// SetPasswords: Apply sets the password of a user that exists already to the one
+	// given (a per-job user, whose password the prolog or chart hook gives anew each time);
+	// without it an existing user keeps its password.
+	SetPasswords bool
+}
 
 // NewPlan returns the roles: the detector's, and one sidecar role for every job (no jobs)
 // or one per job named.
@@ -63,10 +73,64 @@ func NewPlan(jobs []string) (Plan, error) {
 		}
 		// A publisher writes its node key and the base its values are compressed against
 		// (snapshot.BaseKey) in one transaction: both, or nothing reaches the detector.
-		p.Roles = append(p.Roles, Role{Name: Sidecar + "-" + j, Why: "the sidecars of job " + j + ": write only that job's node keys and their bases",
+		p.Roles = append(p.Roles, Role{Name: JobUser(j), Why: "the sidecars of job " + j + ": write only that job's node keys and their bases",
 			Perms: []Perm{{Type: "write", Key: snapshot.NodeKey(j, ""), Prefix: true}, {Type: "write", Key: snapshot.BaseKey(j, ""), Prefix: true}}})
 	}
 	return p, nil
+}
+
+// JobUser is the etcd user (and role) of the sidecars of one job.
+func JobUser(job string) string { return Sidecar + "-" + job }
+
+// JobPlan returns only the per-job sidecar roles of jobs: what a Slurm prolog or the
+// chart's hook creates for each job (with etcd's root) and removes when it ends, while
+// the detector's role and the generic one stay as `etcd-roles --apply` made them.
+func JobPlan(jobs []string) (Plan, error) {
+	if len(jobs) == 0 {
+		return Plan{}, errors.New("no jobs")
+	}
+	p, err := NewPlan(jobs)
+	if err != nil {
+		return Plan{}, err
+	}
+	return Plan{Roles: p.Roles[1:], SetPasswords: true}, nil
+}
+
+// JobPassword derives the password of a per-job sidecar user from a site key: the node
+// that runs a job's sidecar writes it from the key (no channel from the controller that
+// creates the user is needed), and the key reaches what the generic sidecar role reaches
+// (node keys of any job), never the detectors' keys.
+func JobPassword(key []byte, job string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("ncclwatch etcd password of " + JobUser(job)))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// RandomPassword is a password no one keeps: for a per-job user that logs in by its
+// client certificate alone (etcd 3.4 has no users without a password).
+func RandomPassword() (string, error) {
+	raw := make([]byte, 24)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(raw), nil
+}
+
+// Remove deletes the plan's users and roles (one that is gone already is no error). Only
+// per-job plans are removed: the detector's and the generic sidecar's roles outlive jobs.
+func (p Plan) Remove(ctx context.Context, cli *clientv3.Client) error {
+	for _, r := range p.Roles {
+		if !strings.HasPrefix(r.Name, Sidecar+"-") {
+			return fmt.Errorf("role %s: only per-job roles are removed", r.Name)
+		}
+		if _, err := cli.UserDelete(ctx, r.Name); err != nil && !errors.Is(rpctypes.Error(err), rpctypes.ErrUserNotFound) {
+			return fmt.Errorf("user %s: %w", r.Name, err)
+		}
+		if _, err := cli.RoleDelete(ctx, r.Name); err != nil && !errors.Is(rpctypes.Error(err), rpctypes.ErrRoleNotFound) {
+			return fmt.Errorf("role %s: %w", r.Name, err)
+		}
+	}
+	return nil
 }
 
 // Script returns the etcdctl commands of the plan, with comments, as a POSIX shell script.
@@ -124,7 +188,16 @@ func (p Plan) Apply(ctx context.Context, cli *clientv3.Client, passwords map[str
 		if !ok || pw == "" {
 			return fmt.Errorf("user %s: no password given", r.Name)
 		}
-		if _, err := cli.UserAdd(ctx, r.Name, pw); err != nil && !errors.Is(rpctypes.Error(err), rpctypes.ErrUserAlreadyExist) {
+		_, err := cli.UserAdd(ctx, r.Name, pw)
+		switch {
+		case err == nil:
+		case errors.Is(rpctypes.Error(err), rpctypes.ErrUserAlreadyExist):
+			if p.SetPasswords {
+				if _, err := cli.UserChangePassword(ctx, r.Name, pw); err != nil {
+					return fmt.Errorf("user %s: password: %w", r.Name, err)
+				}
+			}
+		default:
 			return fmt.Errorf("user %s: %w", r.Name, err)
 		}
 		if _, err := cli.UserGrantRole(ctx, r.Name, r.Name); err != nil {

@@ -213,3 +213,63 @@ func TestNewPlanRefusesOddJobNames(t *testing.T) {
 		}
 	}
 }
+
+// TestJobPlan: a job's role alone is created (its password set anew when the user exists,
+// as a prolog or hook gives it each time), permits its sidecar, and is removed with its
+// user when the job ends; the detector's role is never part of it.
+func TestJobPlan(t *testing.T) {
+	srv, err := etcdembed.Start(t.Context(), etcdembed.Options{Logger: slog.New(slog.DiscardHandler), BcryptCost: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	plan, err := JobPlan([]string{"llama"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Roles) != 1 || plan.Roles[0].Name != JobUser("llama") || !plan.SetPasswords {
+		t.Fatalf("job plan %+v", plan)
+	}
+	if err := (Plan{Roles: []Role{{Name: Detector}}}).Remove(t.Context(), nil); err == nil {
+		t.Error("the detector's role would be removed")
+	}
+	admin, err := etcdconn.New(etcdconn.Config{Endpoints: srv.Endpoints()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key := []byte(strings.Repeat("k", 32))
+	for _, pw := range []string{"first", JobPassword(key, "llama")} {
+		if err := plan.Apply(ctx, admin, map[string]string{JobUser("llama"): pw}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if JobPassword(key, "llama") == JobPassword(key, "llamb") || JobPassword(key, "llama") == JobPassword([]byte(strings.Repeat("j", 32)), "llama") {
+		t.Error("job passwords do not depend on the job and the key")
+	}
+	dir, pw := passwordDir(t, "root")
+	if err := os.WriteFile(filepath.Join(dir, JobUser("llama")), []byte(JobPassword(key, "llama")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnableAuth(ctx, admin, pw["root"]); err != nil {
+		t.Fatal(err)
+	}
+	side := client(t, srv.Endpoints(), dir, JobUser("llama"))
+	if _, err := side.Put(ctx, snapshot.NodeKey("llama", "n1"), "{}"); err != nil {
+		t.Fatalf("the job's sidecar with the derived password: %v", err)
+	}
+	root := client(t, srv.Endpoints(), dir, "root")
+	for range 2 { // idempotent
+		if err := plan.Remove(ctx, root); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := root.RoleGet(ctx, JobUser("llama")); !errors.Is(rpctypes.Error(err), rpctypes.ErrRoleNotFound) {
+		t.Errorf("the role after removal: %v", err)
+	}
+	if _, err := side.Auth.Authenticate(ctx, JobUser("llama"), JobPassword(key, "llama")); err == nil {
+		t.Error("the removed user still logs in")
+	}
+}

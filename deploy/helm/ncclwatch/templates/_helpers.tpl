@@ -60,58 +60,112 @@ never repeat a key (strict decoders and yamllint refuse that) or unselect the po
 {{- end -}}
 {{- end -}}
 
-{{/* Volumes holding etcd client credentials. */}}
-{{- define "ncclwatch.etcdVolumes" -}}
-{{- if .Values.etcd.tls.secretName }}
+{{/* etcd credentials: one identity per part (docs/security.md#one-identity-per-part). Each
+role's client certificate is the Secret <secretPrefix><role>, CN the role's etcd user; the
+detector, each job's sidecars and the roles hook mount their own and nothing else. */}}
+{{- define "ncclwatch.etcdTLSSecret" -}}
+{{- $prefix := .root.Values.etcd.tls.secretPrefix | default (printf "%s-etcd-tls-" (include "ncclwatch.fullname" .root)) -}}
+{{- printf "%s%s" $prefix .role | trunc 253 -}}
+{{- end -}}
+
+{{/* The jobs with a per-job sidecar role: sidecar.jobs and the example pod's, comma-joined. */}}
+{{- define "ncclwatch.sidecarJobs" -}}
+{{- $jobs := .Values.sidecar.jobs | default list -}}
+{{- if .Values.examplePod.enabled }}{{ $jobs = append $jobs .Values.examplePod.job }}{{ end -}}
+{{- join "," (uniq $jobs) -}}
+{{- end -}}
+
+{{/* The sidecars log in as their job's user (etcdRole job, auth on). */}}
+{{- define "ncclwatch.perJobSidecars" -}}
+{{- if and .Values.etcd.auth.user (eq .Values.sidecar.etcdRole "job") -}}true{{- end -}}
+{{- end -}}
+
+{{/* The hook Jobs that create and remove the per-job roles: per-job sidecars and jobs to
+create them for. */}}
+{{- define "ncclwatch.rolesHook" -}}
+{{- if and (include "ncclwatch.perJobSidecars" .) (include "ncclwatch.sidecarJobs" .) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Settings that cannot work together fail the render, naming the fix. */}}
+{{- define "ncclwatch.checkEtcd" -}}
+{{- $e := .Values.etcd -}}
+{{- if and $e.tls.certManager.enabled (not $e.tls.enabled) -}}
+{{- fail "etcd.tls.certManager.enabled needs etcd.tls.enabled" -}}
+{{- end -}}
+{{- if and $e.tls.certManager.enabled (not $e.tls.certManager.issuerRef.name) -}}
+{{- fail "etcd.tls.certManager.enabled: etcd.tls.certManager.issuerRef.name must name the issuer of etcd's client CA" -}}
+{{- end -}}
+{{- if $e.auth.user -}}
+{{- if eq .Values.sidecar.etcdRole "shared" -}}
+{{- if not $e.auth.sidecar.user -}}
+{{- fail "sidecar.etcdRole is shared: etcd.auth.sidecar.user must name the sidecars' own user (role ncclwatch-sidecar); the detector's never goes into training pods" -}}
+{{- end -}}
+{{- if eq $e.auth.sidecar.user $e.auth.user -}}
+{{- fail "etcd.auth.sidecar.user is the detector's user: the sidecars need their own (role ncclwatch-sidecar)" -}}
+{{- end -}}
+{{- if not $e.auth.sidecar.passwordSecret.name -}}
+{{- fail "etcd.auth.sidecar.user is set: etcd.auth.sidecar.passwordSecret.name must name its Secret" -}}
+{{- end -}}
+{{- else if include "ncclwatch.rolesHook" . -}}
+{{- if not $e.tls.enabled -}}
+{{- fail "sidecar.etcdRole job with etcd.auth: the per-job sidecars log in by their own client certificate, so etcd.tls must be enabled (or use sidecar.etcdRole shared)" -}}
+{{- end -}}
+{{- if not $e.auth.root.passwordSecret.name -}}
+{{- fail "sidecar.etcdRole job: etcd.auth.root.passwordSecret.name must name the Secret of etcd's root password, for the hook that creates each job's role" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A client certificate Secret as a volume named etcd-tls. */}}
+{{- define "ncclwatch.tlsVolume" -}}
 - name: etcd-tls
   secret:
-    secretName: {{ .Values.etcd.tls.secretName }}
+    secretName: {{ include "ncclwatch.etcdTLSSecret" . }}
     defaultMode: 0444
+    items:
+      - {key: {{ .root.Values.etcd.tls.caKey }}, path: ca.crt}
+      - {key: {{ .root.Values.etcd.tls.certKey }}, path: tls.crt}
+      - {key: {{ .root.Values.etcd.tls.keyKey }}, path: tls.key}
+{{- end -}}
+
+{{/* A password Secret as a volume named etcd-auth. */}}
+{{- define "ncclwatch.passwordVolume" -}}
+- name: etcd-auth
+  secret:
+    secretName: {{ .name }}
+    defaultMode: 0444
+    items:
+      - key: {{ .key }}
+        path: password
+{{- end -}}
+
+{{/* The detector's credentials: its own certificate and password. */}}
+{{- define "ncclwatch.etcdVolumes" -}}
+{{- if .Values.etcd.tls.enabled }}
+{{ include "ncclwatch.tlsVolume" (dict "root" . "role" "detector") }}
 {{- end }}
 {{- if .Values.etcd.auth.passwordSecret.name }}
-- name: etcd-auth
-  secret:
-    secretName: {{ .Values.etcd.auth.passwordSecret.name }}
-    defaultMode: 0444
-    items:
-      - key: {{ .Values.etcd.auth.passwordSecret.key }}
-        path: password
+{{ include "ncclwatch.passwordVolume" .Values.etcd.auth.passwordSecret }}
 {{- end }}
 {{- end -}}
 
-{{/* The sidecar's etcd credentials: TLS as the detector's, and its own user's password
-(etcd.auth.sidecar), else the detector's. */}}
-{{- define "ncclwatch.sidecarEtcdUser" -}}
-{{- .Values.etcd.auth.sidecar.user | default .Values.etcd.auth.user -}}
-{{- end -}}
-
+{{/* A training pod's sidecar credentials (call with dict "root" $ "job" <job>): its job's
+certificate (etcdRole job), or the shared sidecar's certificate and password. */}}
 {{- define "ncclwatch.sidecarEtcdVolumes" -}}
-{{- if .Values.etcd.tls.secretName }}
-- name: etcd-tls
-  secret:
-    secretName: {{ .Values.etcd.tls.secretName }}
-    defaultMode: 0444
+{{- $v := .root.Values }}
+{{- $role := "sidecar" }}
+{{- if eq $v.sidecar.etcdRole "job" }}{{ $role = printf "sidecar-%s" .job }}{{ end }}
+{{- if $v.etcd.tls.enabled }}
+{{ include "ncclwatch.tlsVolume" (dict "root" .root "role" $role) }}
 {{- end }}
-{{- $pw := .Values.etcd.auth.passwordSecret }}
-{{- if .Values.etcd.auth.sidecar.user }}
-{{- $pw = .Values.etcd.auth.sidecar.passwordSecret }}
-{{- if not $pw.name }}
-{{- fail "etcd.auth.sidecar.user is set: etcd.auth.sidecar.passwordSecret.name must name its Secret" }}
-{{- end }}
-{{- end }}
-{{- if $pw.name }}
-- name: etcd-auth
-  secret:
-    secretName: {{ $pw.name }}
-    defaultMode: 0444
-    items:
-      - key: {{ $pw.key }}
-        path: password
+{{- if and $v.etcd.auth.user (eq $v.sidecar.etcdRole "shared") }}
+{{ include "ncclwatch.passwordVolume" $v.etcd.auth.sidecar.passwordSecret }}
 {{- end }}
 {{- end -}}
 
 {{- define "ncclwatch.etcdVolumeMounts" -}}
-{{- if .Values.etcd.tls.secretName }}
+{{- if .Values.etcd.tls.enabled }}
 - name: etcd-tls
   mountPath: /etc/ncclwatch/etcd-tls
   readOnly: true
@@ -124,12 +178,12 @@ never repeat a key (strict decoders and yamllint refuse that) or unselect the po
 {{- end -}}
 
 {{- define "ncclwatch.sidecarEtcdVolumeMounts" -}}
-{{- if .Values.etcd.tls.secretName }}
+{{- if .Values.etcd.tls.enabled }}
 - name: etcd-tls
   mountPath: /etc/ncclwatch/etcd-tls
   readOnly: true
 {{- end }}
-{{- if or .Values.etcd.auth.passwordSecret.name .Values.etcd.auth.sidecar.user }}
+{{- if and .Values.etcd.auth.user (eq .Values.sidecar.etcdRole "shared") }}
 - name: etcd-auth
   mountPath: /etc/ncclwatch/etcd-auth
   readOnly: true
