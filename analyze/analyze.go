@@ -10,11 +10,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ncclwatch/watchdog/detect"
@@ -109,32 +111,54 @@ func Analyze(ctx context.Context, paths []string, opts Options) (*Report, error)
 	return rep, nil
 }
 
-// readAll reads every file on a pool of workers; results keep the files' order.
+// readAll reads every file on a pool of workers; results keep the files' order. The largest
+// files are read first, so that the last to finish are small ones; a worker that takes a
+// large file when no other file is left for the other workers splits its reading over two
+// goroutines (a single console, the end of a folder), so that no core waits.
 func readAll(ctx context.Context, files []string, opts *Options) []*fileResult {
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
 	workers = min(workers, len(files))
+	sizes := make([]int64, len(files))
+	order := make([]int, len(files))
+	for i, f := range files {
+		order[i] = i
+		sizes[i] = pipelineMin // standard input: as large as it may be
+		if f != Stdin {
+			if st, err := os.Stat(f); err == nil {
+				sizes[i] = st.Size()
+			}
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool { return sizes[order[a]] > sizes[order[b]] })
+	spare := runtime.GOMAXPROCS(0) > 1
 	results := make([]*fileResult, len(files))
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	next := make(chan int)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range next {
-				results[i] = readFile(ctx, files[i], opts)
+			for {
+				n := int(next.Add(1)) - 1
+				if n >= len(order) {
+					return
+				}
+				i := order[n]
+				// The files not yet taken would not keep the other workers busy.
+				pipeline := spare && sizes[i] >= pipelineMin && len(order)-n <= workers
+				results[i] = readFile(ctx, files[i], opts, readMode{pipeline: pipeline})
 			}
 		}()
 	}
-	for i := range files {
-		next <- i
-	}
-	close(next)
 	wg.Wait()
 	return results
 }
+
+// pipelineMin is the size from which a file's reading is worth two goroutines.
+const pipelineMin = 4 << 20
 
 // mergeProcs renders every process once. A process seen in several files (its NCCL file and
 // a console that repeats a few of its lines) keeps the file with the most lines; the

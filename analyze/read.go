@@ -1,16 +1,16 @@
 package analyze
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ncclwatch/watchdog/heartbeat/ras"
@@ -113,10 +113,17 @@ type fileReader struct {
 	byPID map[int][]*proc
 	line  logparse.Line
 	tail  logparse.Line
+	// pre is the line being fed as the cutter parsed it, preRaw its bytes (nil: none).
+	pre    *logparse.Line
+	preRaw []byte
 	// pending are heads of NCCL lines cut by another writer, waiting for their rest.
 	pending []fragment
 	comms   map[uint64]*proc // communicator pointers by owner, to catch misattributed lines
-	scratch []byte
+	// lastComm and lastOwner are the previous per-op line's communicator and its owner:
+	// most per-op lines repeat them.
+	lastComm  uint64
+	lastOwner *proc
+	scratch   []byte
 	// quoteFor is the rank whose PyTorch error said "Last error:" at the end of its line:
 	// the next line is NCCL's last WARN, quoted (-2: none pending).
 	quoteFor int
@@ -155,7 +162,7 @@ const maxPending = 16
 
 // readFile reads one path completely. It never fails on content: what it cannot use is
 // counted.
-func readFile(ctx context.Context, path string, opts *Options) *fileResult {
+func readFile(ctx context.Context, path string, opts *Options, mode readMode) *fileResult {
 	res := &fileResult{stat: FileStat{Path: path}, procs: map[procKey]*proc{}}
 	in, err := openInput(path, opts.Stdin)
 	if err != nil {
@@ -186,7 +193,7 @@ func readFile(ctx context.Context, path string, opts *Options) *fileResult {
 		fr.cur = p
 	}
 	fr.gaps = in.gaps
-	err = fr.read(ctx, in.r)
+	err = fr.read(ctx, in.r, mode)
 	fr.endRAS()
 	fr.flush()
 	res.stat.Gaps, res.stat.GapBytes = in.gaps.count, in.gaps.skipped
@@ -204,9 +211,36 @@ func readFile(ctx context.Context, path string, opts *Options) *fileResult {
 		if !p.named || p.t.Lines > 0 {
 			res.stat.Procs++
 		}
-		p.render()
 	}
+	renderAll(res.procs, mode.pipeline)
 	return res
+}
+
+// renderAll renders a file's processes: in parallel when the file has the cores to itself
+// (a console of many ranks is the end of its analysis), else one after the other.
+func renderAll(procs map[procKey]*proc, parallel bool) {
+	if !parallel || len(procs) < 2 {
+		for _, p := range procs {
+			p.render()
+		}
+		return
+	}
+	next := make(chan *proc, len(procs))
+	for _, p := range procs {
+		next <- p
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(len(procs), runtime.GOMAXPROCS(0)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range next {
+				p.render()
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // readRAS reads a JSON RAS report; text reports are read line by line with the log's.
@@ -229,45 +263,6 @@ func readRAS(in *input, res *fileResult) {
 		res.stat.ReadErr = err.Error()
 	}
 	res.ras = append(res.ras, rep)
-}
-
-func (fr *fileReader) read(ctx context.Context, r *bufio.Reader) error {
-	st := &fr.res.stat
-	skipping := false
-	var pos int64 // offset of raw in what the gap reader passes on
-	for {
-		raw, err := r.ReadSlice('\n')
-		if fr.gaps != nil && !skipping && fr.gaps.gapBefore(pos) {
-			fr.wrap.flush(fr.feed)
-			fr.endRAS()
-			fr.gap()
-		}
-		pos += int64(len(raw))
-		if errors.Is(err, bufio.ErrBufferFull) {
-			if !skipping {
-				st.TooLong++
-				fr.wrap.flush(fr.feed)
-				fr.endRAS()
-				fr.apply(raw)
-			}
-			skipping = true
-			continue
-		}
-		if len(raw) > 0 && !skipping {
-			fr.wrap.next(raw, fr.feed)
-		}
-		skipping = false
-		if err == io.EOF {
-			fr.wrap.flush(fr.feed)
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read: %w", err)
-		}
-		if st.Lines&0xffff == 0 && ctx.Err() != nil {
-			return ctx.Err()
-		}
-	}
 }
 
 // gap tells every process of the file that lines are missing here: their communicators
@@ -301,11 +296,11 @@ func (fr *fileReader) proc(k procKey) *proc {
 func (fr *fileReader) apply(raw []byte) {
 	st := &fr.res.stat
 	st.Lines++
-	l := &fr.line
 	if fr.quoteFor > -2 {
 		rank := fr.quoteFor
 		fr.quoteFor = -2
 		if q := bytes.TrimSpace(raw); len(q) > 0 {
+			l := &fr.line
 			l.LauncherRank = rank
 			logparse.ParseQuoted(q, l)
 			st.Torch++
@@ -313,7 +308,7 @@ func (fr *fileReader) apply(raw []byte) {
 			return
 		}
 	}
-	logparse.Parse(raw, l)
+	l := fr.parsed(raw, &fr.line)
 	if l.Kind != logparse.KindColl {
 		fr.wrap.learn(l, raw)
 	} else {
@@ -428,17 +423,19 @@ func (fr *fileReader) applyProcLine(raw []byte, l *logparse.Line) {
 		p = fr.proc(procKey{host: string(l.Host), pid: l.PID})
 		fr.cur = p
 	}
-	if l.Kind == logparse.KindColl {
+	if l.Kind == logparse.KindColl && (l.Coll.Comm != fr.lastComm || p != fr.lastOwner) {
 		// A per-op line naming another process's communicator is two writers' text glued
 		// together: its op belongs to neither with certainty.
-		if owner := fr.comms[l.Coll.Comm]; owner != nil && owner != p {
+		owner := fr.comms[l.Coll.Comm]
+		if owner != nil && owner != p {
 			st.Fragments++
 			p.lostColl++
 			return
 		}
-		if fr.comms[l.Coll.Comm] == nil {
+		if owner == nil {
 			fr.comms[l.Coll.Comm] = p
 		}
+		fr.lastComm, fr.lastOwner = l.Coll.Comm, p
 	}
 	if l.Kind == logparse.KindInfo && l.Level == logparse.LevelInfo && looksLikeCollHead(l.Msg) {
 		// The start of a per-op line whose end was written later (or never): keep it.

@@ -150,6 +150,30 @@ type Line struct {
 	// cache keeps the previous line's prefix and timestamp second, which repeat on nearly
 	// every line of one process's log; reset keeps it.
 	cache prefixCache
+	// shared is a Parser's cache, set only while that Parser parses into this line.
+	shared *prefixCache
+}
+
+// prefixes is the cache this parse reads and updates.
+func (l *Line) prefixes() *prefixCache {
+	if l.shared != nil {
+		return l.shared
+	}
+	return &l.cache
+}
+
+// Parser parses a stream of lines into separate Lines (a batch read ahead of its use) with
+// the one cache of prefixes that Parse keeps in a Line reused line after line. Its zero
+// value is ready; one Parser is used by one goroutine at a time.
+type Parser struct {
+	cache prefixCache
+}
+
+// Parse is Parse into l with the parser's cache.
+func (p *Parser) Parse(line []byte, l *Line) {
+	l.shared = &p.cache
+	Parse(line, l)
+	l.shared = nil
 }
 
 // Fields are what Parse sets on every line.

@@ -74,7 +74,7 @@ func parseGeneral(line []byte, l *Line) {
 // fastPrefix parses the common INFO layout "[%F %T.%Nf] host:pid:tid [dev] NCCL INFO " left
 // to right. Any other layout (WARN, TRACE, custom timestamps) takes the general path.
 func fastPrefix(b []byte, l *Line) ([]byte, bool) {
-	c := &l.cache
+	c := l.prefixes()
 	i := 0
 	l.HasTime = false
 	if b[0] != '[' {
@@ -797,7 +797,7 @@ func parseTimestamp(t []byte, l *Line) {
 // b[end]. Most lines share their second with the previous one: then only the fraction is
 // read, eight digits per load.
 func parseTimestampCached(b []byte, end int, l *Line) {
-	c := &l.cache
+	c := l.prefixes()
 	if end < 20 || end > 30 {
 		parseTimestamp(b[:end+1], l)
 		return
