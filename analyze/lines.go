@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/ncclwatch/watchdog/logparse"
 )
@@ -59,6 +60,8 @@ const (
 	batchesAhead   = 3
 	avgLineLenHint = 128
 )
+
+var inlineBatches = sync.Pool{New: func() any { return newBatch(inlineBlock, false) }}
 
 func newBatch(block int, parse bool) *lineBatch {
 	b := &lineBatch{buf: make([]byte, 0, block+4<<10), lines: make([]batchLine, 0, block/avgLineLenHint)}
@@ -233,7 +236,14 @@ func (fr *fileReader) read(ctx context.Context, r *bufio.Reader, mode readMode) 
 	if !mode.pipeline {
 		block := cmp.Or(mode.block, inlineBlock)
 		cut := newCutter(r, fr.gaps, block)
-		b := newBatch(block, false)
+		var b *lineBatch
+		if block == inlineBlock {
+			// A folder of hundreds of files would otherwise take a batch's memory each.
+			b = inlineBatches.Get().(*lineBatch)
+			defer inlineBatches.Put(b)
+		} else {
+			b = newBatch(block, false)
+		}
 		for {
 			cut.fill(ctx, b)
 			fr.applyBatch(b)

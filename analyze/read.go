@@ -87,7 +87,7 @@ type proc struct {
 // render keeps what the report needs from the tracker and lets the tracker go.
 func (p *proc) render() {
 	t := p.t
-	p.snap = t.Snapshot(logparse.SnapshotOptions{Recent: -1})
+	p.snap = t.Snapshot(logparse.SnapshotOptions{Recent: -1, Final: true})
 	p.kinds, p.version, p.tsDigits, p.lines = t.Kinds, t.Version, t.TimestampDigits, t.Lines
 	p.t = nil
 }

@@ -155,7 +155,7 @@ type Comm struct {
 	P2P    map[int]*P2PCount
 	// times are the issue times (µs) of positions timesFrom, timesFrom+1, ... when the
 	// tracker keeps them (TrackerOptions.Times), the oldest half dropped when full.
-	times     []int64
+	times     []snapshot.Micros
 	timesFrom int64
 }
 
@@ -383,11 +383,11 @@ func (t *Tracker) observeColl(l *Line, ts int64) {
 		if len(c.times) == cap(c.times) {
 			// Straight to the bound after a first step: growing by doubling copied and
 			// cleared a tenth of a post-mortem's time.
-			grown := make([]int64, len(c.times), min(n, max(1024, 8*cap(c.times))))
+			grown := make([]snapshot.Micros, len(c.times), min(n, max(1024, 8*cap(c.times))))
 			copy(grown, c.times)
 			c.times = grown
 		}
-		c.times = append(c.times, ts)
+		c.times = append(c.times, snapshot.Micros(ts))
 	}
 	c.Digest = chainDigest(c.Digest, &rec)
 	for i, every := range markLevels {
