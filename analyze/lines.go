@@ -306,7 +306,7 @@ func (fr *fileReader) applyBatch(b *lineBatch) {
 	for i, m := range b.lines {
 		raw := b.buf[m.start:m.end:m.end]
 		if m.mark&markGap != 0 {
-			fr.wrap.flush(fr.feed)
+			fr.wrap.Flush(fr.feed)
 			fr.endRAS()
 			fr.gap()
 		}
@@ -318,18 +318,18 @@ func (fr *fileReader) applyBatch(b *lineBatch) {
 		}
 		if m.mark&markCut != 0 {
 			st.TooLong++
-			fr.wrap.flush(fr.feed)
+			fr.wrap.Flush(fr.feed)
 			fr.endRAS()
 			fr.apply(raw)
-		} else if fr.wrap.width == 0 {
+		} else if !fr.wrap.Wrapping() {
 			fr.feed(raw)
 		} else {
-			fr.wrap.next(raw, fr.feed)
+			fr.wrap.Next(raw, fr.feed)
 		}
 		fr.pre, fr.preRaw = nil, nil
 	}
 	if b.last {
-		fr.wrap.flush(fr.feed)
+		fr.wrap.Flush(fr.feed)
 	}
 }
 

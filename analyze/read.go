@@ -137,7 +137,7 @@ type fileReader struct {
 	// (exit code, traceback) are.
 	record exitRecord
 	// wrap puts back together the lines a terminal broke at its width.
-	wrap unwrapper
+	wrap logparse.Unwrapper
 }
 
 // exitRecord is the rank of torchrun's failure record being read ("rank : 2 (local_rank:
@@ -309,11 +309,7 @@ func (fr *fileReader) apply(raw []byte) {
 		}
 	}
 	l := fr.parsed(raw, &fr.line)
-	if l.Kind != logparse.KindColl {
-		fr.wrap.learn(l, raw)
-	} else {
-		fr.wrap.prevLen = len(raw)
-	}
+	fr.wrap.Learn(l, raw)
 	if !fr.unlinking && l.Kind != logparse.KindColl {
 		// A log pasted into a GitHub thread and copied back: read its lines unlinked.
 		// Per-op lines hold nothing a renderer links.
@@ -437,7 +433,7 @@ func (fr *fileReader) applyProcLine(raw []byte, l *logparse.Line) {
 		}
 		fr.lastComm, fr.lastOwner = l.Coll.Comm, p
 	}
-	if l.Kind == logparse.KindInfo && l.Level == logparse.LevelInfo && looksLikeCollHead(l.Msg) {
+	if l.Kind == logparse.KindInfo && l.Level == logparse.LevelInfo && logparse.CollHead(l.Msg) {
 		// The start of a per-op line whose end was written later (or never): keep it.
 		fr.keepPending(p, raw)
 		return
@@ -446,119 +442,28 @@ func (fr *fileReader) applyProcLine(raw []byte, l *logparse.Line) {
 	p.t.Apply(l, raw, time.Time{})
 }
 
-// looksLikeCollHead reports a message that starts like a per-op line but did not parse.
-func looksLikeCollHead(m []byte) bool {
-	c := bytes.IndexByte(m, ':')
-	return c > 0 && c < 16 && bytes.HasPrefix(m[c:], []byte(": opCount")) || (c > 0 && c < 16 && len(m) < c+12 && bytes.HasPrefix([]byte(": opCount"), m[c:]))
-}
-
 // mergedAt finds a second NCCL prefix inside a line's message and returns the index in the
-// message where the second line starts. padded says how the two met: a terminal's copy
-// padded the first, whole line with spaces and lost the newline (then the host need not be
-// known: the spaces and the full prefix are evidence enough), else two writers' lines were
-// glued and the first one is cut (its host glued to the second's, found among the known
-// processes with that pid). It runs on every line, so it looks for the rare 'N' first:
-// per-op messages have none.
+// message where the second line starts. padded says how the two met (logparse.Second): a
+// terminal's copy padded the first, whole line with spaces and lost the newline (then the
+// host need not be known: the spaces and the full prefix are evidence enough), else two
+// writers' lines were glued and the first one is cut (its host glued to the second's, found
+// among the known processes with that pid).
 func (fr *fileReader) mergedAt(l *logparse.Line) (at int, padded, ok bool) {
-	m := l.Msg
-	off := 0
-	for {
-		i := bytes.IndexByte(m[off:], 'N')
-		if i < 0 {
-			return 0, false, false
+	for s := range logparse.SecondPrefixes(l.Msg) {
+		if s.Padded {
+			return s.At, true, true
 		}
-		i += off
-		off = i + 1
-		if i == 0 || m[i-1] != ' ' || !(bytes.HasPrefix(m[i:], []byte("NCCL INFO")) || bytes.HasPrefix(m[i:], []byte("NCCL WARN"))) {
-			continue
-		}
-		if at, ok := paddedAt(m, i); ok {
-			return at, true, true
-		}
-		// Before it: "host:pid:tid [dev] " (the dev may be absent), the host glued to the
-		// first line's text.
-		j := i - 1
-		if j > 0 && m[j-1] == ']' {
-			o := bytes.LastIndexByte(m[:j], '[')
-			if o <= 0 || m[o-1] != ' ' {
-				continue
+		best := -1
+		for _, p := range fr.byPID[s.PID] {
+			if h, ok := s.GluedAt(p.key.host); ok && (best < 0 || h < best) {
+				best = h
 			}
-			j = o - 1
 		}
-		sp := bytes.LastIndexByte(m[:j], ' ') + 1
-		if at, ok := fr.glueAt(m[sp:j]); ok {
-			return sp + at, false, true
+		if best >= 0 {
+			return s.At + best, false, true
 		}
 	}
-}
-
-// paddedAt reads back from "NCCL INFO|WARN" at i over "[dev] " and "file:line " to a whole
-// "host:pid:tid" token after a run of spaces, and returns where that token starts.
-func paddedAt(m []byte, i int) (int, bool) {
-	j := i
-	for k := 0; k < 3 && j > 0; k++ {
-		end := j - 1
-		if m[end] != ' ' {
-			return 0, false
-		}
-		start := bytes.LastIndexByte(m[:end], ' ') + 1
-		if _, _, _, ok := hostPidTid(m[start:end]); ok {
-			return start, start >= 3 && m[start-1] == ' ' && m[start-2] == ' ' && m[start-3] == ' '
-		}
-		j = start
-	}
-	return 0, false
-}
-
-// hostPidTid splits "host:pid:tid" with a host of hostname characters.
-func hostPidTid(t []byte) (string, int, int, bool) {
-	c2 := bytes.LastIndexByte(t, ':')
-	if c2 <= 0 {
-		return "", 0, 0, false
-	}
-	c1 := bytes.LastIndexByte(t[:c2], ':')
-	if c1 < 0 {
-		return "", 0, 0, false
-	}
-	pid, err1 := strconv.Atoi(string(t[c1+1 : c2]))
-	tid, err2 := strconv.Atoi(string(t[c2+1:]))
-	if err1 != nil || err2 != nil {
-		return "", 0, 0, false
-	}
-	for _, c := range t[:c1] {
-		if !(c == '-' || c == '.' || c == '_' || (c >= '0' && c <= '9') || (c|0x20 >= 'a' && c|0x20 <= 'z')) {
-			return "", 0, 0, false
-		}
-	}
-	return string(t[:c1]), pid, tid, true
-}
-
-// glueAt finds where "host:pid:tid" starts in a token that may carry another line's text
-// before the host: the longest known host of a process with that pid.
-func (fr *fileReader) glueAt(tok []byte) (int, bool) {
-	c2 := bytes.LastIndexByte(tok, ':')
-	if c2 <= 0 {
-		return 0, false
-	}
-	c1 := bytes.LastIndexByte(tok[:c2], ':')
-	if c1 < 0 {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(string(tok[c1+1 : c2]))
-	if err != nil {
-		return 0, false
-	}
-	if _, err := strconv.Atoi(string(tok[c2+1:])); err != nil {
-		return 0, false
-	}
-	best := -1
-	for _, p := range fr.byPID[pid] {
-		h := p.key.host
-		if c1 >= len(h) && string(tok[c1-len(h):c1]) == h && (best < 0 || c1-len(h) < best) {
-			best = c1 - len(h)
-		}
-	}
-	return best, best >= 0
+	return 0, false, false
 }
 
 // splitMerged handles a line that holds the start of one process's line and then another
@@ -618,7 +523,7 @@ func (fr *fileReader) lose(f fragment) {
 	fr.res.stat.Fragments++
 	var l logparse.Line
 	logparse.Parse(f.head, &l)
-	if looksLikeCollHead(l.Msg) {
+	if logparse.CollHead(l.Msg) {
 		f.p.lostColl++
 	}
 }
