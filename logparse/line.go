@@ -133,6 +133,22 @@ func (k Kind) String() string {
 	return "invalid"
 }
 
+// RankFrom says which console prefix named a line's LauncherRank: how far the number is the
+// process's rank in the job.
+type RankFrom uint8
+
+const (
+	RankFromNone RankFrom = iota
+	// RankFromJob: PyTorch's "[rankN]:", Open MPI's "[job,vpid]": the rank in the job.
+	RankFromJob
+	// RankFromNode: torchrun --tee's "[defaultN]:" (role and local rank): the rank on its
+	// node, not in the job.
+	RankFromNode
+	// RankFromTask: srun --label's "N: ", a "[N] " tag: the launcher's task, which is one
+	// rank only where the task runs one process (not torchrun's several).
+	RankFromTask
+)
+
 // Level is the NCCL log level of a line.
 type Level uint8
 
@@ -187,8 +203,12 @@ type Header struct {
 	Kind  Kind
 	Level Level
 
-	// LauncherRank is the rank from a launcher prefix ([rank3]:, [default3]:, "3: "), or -1.
+	// LauncherRank is the rank from a launcher prefix ([rank3]:, [default3]:, "3: "), or -1;
+	// LauncherFrom says which (the innermost of a stack). Task is srun's label or a rank
+	// tag ("3: ", "[3] "), -1 when none, kept even where an inner prefix names the rank.
 	LauncherRank int
+	LauncherFrom RankFrom
+	Task         int
 	// Quoted is set for NCCL's last WARN as PyTorch quotes it ("Last error: ..."): the
 	// message is NCCL's, the line is PyTorch's, and no NCCL prefix says whose it is.
 	Quoted bool
@@ -345,5 +365,5 @@ type Timestamp struct {
 }
 
 func (l *Line) reset() {
-	l.Fields = Fields{Header: Header{LauncherRank: -1, Dev: -1}}
+	l.Fields = Fields{Header: Header{LauncherRank: -1, Task: -1, Dev: -1}}
 }

@@ -11,7 +11,7 @@ func Parse(line []byte, l *Line) {
 		// does not use (they are only meaningful for their own kinds). fastPrefix sets
 		// every header field but these when it succeeds.
 		if msg, ok := fastPrefix(line, l); ok {
-			l.Level, l.Msg, l.LauncherRank, l.File, l.FileLn, l.Label = LevelInfo, msg, -1, nil, 0, nil
+			l.Level, l.Msg, l.LauncherRank, l.LauncherFrom, l.Task, l.File, l.FileLn, l.Label, l.Quoted = LevelInfo, msg, -1, RankFromNone, -1, nil, 0, nil, false
 			// No op name starts with 'C'; channel lines, a quarter of a start-up, do.
 			if len(msg) > 0 && msg[0] != 'C' && hotColl(msg, l) {
 				l.Kind = KindColl

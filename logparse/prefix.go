@@ -25,6 +25,13 @@ import "bytes"
 // (parsePrefix, loosePrefix, bareLevel); a second one inside a line's message is found by
 // SecondPrefixes, and lines a terminal broke at its width are put back by Unwrapper.
 
+// Unprefixed is line without the console prefixes before it (the grammar above).
+func Unprefixed(line []byte) []byte {
+	var h Line
+	h.reset()
+	return stripLauncher(trimRight(line), &h)
+}
+
 // stripLauncher removes what launchers and collectors put before NCCL's own prefix, in any
 // stack: torchrun --tee "[default3]:", PyTorch "[rank3]:", Open MPI --tag-output
 // "[1,3]<stdout>:" (with --timestamp-output a ctime date before it), srun --label "3: ",
@@ -78,7 +85,7 @@ func stripOne(b []byte, l *Line) ([]byte, bool) {
 			return b, false
 		}
 		r, _ := atoi(b[:k])
-		l.LauncherRank = r
+		l.LauncherRank, l.LauncherFrom, l.Task = r, RankFromTask, r
 		return b[k+2:], true
 	case c == ' ':
 		k := 0
@@ -167,12 +174,12 @@ func stripTag(b []byte) ([]byte, bool) {
 
 // stripBracket removes "[rankN]:", "[defaultN]:", "[J,R]<stdout>:" or a "[N] " rank tag.
 func stripBracket(b []byte, l *Line) ([]byte, bool) {
-	j := 1
+	j, from := 1, RankFromTask
 	switch {
 	case hasPrefix(b, "[rank"):
-		j = 5
+		j, from = 5, RankFromJob
 	case hasPrefix(b, "[default"):
-		j = 8
+		j, from = 8, RankFromNode
 	}
 	k := j
 	for k < len(b) && isDigit(b[k]) {
@@ -191,7 +198,10 @@ func stripBracket(b []byte, l *Line) ([]byte, bool) {
 			// "[3]:" without a space is not a rank tag we know.
 			return b, false
 		}
-		l.LauncherRank = r
+		l.LauncherRank, l.LauncherFrom = r, from
+		if from == RankFromTask {
+			l.Task = r
+		}
 		return b[k+2:], true
 	case b[k] == ']' && j == 1 && k+1 < len(b) && b[k+1] == ' ':
 		// "[3] " rank tag; "[3] NCCL INFO" and "[3] misc/socket.cc:71 NCCL WARN" are
@@ -203,7 +213,7 @@ func stripBracket(b []byte, l *Line) ([]byte, bool) {
 		if sp := bytes.IndexByte(rest, ' '); sp > 0 && sourceLoc(rest[:sp]) && hasPrefix(rest[sp+1:], "NCCL ") {
 			return b, false
 		}
-		l.LauncherRank = r
+		l.LauncherRank, l.LauncherFrom, l.Task = r, RankFromTask, r
 		return b[k+2:], true
 	case b[k] == ',' && j == 1:
 		// Open MPI: "[jobid,rank]<stdout>:"
@@ -229,7 +239,7 @@ func stripBracket(b []byte, l *Line) ([]byte, bool) {
 		if len(rest) == 0 || rest[0] != ':' {
 			return b, false
 		}
-		l.LauncherRank = vpid
+		l.LauncherRank, l.LauncherFrom = vpid, RankFromJob
 		return rest[1:], true
 	}
 	return b, false

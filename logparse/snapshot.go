@@ -31,7 +31,7 @@ func (t *Tracker) Snapshot(o SnapshotOptions) snapshot.Process {
 		Host:       t.Host,
 		PID:        t.PID,
 		Rank:       t.GlobalRank(),
-		LocalRank:  t.LocalRank,
+		LocalRank:  t.localRank(),
 		NCCL:       t.Version,
 		Timestamps: t.TimestampDigits >= 0,
 		TSDigits:   max(t.TimestampDigits, 0),
@@ -132,6 +132,15 @@ func (c *Comm) snapshot(o SnapshotOptions) snapshot.Comm {
 		}
 	}
 	return sc
+}
+
+// localRank is the local rank NCCL printed, else the one torchrun's "[defaultN]:" gave every
+// line, else -1.
+func (t *Tracker) localRank() int {
+	if t.LocalRank >= 0 {
+		return t.LocalRank
+	}
+	return t.launcher[RankFromNode].value()
 }
 
 // SnapshotOp renders an op record.
