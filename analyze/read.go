@@ -37,6 +37,11 @@ type procKey struct {
 
 type torchEvent struct {
 	rank int // global rank, -1 when unknown
+	// task is srun's label or a rank tag on the line (-1: none) and local torchrun's
+	// "[defaultN]:" (-1: none), when no prefix gave the rank in the job: resolved against
+	// the processes of file, where the file's labels are ranks (resolveRanks).
+	task, local int
+	file        string
 	// host and pid: the process nccl-tests names in its failure lines ("" and 0: none).
 	host string
 	pid  int
@@ -78,6 +83,7 @@ type proc struct {
 	// What is kept once the file is read: the rendered process and the tracker's counts
 	// (rendering in the reading worker keeps it parallel).
 	snap     snapshot.Process
+	claims   logparse.RankClaims
 	kinds    [logparse.NumKinds]int64
 	version  string
 	tsDigits int
@@ -87,6 +93,7 @@ type proc struct {
 // render keeps what the report needs from the tracker and lets the tracker go.
 func (p *proc) render() {
 	t := p.t
+	p.claims = t.RankClaims()
 	p.snap = t.Snapshot(logparse.SnapshotOptions{Recent: -1, Final: true})
 	p.kinds, p.version, p.tsDigits, p.lines = t.Kinds, t.Version, t.TimestampDigits, t.Lines
 	p.t = nil
@@ -127,7 +134,10 @@ type fileReader struct {
 	// quoteFor is the rank whose PyTorch error said "Last error:" at the end of its line:
 	// the next line is NCCL's last WARN, quoted (-2: none pending).
 	quoteFor int
-	gaps     *gapReader // where the lines come from: says which lines follow a gap
+	// quoteFrom and quoteTask are the rest of its launcher prefix (logparse.Header).
+	quoteFrom logparse.RankFrom
+	quoteTask int
+	gaps      *gapReader // where the lines come from: says which lines follow a gap
 	// unlinked holds the line being read with a poster's markdown links undone; unlinking
 	// is set while it is read, so that its parts are not unlinked into the same storage.
 	unlinked  []byte
@@ -301,7 +311,7 @@ func (fr *fileReader) apply(raw []byte) {
 		fr.quoteFor = -2
 		if q := bytes.TrimSpace(raw); len(q) > 0 {
 			l := &fr.line
-			l.LauncherRank = rank
+			l.LauncherRank, l.LauncherFrom, l.Task = rank, fr.quoteFrom, fr.quoteTask
 			logparse.ParseQuoted(q, l)
 			st.Torch++
 			fr.torchLine(l)
@@ -325,7 +335,7 @@ func (fr *fileReader) apply(raw []byte) {
 	case l.Quoted:
 		st.Torch++
 		if len(l.Msg) == 0 {
-			fr.quoteFor = l.LauncherRank
+			fr.quoteFor, fr.quoteFrom, fr.quoteTask = l.LauncherRank, l.LauncherFrom, l.Task
 			return
 		}
 		fr.torchLine(l)
@@ -575,7 +585,7 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 			if fr.amendExit(ev, rec.rank) {
 				return
 			}
-			fr.keepTorch(torchEvent{rank: rec.rank, ev: ev})
+			fr.keepTorch(torchEvent{rank: rec.rank, task: -1, local: -1, ev: ev})
 			return
 		}
 		if ev.Src == snapshot.ExitLauncher && fr.amendExit(ev, -1) {
@@ -588,14 +598,23 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 		fr.signalFrame(ev.Peer)
 		return
 	}
-	rank := l.LauncherRank
-	if rank < 0 {
-		rank = l.Torch.Rank
+	te := torchEvent{rank: -1, task: -1, local: -1, ev: ev, host: string(l.Torch.Host), pid: l.Torch.PID}
+	switch {
+	case l.LauncherFrom == logparse.RankFromJob:
+		te.rank = l.LauncherRank
+	case l.Torch.Rank >= 0:
+		te.rank = l.Torch.Rank
+	case l.LauncherFrom == logparse.RankFromNode:
+		te.local = l.LauncherRank
 	}
-	fr.keepTorch(torchEvent{rank: rank, ev: ev, host: string(l.Torch.Host), pid: l.Torch.PID})
+	if te.rank < 0 {
+		te.task = l.Task
+	}
+	fr.keepTorch(te)
 }
 
 func (fr *fileReader) keepTorch(te torchEvent) {
+	te.file = fr.res.stat.Path
 	if len(fr.res.torch) < 10000 {
 		fr.res.torch = append(fr.res.torch, te)
 	}
