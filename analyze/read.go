@@ -360,11 +360,15 @@ func (fr *fileReader) apply(raw []byte) {
 		st.NCCL++
 		p := fr.cur
 		if p == nil || len(fr.res.procs) > 1 || l.LauncherRank >= 0 {
-			tag := l.LauncherRank
-			if tag < 0 {
-				tag = 1000 + max(l.Dev, -1)
+			tag := "dev" + strconv.Itoa(max(l.Dev, -1))
+			switch {
+			case l.LauncherFrom == logparse.RankFromTask:
+				// A task may run several processes (torchrun under srun): one per device.
+				tag = "task" + strconv.Itoa(l.LauncherRank) + "/" + tag
+			case l.LauncherRank >= 0:
+				tag = "rank" + strconv.Itoa(l.LauncherRank)
 			}
-			k := procKey{anon: fr.res.stat.Path + "#" + strconv.Itoa(tag)}
+			k := procKey{anon: fr.res.stat.Path + "#" + tag}
 			if fr.cur != nil && len(fr.res.procs) == 1 && fr.cur.key.anon == "" && l.LauncherRank < 0 {
 				k = fr.cur.key
 			}
