@@ -45,7 +45,7 @@ func piece(l *Line, raw []byte) bool {
 // candidate for the width, when no line so far was longer.
 func (u *Unwrapper) Learn(l *Line, raw []byte) {
 	n := u.prevLen
-	u.prevLen = len(bytes.TrimRight(raw, "\r\n"))
+	u.prevLen = len(lineBody(raw))
 	if u.width != 0 || n < wrapMin || l.Kind == KindColl || !piece(l, raw) {
 		return
 	}
@@ -78,7 +78,7 @@ func (u *Unwrapper) Next(raw []byte, emit func([]byte)) {
 		emit(raw)
 		return
 	}
-	line := bytes.TrimRight(raw, "\r\n")
+	line := lineBody(raw)
 	if len(line) > u.width {
 		// Not a terminal's width after all: read the rest as it stands.
 		u.Flush(emit)
@@ -113,4 +113,13 @@ func (u *Unwrapper) Flush(emit func([]byte)) {
 		emit(u.held)
 		u.held = u.held[:0]
 	}
+}
+
+// lineBody is raw without its line end: it runs on every line, where bytes.TrimRight's
+// cutset costs a tenth of the read.
+func lineBody(raw []byte) []byte {
+	for len(raw) > 0 && (raw[len(raw)-1] == '\n' || raw[len(raw)-1] == '\r') {
+		raw = raw[:len(raw)-1]
+	}
+	return raw
 }
