@@ -10,11 +10,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ncclwatch/watchdog/detect"
@@ -48,6 +51,8 @@ type job struct {
 	torch []torchEvent
 	ras   []*snapshot.RAS
 	joins map[string]Join
+	// claims are what each process's own lines said of its rank (resolveRanks).
+	claims map[*detect.Proc]procClaims
 }
 
 // Analyze reads the files under paths and reports. An error wrapping ErrInput means there
@@ -83,7 +88,7 @@ func Analyze(ctx context.Context, paths []string, opts Options) (*Report, error)
 	if cov.FilesRead == 0 && cov.ReadErrors == len(files) {
 		return nil, fmt.Errorf("%w: %s", ErrInput, results[0].err)
 	}
-	procs, lost := mergeProcs(results)
+	procs, lost, claims := mergeProcs(results)
 	procs, frNotes := frProcs(results, procs, opts.FRBesideLogs)
 	if missing := unseenRanks(procs); len(missing) > 0 {
 		cov.Unseen = missing
@@ -102,44 +107,73 @@ func Analyze(ctx context.Context, paths []string, opts Options) (*Report, error)
 		if len(jobs) > 1 {
 			jobIdx = i + 1
 		}
-		dj, res := evaluate(jb, &opts)
+		jb.claims = claims
+		dj, res, notes := evaluate(jb, &opts)
+		for _, n := range notes {
+			if jobIdx > 0 {
+				n = fmt.Sprintf("job %d: %s", jobIdx, n)
+			}
+			rep.Coverage.Limits = append(rep.Coverage.Limits, n)
+		}
 		rep.add(jobIdx, jb, dj, res)
 	}
 	rep.finish(len(jobs))
 	return rep, nil
 }
 
-// readAll reads every file on a pool of workers; results keep the files' order.
+// readAll reads every file on a pool of workers; results keep the files' order. The largest
+// files are read first, so that the last to finish are small ones; a worker that takes a
+// large file when no other file is left for the other workers splits its reading over two
+// goroutines (a single console, the end of a folder), so that no core waits.
 func readAll(ctx context.Context, files []string, opts *Options) []*fileResult {
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
 	workers = min(workers, len(files))
+	sizes := make([]int64, len(files))
+	order := make([]int, len(files))
+	for i, f := range files {
+		order[i] = i
+		sizes[i] = pipelineMin // standard input: as large as it may be
+		if f != Stdin {
+			if st, err := os.Stat(f); err == nil {
+				sizes[i] = st.Size()
+			}
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool { return sizes[order[a]] > sizes[order[b]] })
+	spare := runtime.GOMAXPROCS(0) > 1
 	results := make([]*fileResult, len(files))
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	next := make(chan int)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range next {
-				results[i] = readFile(ctx, files[i], opts)
+			for {
+				n := int(next.Add(1)) - 1
+				if n >= len(order) {
+					return
+				}
+				i := order[n]
+				// The files not yet taken would not keep the other workers busy.
+				pipeline := spare && sizes[i] >= pipelineMin && len(order)-n <= workers
+				results[i] = readFile(ctx, files[i], opts, readMode{pipeline: pipeline})
 			}
 		}()
 	}
-	for i := range files {
-		next <- i
-	}
-	close(next)
 	wg.Wait()
 	return results
 }
 
+// pipelineMin is the size from which a file's reading is worth two goroutines.
+const pipelineMin = 4 << 20
+
 // mergeProcs renders every process once. A process seen in several files (its NCCL file and
 // a console that repeats a few of its lines) keeps the file with the most lines; the
 // others' lines count in coverage only.
-func mergeProcs(results []*fileResult) ([]*detect.Proc, map[*detect.Proc]int64) {
+func mergeProcs(results []*fileResult) ([]*detect.Proc, map[*detect.Proc]int64, map[*detect.Proc]procClaims) {
 	best := map[procKey]*proc{}
 	files := map[procKey][]string{}
 	var order []procKey
@@ -161,6 +195,7 @@ func mergeProcs(results []*fileResult) ([]*detect.Proc, map[*detect.Proc]int64) 
 	}
 	var out []*detect.Proc
 	lost := map[*detect.Proc]int64{}
+	claims := map[*detect.Proc]procClaims{}
 	for _, k := range order {
 		p := best[k]
 		sp := p.snap
@@ -176,8 +211,9 @@ func mergeProcs(results []*fileResult) ([]*detect.Proc, map[*detect.Proc]int64) 
 		if p.lostColl > 0 {
 			lost[dp] = p.lostColl
 		}
+		claims[dp] = procClaims{RankClaims: p.claims, file: p.files[0]}
 	}
-	return out, lost
+	return out, lost, claims
 }
 
 // versionOf is the bare version line of the process's files, else the job's.
@@ -303,7 +339,7 @@ func splitJobs(procs []*detect.Proc, lost map[*detect.Proc]int64, results []*fil
 		if len(r.torch) == 0 && len(r.ras) == 0 {
 			continue
 		}
-		jb := jobOfFile(jobs, r.stat.Path, r.ras)
+		jb := jobOfFile(jobs, r)
 		jb.torch = append(jb.torch, r.torch...)
 		jb.ras = append(jb.ras, r.ras...)
 		jb.files[r.stat.Path] = true
@@ -321,11 +357,19 @@ func sharesFile(p *detect.Proc, byFile map[string]int) bool {
 	return false
 }
 
-func jobOfFile(jobs []*job, path string, reports []*snapshot.RAS) *job {
+// jobOfFile is the run a file of launcher, PyTorch or RAS lines belongs to: the run of its
+// own processes; else the run whose processes its lines name by pid (torchrun's records,
+// nccl-tests' failures: a console beside the logs of two runs is one run's); else the run
+// with the communicators its RAS report names; else the run with most files in its folder.
+func jobOfFile(jobs []*job, r *fileResult) *job {
+	path, reports := r.stat.Path, r.ras
 	for _, jb := range jobs {
 		if jb.files[path] {
 			return jb
 		}
+	}
+	if jb := jobNamedBy(jobs, r.torch); jb != nil {
+		return jb
 	}
 	// A RAS report names communicator hashes: the run that has them.
 	for _, rep := range reports {
@@ -357,8 +401,18 @@ func jobOfFile(jobs []*job, path string, reports []*snapshot.RAS) *job {
 	return best
 }
 
-// evaluate attaches PyTorch and RAS evidence to a run and runs the rules on it.
-func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result) {
+// evaluate ties the processes to their ranks, attaches PyTorch and RAS evidence to a run
+// and runs the rules on it. notes say where the ranks' sources disagreed.
+func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result, []string) {
+	// torchrun's failure records say which rank a failed pid was.
+	pidRank := map[int]int{}
+	for _, te := range jb.torch {
+		if te.ev.Kind == snapshot.EventRankExit && te.ev.PID > 0 && te.rank >= 0 {
+			pidRank[te.ev.PID] = te.rank
+		}
+	}
+	rr := newRankResolver(jb.procs, jb.claims)
+	notes := rr.resolve(jb.procs, pidRank)
 	byRank := map[int]*detect.Proc{}
 	byPID := map[int]*detect.Proc{}
 	var newest int64
@@ -368,13 +422,6 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result) {
 		}
 		byPID[p.PID] = p
 		newest = max(newest, int64(p.LastLine))
-	}
-	// torchrun's failure records say which rank a failed pid was.
-	pidRank := map[int]int{}
-	for _, te := range jb.torch {
-		if te.ev.Kind == snapshot.EventRankExit && te.ev.PID > 0 && te.rank >= 0 {
-			pidRank[te.ev.PID] = te.rank
-		}
 	}
 	var anon *detect.Proc
 	for _, te := range jb.torch {
@@ -396,7 +443,11 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result) {
 				byRank[te.rank] = p
 			}
 		case te.host != "" && te.rank < 0:
-			p = hostProc(jb, te.host, te.pid)
+			p = hostProc(jb, te.host, te.pid, te.ev)
+		case te.rank < 0 && (te.task >= 0 || te.local >= 0):
+			// Under a label that is one process's, the line is that process's; under a
+			// task of several, or a rank on one of several nodes, no one's.
+			p = rr.eventProc(te, jb.procs)
 		case te.rank >= 0:
 			p = byRank[te.rank]
 			if p == nil {
@@ -417,6 +468,9 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result) {
 			}
 			p = anon
 		}
+		if te.host != "" && te.pid == 0 && slices.ContainsFunc(p.Events, func(e snapshot.Event) bool { return sameEvent(e, te.ev) }) {
+			continue // the process's own log already has what the line quotes
+		}
 		if len(p.Events) < 64 {
 			p.Events = append(p.Events, te.ev)
 		}
@@ -435,14 +489,43 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result) {
 	}
 	dj := detect.NewJob("offline", now, jb.procs, nodes)
 	dj.Offline = true
-	return dj, detect.Evaluate(dj, opts.Rules, detect.JobTiming(dj))
+	return dj, detect.Evaluate(dj, opts.Rules, detect.JobTiming(dj)), notes
+}
+
+// jobNamedBy is the one run whose processes a file's events name by pid (and host, where
+// they give one), nil when they name none or more than one.
+func jobNamedBy(jobs []*job, events []torchEvent) *job {
+	var named *job
+	for _, te := range events {
+		pid, host := te.ev.PID, te.host
+		if pid == 0 {
+			pid = te.pid
+		}
+		if pid <= 0 {
+			continue
+		}
+		for _, jb := range jobs {
+			for _, p := range jb.procs {
+				if p.PID != pid || (host != "" && p.Host != host) {
+					continue
+				}
+				if named != nil && named != jb {
+					return nil
+				}
+				named = jb
+			}
+		}
+	}
+	return named
 }
 
 // hostProc is the process nccl-tests names in its failure lines: the one with that host and
-// pid, else the host's only process, else one known by these alone.
-func hostProc(jb *job, host string, pid int) *detect.Proc {
-	var only *detect.Proc
-	n := 0
+// pid, else the host's only process, else, for a line without a pid, the one process of the
+// host whose own log shows the event the line quotes (an IB async event, a CUDA error),
+// else one known by these alone.
+func hostProc(jb *job, host string, pid int, ev snapshot.Event) *detect.Proc {
+	var only, shows *detect.Proc
+	n, m := 0, 0
 	for _, p := range jb.procs {
 		if p.Host != host {
 			continue
@@ -451,11 +534,29 @@ func hostProc(jb *job, host string, pid int) *detect.Proc {
 			return p
 		}
 		only, n = p, n+1
+		if pid == 0 && slices.ContainsFunc(p.Events, func(e snapshot.Event) bool { return sameEvent(e, ev) }) {
+			shows, m = p, m+1
+		}
 	}
 	if n == 1 && (pid == 0 || only.PID == 0) {
 		return only
 	}
+	if m == 1 {
+		return shows
+	}
 	p := &detect.Proc{Process: snapshot.Process{Host: host, PID: pid, Rank: -1, LocalRank: -1, CudaDev: -1}, Node: host}
 	jb.procs = append(jb.procs, p)
 	return p
+}
+
+// sameEvent reports whether a quoted event is one a process logged itself: the same kind,
+// and the same device or the one message inside the other.
+func sameEvent(own, quoted snapshot.Event) bool {
+	if own.Kind != quoted.Kind {
+		return false
+	}
+	if own.Dev != "" && own.Dev == quoted.Dev && own.Port == quoted.Port {
+		return true
+	}
+	return own.Msg != "" && quoted.Msg != "" && (strings.Contains(own.Msg, quoted.Msg) || strings.Contains(quoted.Msg, own.Msg))
 }

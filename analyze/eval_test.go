@@ -25,7 +25,19 @@ type fieldExpect struct {
 	NoCulprit bool     `json:"no_culprit"`
 	Say       []string `json:"say"`
 	Avoid     []string `json:"avoid"`
-	Findings  *int     `json:"findings"`
+	// AvoidAnywhere are words neither the summary nor the evidence may hold (another
+	// process's traceback glued into a message).
+	AvoidAnywhere []string `json:"avoid_anywhere"`
+	Findings      *int     `json:"findings"`
+	// Limits are words the coverage's sentences on what limits the judgement must hold
+	// (a rank no source agrees on, labels that are not ranks).
+	Limits []string `json:"limits"`
+	// Ranks, where set, is how many processes the report lists: none made up beside the
+	// ones the logs show.
+	Ranks *int `json:"ranks"`
+	// Jobs, for a folder of several jobs, are what each job's first finding must be, in
+	// the report's order of jobs.
+	Jobs []fieldExpect `json:"jobs"`
 }
 
 func (e fieldExpect) String() string {
@@ -88,7 +100,35 @@ func TestFieldCases(t *testing.T) {
 			if want.Findings != nil && len(rep.Findings) != *want.Findings {
 				problems = append(problems, fmt.Sprintf("%d findings, want %d (one per root cause)", len(rep.Findings), *want.Findings))
 			}
-			if len(rep.Findings) > 0 {
+			for _, w := range want.Limits {
+				if !strings.Contains(strings.Join(rep.Coverage.Limits, " | "), w) {
+					problems = append(problems, fmt.Sprintf("coverage limits lack %q: %q", w, rep.Coverage.Limits))
+				}
+			}
+			if want.Ranks != nil && len(rep.Ranks) != *want.Ranks {
+				problems = append(problems, fmt.Sprintf("%d ranks listed, want %d", len(rep.Ranks), *want.Ranks))
+			}
+			for i, jw := range want.Jobs {
+				found := false
+				for _, f := range rep.Findings {
+					if f.Job == i+1 {
+						found = true
+						for _, p := range checkFinding(f, jw) {
+							problems = append(problems, fmt.Sprintf("job %d: %s", i+1, p))
+						}
+						break
+					}
+				}
+				if !found && jw.Kind != "" {
+					problems = append(problems, fmt.Sprintf("job %d: no finding", i+1))
+				}
+			}
+			if len(want.Jobs) > 0 && len(rep.Jobs) != len(want.Jobs) {
+				problems = append(problems, fmt.Sprintf("%d jobs, want %d", len(rep.Jobs), len(want.Jobs)))
+			}
+			if len(want.Jobs) > 0 {
+				// Each job's finding was checked above.
+			} else if len(rep.Findings) > 0 {
 				f := rep.Findings[0]
 				var rank *int
 				host, port := "", ""
@@ -140,6 +180,13 @@ func checkFinding(f FindingReport, want fieldExpect) []string {
 	for _, s := range want.Avoid {
 		if strings.Contains(f.Summary, s) {
 			p = append(p, fmt.Sprintf("summary says %q: %s", s, f.Summary))
+		}
+	}
+	for _, s := range want.AvoidAnywhere {
+		for _, e := range append([]string{f.Summary}, f.Evidence...) {
+			if strings.Contains(e, s) {
+				p = append(p, fmt.Sprintf("finding says %q: %s", s, e))
+			}
 		}
 	}
 	return p

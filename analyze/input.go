@@ -152,11 +152,17 @@ type input struct {
 	why     string // for binary content: what it looks like
 	codec   string // "gzip", "zstd" or ""
 	pooled  []*bufio.Reader
+	sniffer *bufio.Reader // r, when it is a sniffer
 }
 
-// readers keeps the 1 MiB line buffers: a 300-file job would otherwise allocate and clear
-// one (two for compressed files) per file.
-var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, maxLine) }}
+// readers keeps the 1 MiB buffers in front of decompressors and dumps, sniffers the small
+// ones a text file's start is sniffed through (its lines are then read past them, straight
+// into the line cutter's blocks): a 300-file job would otherwise allocate and clear them
+// per file.
+var (
+	readers  = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, maxLine) }}
+	sniffers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, sniffLen) }}
+)
 
 func pooledReader(r io.Reader) *bufio.Reader {
 	br := readers.Get().(*bufio.Reader)
@@ -170,6 +176,11 @@ func (in *input) Close() error {
 		readers.Put(br)
 	}
 	in.pooled = nil
+	if in.sniffer != nil {
+		in.sniffer.Reset(nil)
+		sniffers.Put(in.sniffer)
+		in.sniffer = nil
+	}
 	var errs []error
 	for i := len(in.closers) - 1; i >= 0; i-- {
 		errs = append(errs, in.closers[i].Close())
@@ -238,8 +249,9 @@ func openInput(path string, stdin io.Reader) (*input, error) {
 		content = br
 	}
 	in.gaps = newGapReader(content, file)
-	in.r = pooledReader(in.gaps)
-	in.pooled = append(in.pooled, in.r)
+	in.r = sniffers.Get().(*bufio.Reader)
+	in.r.Reset(in.gaps)
+	in.sniffer = in.r
 	head, err := in.r.Peek(sniffLen)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
 		in.Close()

@@ -25,7 +25,7 @@ func (fr *fileReader) feed(raw []byte) {
 		}
 		fr.endRAS()
 	}
-	if ras.TextStart(raw) {
+	if len(raw) > 0 && raw[0] == 'N' && ras.TextStart(raw) {
 		fr.rasBlk = &rasBlock{}
 		fr.rasBlk.add(raw)
 		return

@@ -1,16 +1,16 @@
 package analyze
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ncclwatch/watchdog/heartbeat/ras"
@@ -37,6 +37,11 @@ type procKey struct {
 
 type torchEvent struct {
 	rank int // global rank, -1 when unknown
+	// task is srun's label or a rank tag on the line (-1: none) and local torchrun's
+	// "[defaultN]:" (-1: none), when no prefix gave the rank in the job: resolved against
+	// the processes of file, where the file's labels are ranks (resolveRanks).
+	task, local int
+	file        string
 	// host and pid: the process nccl-tests names in its failure lines ("" and 0: none).
 	host string
 	pid  int
@@ -78,6 +83,7 @@ type proc struct {
 	// What is kept once the file is read: the rendered process and the tracker's counts
 	// (rendering in the reading worker keeps it parallel).
 	snap     snapshot.Process
+	claims   logparse.RankClaims
 	kinds    [logparse.NumKinds]int64
 	version  string
 	tsDigits int
@@ -87,7 +93,8 @@ type proc struct {
 // render keeps what the report needs from the tracker and lets the tracker go.
 func (p *proc) render() {
 	t := p.t
-	p.snap = t.Snapshot(logparse.SnapshotOptions{Recent: -1})
+	p.claims = t.RankClaims()
+	p.snap = t.Snapshot(logparse.SnapshotOptions{Recent: -1, Final: true})
 	p.kinds, p.version, p.tsDigits, p.lines = t.Kinds, t.Version, t.TimestampDigits, t.Lines
 	p.t = nil
 }
@@ -113,14 +120,24 @@ type fileReader struct {
 	byPID map[int][]*proc
 	line  logparse.Line
 	tail  logparse.Line
+	// pre is the line being fed as the cutter parsed it, preRaw its bytes (nil: none).
+	pre    *logparse.Line
+	preRaw []byte
 	// pending are heads of NCCL lines cut by another writer, waiting for their rest.
 	pending []fragment
 	comms   map[uint64]*proc // communicator pointers by owner, to catch misattributed lines
-	scratch []byte
+	// lastComm and lastOwner are the previous per-op line's communicator and its owner:
+	// most per-op lines repeat them.
+	lastComm  uint64
+	lastOwner *proc
+	scratch   []byte
 	// quoteFor is the rank whose PyTorch error said "Last error:" at the end of its line:
 	// the next line is NCCL's last WARN, quoted (-2: none pending).
 	quoteFor int
-	gaps     *gapReader // where the lines come from: says which lines follow a gap
+	// quoteFrom and quoteTask are the rest of its launcher prefix (logparse.Header).
+	quoteFrom logparse.RankFrom
+	quoteTask int
+	gaps      *gapReader // where the lines come from: says which lines follow a gap
 	// unlinked holds the line being read with a poster's markdown links undone; unlinking
 	// is set while it is read, so that its parts are not unlinked into the same storage.
 	unlinked  []byte
@@ -130,7 +147,7 @@ type fileReader struct {
 	// (exit code, traceback) are.
 	record exitRecord
 	// wrap puts back together the lines a terminal broke at its width.
-	wrap unwrapper
+	wrap logparse.Unwrapper
 }
 
 // exitRecord is the rank of torchrun's failure record being read ("rank : 2 (local_rank:
@@ -155,7 +172,7 @@ const maxPending = 16
 
 // readFile reads one path completely. It never fails on content: what it cannot use is
 // counted.
-func readFile(ctx context.Context, path string, opts *Options) *fileResult {
+func readFile(ctx context.Context, path string, opts *Options, mode readMode) *fileResult {
 	res := &fileResult{stat: FileStat{Path: path}, procs: map[procKey]*proc{}}
 	in, err := openInput(path, opts.Stdin)
 	if err != nil {
@@ -186,7 +203,7 @@ func readFile(ctx context.Context, path string, opts *Options) *fileResult {
 		fr.cur = p
 	}
 	fr.gaps = in.gaps
-	err = fr.read(ctx, in.r)
+	err = fr.read(ctx, in.r, mode)
 	fr.endRAS()
 	fr.flush()
 	res.stat.Gaps, res.stat.GapBytes = in.gaps.count, in.gaps.skipped
@@ -204,9 +221,36 @@ func readFile(ctx context.Context, path string, opts *Options) *fileResult {
 		if !p.named || p.t.Lines > 0 {
 			res.stat.Procs++
 		}
-		p.render()
 	}
+	renderAll(res.procs, mode.pipeline)
 	return res
+}
+
+// renderAll renders a file's processes: in parallel when the file has the cores to itself
+// (a console of many ranks is the end of its analysis), else one after the other.
+func renderAll(procs map[procKey]*proc, parallel bool) {
+	if !parallel || len(procs) < 2 {
+		for _, p := range procs {
+			p.render()
+		}
+		return
+	}
+	next := make(chan *proc, len(procs))
+	for _, p := range procs {
+		next <- p
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(len(procs), runtime.GOMAXPROCS(0)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range next {
+				p.render()
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // readRAS reads a JSON RAS report; text reports are read line by line with the log's.
@@ -229,45 +273,6 @@ func readRAS(in *input, res *fileResult) {
 		res.stat.ReadErr = err.Error()
 	}
 	res.ras = append(res.ras, rep)
-}
-
-func (fr *fileReader) read(ctx context.Context, r *bufio.Reader) error {
-	st := &fr.res.stat
-	skipping := false
-	var pos int64 // offset of raw in what the gap reader passes on
-	for {
-		raw, err := r.ReadSlice('\n')
-		if fr.gaps != nil && !skipping && fr.gaps.gapBefore(pos) {
-			fr.wrap.flush(fr.feed)
-			fr.endRAS()
-			fr.gap()
-		}
-		pos += int64(len(raw))
-		if errors.Is(err, bufio.ErrBufferFull) {
-			if !skipping {
-				st.TooLong++
-				fr.wrap.flush(fr.feed)
-				fr.endRAS()
-				fr.apply(raw)
-			}
-			skipping = true
-			continue
-		}
-		if len(raw) > 0 && !skipping {
-			fr.wrap.next(raw, fr.feed)
-		}
-		skipping = false
-		if err == io.EOF {
-			fr.wrap.flush(fr.feed)
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read: %w", err)
-		}
-		if st.Lines&0xffff == 0 && ctx.Err() != nil {
-			return ctx.Err()
-		}
-	}
 }
 
 // gap tells every process of the file that lines are missing here: their communicators
@@ -301,24 +306,20 @@ func (fr *fileReader) proc(k procKey) *proc {
 func (fr *fileReader) apply(raw []byte) {
 	st := &fr.res.stat
 	st.Lines++
-	l := &fr.line
 	if fr.quoteFor > -2 {
 		rank := fr.quoteFor
 		fr.quoteFor = -2
 		if q := bytes.TrimSpace(raw); len(q) > 0 {
-			l.LauncherRank = rank
+			l := &fr.line
+			l.LauncherRank, l.LauncherFrom, l.Task = rank, fr.quoteFrom, fr.quoteTask
 			logparse.ParseQuoted(q, l)
 			st.Torch++
 			fr.torchLine(l)
 			return
 		}
 	}
-	logparse.Parse(raw, l)
-	if l.Kind != logparse.KindColl {
-		fr.wrap.learn(l, raw)
-	} else {
-		fr.wrap.prevLen = len(raw)
-	}
+	l := fr.parsed(raw, &fr.line)
+	fr.wrap.Learn(l, raw)
 	if !fr.unlinking && l.Kind != logparse.KindColl {
 		// A log pasted into a GitHub thread and copied back: read its lines unlinked.
 		// Per-op lines hold nothing a renderer links.
@@ -334,7 +335,7 @@ func (fr *fileReader) apply(raw []byte) {
 	case l.Quoted:
 		st.Torch++
 		if len(l.Msg) == 0 {
-			fr.quoteFor = l.LauncherRank
+			fr.quoteFor, fr.quoteFrom, fr.quoteTask = l.LauncherRank, l.LauncherFrom, l.Task
 			return
 		}
 		fr.torchLine(l)
@@ -359,11 +360,15 @@ func (fr *fileReader) apply(raw []byte) {
 		st.NCCL++
 		p := fr.cur
 		if p == nil || len(fr.res.procs) > 1 || l.LauncherRank >= 0 {
-			tag := l.LauncherRank
-			if tag < 0 {
-				tag = 1000 + max(l.Dev, -1)
+			tag := "dev" + strconv.Itoa(max(l.Dev, -1))
+			switch {
+			case l.LauncherFrom == logparse.RankFromTask:
+				// A task may run several processes (torchrun under srun): one per device.
+				tag = "task" + strconv.Itoa(l.LauncherRank) + "/" + tag
+			case l.LauncherRank >= 0:
+				tag = "rank" + strconv.Itoa(l.LauncherRank)
 			}
-			k := procKey{anon: fr.res.stat.Path + "#" + strconv.Itoa(tag)}
+			k := procKey{anon: fr.res.stat.Path + "#" + tag}
 			if fr.cur != nil && len(fr.res.procs) == 1 && fr.cur.key.anon == "" && l.LauncherRank < 0 {
 				k = fr.cur.key
 			}
@@ -428,19 +433,21 @@ func (fr *fileReader) applyProcLine(raw []byte, l *logparse.Line) {
 		p = fr.proc(procKey{host: string(l.Host), pid: l.PID})
 		fr.cur = p
 	}
-	if l.Kind == logparse.KindColl {
+	if l.Kind == logparse.KindColl && (l.Coll.Comm != fr.lastComm || p != fr.lastOwner) {
 		// A per-op line naming another process's communicator is two writers' text glued
 		// together: its op belongs to neither with certainty.
-		if owner := fr.comms[l.Coll.Comm]; owner != nil && owner != p {
+		owner := fr.comms[l.Coll.Comm]
+		if owner != nil && owner != p {
 			st.Fragments++
 			p.lostColl++
 			return
 		}
-		if fr.comms[l.Coll.Comm] == nil {
+		if owner == nil {
 			fr.comms[l.Coll.Comm] = p
 		}
+		fr.lastComm, fr.lastOwner = l.Coll.Comm, p
 	}
-	if l.Kind == logparse.KindInfo && l.Level == logparse.LevelInfo && looksLikeCollHead(l.Msg) {
+	if l.Kind == logparse.KindInfo && l.Level == logparse.LevelInfo && logparse.CollHead(l.Msg) {
 		// The start of a per-op line whose end was written later (or never): keep it.
 		fr.keepPending(p, raw)
 		return
@@ -449,119 +456,28 @@ func (fr *fileReader) applyProcLine(raw []byte, l *logparse.Line) {
 	p.t.Apply(l, raw, time.Time{})
 }
 
-// looksLikeCollHead reports a message that starts like a per-op line but did not parse.
-func looksLikeCollHead(m []byte) bool {
-	c := bytes.IndexByte(m, ':')
-	return c > 0 && c < 16 && bytes.HasPrefix(m[c:], []byte(": opCount")) || (c > 0 && c < 16 && len(m) < c+12 && bytes.HasPrefix([]byte(": opCount"), m[c:]))
-}
-
 // mergedAt finds a second NCCL prefix inside a line's message and returns the index in the
-// message where the second line starts. padded says how the two met: a terminal's copy
-// padded the first, whole line with spaces and lost the newline (then the host need not be
-// known: the spaces and the full prefix are evidence enough), else two writers' lines were
-// glued and the first one is cut (its host glued to the second's, found among the known
-// processes with that pid). It runs on every line, so it looks for the rare 'N' first:
-// per-op messages have none.
+// message where the second line starts. padded says how the two met (logparse.Second): a
+// terminal's copy padded the first, whole line with spaces and lost the newline (then the
+// host need not be known: the spaces and the full prefix are evidence enough), else two
+// writers' lines were glued and the first one is cut (its host glued to the second's, found
+// among the known processes with that pid).
 func (fr *fileReader) mergedAt(l *logparse.Line) (at int, padded, ok bool) {
-	m := l.Msg
-	off := 0
-	for {
-		i := bytes.IndexByte(m[off:], 'N')
-		if i < 0 {
-			return 0, false, false
+	for s := range logparse.SecondPrefixes(l.Msg) {
+		if s.Padded {
+			return s.At, true, true
 		}
-		i += off
-		off = i + 1
-		if i == 0 || m[i-1] != ' ' || !(bytes.HasPrefix(m[i:], []byte("NCCL INFO")) || bytes.HasPrefix(m[i:], []byte("NCCL WARN"))) {
-			continue
-		}
-		if at, ok := paddedAt(m, i); ok {
-			return at, true, true
-		}
-		// Before it: "host:pid:tid [dev] " (the dev may be absent), the host glued to the
-		// first line's text.
-		j := i - 1
-		if j > 0 && m[j-1] == ']' {
-			o := bytes.LastIndexByte(m[:j], '[')
-			if o <= 0 || m[o-1] != ' ' {
-				continue
+		best := -1
+		for _, p := range fr.byPID[s.PID] {
+			if h, ok := s.GluedAt(p.key.host); ok && (best < 0 || h < best) {
+				best = h
 			}
-			j = o - 1
 		}
-		sp := bytes.LastIndexByte(m[:j], ' ') + 1
-		if at, ok := fr.glueAt(m[sp:j]); ok {
-			return sp + at, false, true
+		if best >= 0 {
+			return s.At + best, false, true
 		}
 	}
-}
-
-// paddedAt reads back from "NCCL INFO|WARN" at i over "[dev] " and "file:line " to a whole
-// "host:pid:tid" token after a run of spaces, and returns where that token starts.
-func paddedAt(m []byte, i int) (int, bool) {
-	j := i
-	for k := 0; k < 3 && j > 0; k++ {
-		end := j - 1
-		if m[end] != ' ' {
-			return 0, false
-		}
-		start := bytes.LastIndexByte(m[:end], ' ') + 1
-		if _, _, _, ok := hostPidTid(m[start:end]); ok {
-			return start, start >= 3 && m[start-1] == ' ' && m[start-2] == ' ' && m[start-3] == ' '
-		}
-		j = start
-	}
-	return 0, false
-}
-
-// hostPidTid splits "host:pid:tid" with a host of hostname characters.
-func hostPidTid(t []byte) (string, int, int, bool) {
-	c2 := bytes.LastIndexByte(t, ':')
-	if c2 <= 0 {
-		return "", 0, 0, false
-	}
-	c1 := bytes.LastIndexByte(t[:c2], ':')
-	if c1 < 0 {
-		return "", 0, 0, false
-	}
-	pid, err1 := strconv.Atoi(string(t[c1+1 : c2]))
-	tid, err2 := strconv.Atoi(string(t[c2+1:]))
-	if err1 != nil || err2 != nil {
-		return "", 0, 0, false
-	}
-	for _, c := range t[:c1] {
-		if !(c == '-' || c == '.' || c == '_' || (c >= '0' && c <= '9') || (c|0x20 >= 'a' && c|0x20 <= 'z')) {
-			return "", 0, 0, false
-		}
-	}
-	return string(t[:c1]), pid, tid, true
-}
-
-// glueAt finds where "host:pid:tid" starts in a token that may carry another line's text
-// before the host: the longest known host of a process with that pid.
-func (fr *fileReader) glueAt(tok []byte) (int, bool) {
-	c2 := bytes.LastIndexByte(tok, ':')
-	if c2 <= 0 {
-		return 0, false
-	}
-	c1 := bytes.LastIndexByte(tok[:c2], ':')
-	if c1 < 0 {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(string(tok[c1+1 : c2]))
-	if err != nil {
-		return 0, false
-	}
-	if _, err := strconv.Atoi(string(tok[c2+1:])); err != nil {
-		return 0, false
-	}
-	best := -1
-	for _, p := range fr.byPID[pid] {
-		h := p.key.host
-		if c1 >= len(h) && string(tok[c1-len(h):c1]) == h && (best < 0 || c1-len(h) < best) {
-			best = c1 - len(h)
-		}
-	}
-	return best, best >= 0
+	return 0, false, false
 }
 
 // splitMerged handles a line that holds the start of one process's line and then another
@@ -621,7 +537,7 @@ func (fr *fileReader) lose(f fragment) {
 	fr.res.stat.Fragments++
 	var l logparse.Line
 	logparse.Parse(f.head, &l)
-	if looksLikeCollHead(l.Msg) {
+	if logparse.CollHead(l.Msg) {
 		f.p.lostColl++
 	}
 }
@@ -673,7 +589,7 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 			if fr.amendExit(ev, rec.rank) {
 				return
 			}
-			fr.keepTorch(torchEvent{rank: rec.rank, ev: ev})
+			fr.keepTorch(torchEvent{rank: rec.rank, task: -1, local: -1, ev: ev})
 			return
 		}
 		if ev.Src == snapshot.ExitLauncher && fr.amendExit(ev, -1) {
@@ -686,14 +602,23 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 		fr.signalFrame(ev.Peer)
 		return
 	}
-	rank := l.LauncherRank
-	if rank < 0 {
-		rank = l.Torch.Rank
+	te := torchEvent{rank: -1, task: -1, local: -1, ev: ev, host: string(l.Torch.Host), pid: l.Torch.PID}
+	switch {
+	case l.LauncherFrom == logparse.RankFromJob:
+		te.rank = l.LauncherRank
+	case l.Torch.Rank >= 0:
+		te.rank = l.Torch.Rank
+	case l.LauncherFrom == logparse.RankFromNode:
+		te.local = l.LauncherRank
 	}
-	fr.keepTorch(torchEvent{rank: rank, ev: ev, host: string(l.Torch.Host), pid: l.Torch.PID})
+	if te.rank < 0 {
+		te.task = l.Task
+	}
+	fr.keepTorch(te)
 }
 
 func (fr *fileReader) keepTorch(te torchEvent) {
+	te.file = fr.res.stat.Path
 	if len(fr.res.torch) < 10000 {
 		fr.res.torch = append(fr.res.torch, te)
 	}

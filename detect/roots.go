@@ -379,6 +379,9 @@ func (e *engine) rootCause(r *Proc, w Wait, faultAt time.Time) (incident.Cause, 
 	if w.Seen == SeenP2P {
 		return incident.CauseMismatch, ""
 	}
+	if w.Seen == SeenPastEnd {
+		return incident.CauseApplication, pastEndCause
+	}
 	if r.State == snapshot.ProcExited && (faultAt.IsZero() || r.ExitedAt == 0 || r.ExitedAt.Time().Sub(faultAt) <= e.cfg.HangFloor) {
 		return incident.CauseDied, e.deaths.reason(r)
 	}

@@ -20,6 +20,8 @@ func (e *engine) view(r *Proc, seen WaitSeen, ws []Wait, victims int) Finding {
 		return e.behindView(r, ws, victims)
 	case SeenP2P:
 		return p2pFinding(r, ws, false)
+	case SeenPastEnd:
+		return e.pastEndView(r, ws, victims)
 	}
 	named := []*Proc{r}
 	if p := ws[0].Peer; p != nil {

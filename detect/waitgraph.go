@@ -55,6 +55,9 @@ const (
 	SeenByPlugin WaitSeen = iota + 1
 	// SeenBehind: the logs' collective counts (the awaited member stopped behind).
 	SeenBehind
+	// SeenPastEnd: the logs' counts, where the members behind destroyed the communicator
+	// together and the awaited members issued past that end (pastend.go).
+	SeenPastEnd
 	// SeenP2P: point-to-point counts (the awaited member posted fewer sends or receives).
 	SeenP2P
 	// SeenTransfers: the plugin's per-peer transfers of an op every member is in.

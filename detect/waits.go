@@ -225,6 +225,9 @@ func behindWaits(j *Job, g *Group, cfg Config) []Wait {
 			waiters = append(waiters, m.Proc)
 		}
 	}
+	if pastEnd(g, lo, waiters, awaited) {
+		return pastEndWaits(j, g, lo, awaited, waiters, still)
+	}
 	return connect(waiters, awaited, func(w, a *Proc) Wait {
 		return Wait{Waiter: w, Awaited: a, Comm: g.ID, Seq: lo + 1, Class: WaitHost, Since: j.Now.Add(-still), For: still,
 			Open: true, Seen: SeenBehind}

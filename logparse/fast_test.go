@@ -218,3 +218,51 @@ func FuzzFastPathMatchesGeneral(f *testing.F) {
 		checkFastPath(t, &fast, line)
 	})
 }
+
+// TestParserMatchesParse parses every capture line into a Line of its own with one Parser
+// (as a reader that parses ahead of its use does) and into one reused Line: the fields must
+// be the same, and a Line parsed by a Parser keeps no reference to its cache.
+func TestParserMatchesParse(t *testing.T) {
+	files, _ := filepath.Glob("../testdata/captures/*/*/*.log")
+	if len(files) == 0 {
+		t.Fatal("no captures")
+	}
+	var p Parser
+	var reused Line
+	n := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, raw := range bytes.SplitAfter(b, []byte("\n")) {
+			var own Line
+			p.Parse(raw, &own)
+			Parse(raw, &reused)
+			if own.shared != nil {
+				t.Fatal("a parsed line kept the parser's cache")
+			}
+			if !sameHeader(own.Header, reused.Header) {
+				t.Fatalf("%s: %q: parser %+v, parse %+v", f, raw, own.Header, reused.Header)
+			}
+			if own.Kind == KindColl && !sameColl(own.Coll, reused.Coll) {
+				t.Fatalf("%s: %q: parser %+v, parse %+v", f, raw, own.Coll, reused.Coll)
+			}
+			n++
+		}
+	}
+	if n < 1000 {
+		t.Fatalf("only %d lines", n)
+	}
+}
+
+func sameHeader(a, b Header) bool {
+	return a.Kind == b.Kind && a.Level == b.Level && a.LauncherRank == b.LauncherRank && a.HasTime == b.HasTime &&
+		a.Time == b.Time && string(a.Host) == string(b.Host) && a.PID == b.PID && a.TID == b.TID && a.Dev == b.Dev &&
+		string(a.File) == string(b.File) && a.FileLn == b.FileLn && string(a.Msg) == string(b.Msg)
+}
+
+func sameColl(a, b Coll) bool {
+	return a.Op == b.Op && string(a.OpName) == string(b.OpName) && a.OpCount == b.OpCount && a.Count == b.Count &&
+		a.Datatype == b.Datatype && a.RedOp == b.RedOp && a.Root == b.Root && a.Comm == b.Comm && a.NRanks == b.NRanks
+}

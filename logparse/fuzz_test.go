@@ -64,6 +64,11 @@ func seedLines(f *testing.F) [][]byte {
 		"gpu7:4242:4242 [2] NCCL INFO NET/Plugin: Plugin load returned 2 : libnccl-net.so: version `GLIBC_2.38' not found : when loading libnccl-net.so",
 		"gpu7:4242:4242 [2] NCCL INFO Failed to initialize NET plugin IB",
 		"gpu7:4242:4250 [2] init.cc:1702 NCCL WARN Invalid rank requested : 4/4",
+		"1: [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 1",
+		"0: [default1]:gpu7:4242:4242 [1] NCCL INFO Using network IB",
+		"2: Traceback (most recent call last):",
+		"2: torch.distributed.DistBackendError: NCCL communicator was aborted on rank 2.",
+		"allreduce_perf.gpu7 [stderr] gpu7:4242:4250 [2] transport/net_ib.cc:1683 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<4821> with sta",
 	} {
 		lines = append(lines, []byte(s))
 	}

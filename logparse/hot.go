@@ -72,7 +72,7 @@ func hotColl(m []byte, l *Line) bool {
 		return false
 	}
 	// "<hex> [nranks=<d>]" mostly repeats the previous per-op line's: one comparison.
-	tc := &l.cache.tail
+	tc := &l.prefixes().tail
 	if tc.n > 0 && j+32 <= len(m) && tc.matches(m, j) {
 		c.Comm, c.NRanks = tc.comm, tc.nranks
 		return true

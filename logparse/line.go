@@ -133,6 +133,22 @@ func (k Kind) String() string {
 	return "invalid"
 }
 
+// RankFrom says which console prefix named a line's LauncherRank: how far the number is the
+// process's rank in the job.
+type RankFrom uint8
+
+const (
+	RankFromNone RankFrom = iota
+	// RankFromJob: PyTorch's "[rankN]:", Open MPI's "[job,vpid]": the rank in the job.
+	RankFromJob
+	// RankFromNode: torchrun --tee's "[defaultN]:" (role and local rank): the rank on its
+	// node, not in the job.
+	RankFromNode
+	// RankFromTask: srun --label's "N: ", a "[N] " tag: the launcher's task, which is one
+	// rank only where the task runs one process (not torchrun's several).
+	RankFromTask
+)
+
 // Level is the NCCL log level of a line.
 type Level uint8
 
@@ -150,6 +166,30 @@ type Line struct {
 	// cache keeps the previous line's prefix and timestamp second, which repeat on nearly
 	// every line of one process's log; reset keeps it.
 	cache prefixCache
+	// shared is a Parser's cache, set only while that Parser parses into this line.
+	shared *prefixCache
+}
+
+// prefixes is the cache this parse reads and updates.
+func (l *Line) prefixes() *prefixCache {
+	if l.shared != nil {
+		return l.shared
+	}
+	return &l.cache
+}
+
+// Parser parses a stream of lines into separate Lines (a batch read ahead of its use) with
+// the one cache of prefixes that Parse keeps in a Line reused line after line. Its zero
+// value is ready; one Parser is used by one goroutine at a time.
+type Parser struct {
+	cache prefixCache
+}
+
+// Parse is Parse into l with the parser's cache.
+func (p *Parser) Parse(line []byte, l *Line) {
+	l.shared = &p.cache
+	Parse(line, l)
+	l.shared = nil
 }
 
 // Fields are what Parse sets on every line.
@@ -163,8 +203,12 @@ type Header struct {
 	Kind  Kind
 	Level Level
 
-	// LauncherRank is the rank from a launcher prefix ([rank3]:, [default3]:, "3: "), or -1.
+	// LauncherRank is the rank from a launcher prefix ([rank3]:, [default3]:, "3: "), or -1;
+	// LauncherFrom says which (the innermost of a stack). Task is srun's label or a rank
+	// tag ("3: ", "[3] "), -1 when none, kept even where an inner prefix names the rank.
 	LauncherRank int
+	LauncherFrom RankFrom
+	Task         int
 	// Quoted is set for NCCL's last WARN as PyTorch quotes it ("Last error: ..."): the
 	// message is NCCL's, the line is PyTorch's, and no NCCL prefix says whose it is.
 	Quoted bool
@@ -321,5 +365,5 @@ type Timestamp struct {
 }
 
 func (l *Line) reset() {
-	l.Fields = Fields{Header: Header{LauncherRank: -1, Dev: -1}}
+	l.Fields = Fields{Header: Header{LauncherRank: -1, Task: -1, Dev: -1}}
 }

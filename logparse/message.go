@@ -356,7 +356,7 @@ func parseChannel(l *Line) {
 	}
 	ch.Channel = int(v)
 	// A communicator prints one line per channel, alike but for the channel number.
-	cc := &l.cache.channel
+	cc := &l.prefixes().channel
 	if rest := m[j:]; cc.n > 0 && len(rest) == cc.n && equalAt(rest, 0, cc.text[:], cc.n) {
 		cc.apply(l, j)
 		return

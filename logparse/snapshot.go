@@ -1,6 +1,7 @@
 package logparse
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 
@@ -19,6 +20,9 @@ type SnapshotOptions struct {
 	// RecentSince includes recent ops only for communicators that moved at or after this
 	// time (µs); idle communicators then carry their count and last op only. 0 disables.
 	RecentSince int64
+	// Final hands the tracker's buffers over instead of copying them: the tracker is not
+	// used after this snapshot (a post-mortem's last).
+	Final bool
 }
 
 // Snapshot renders the tracker in the published schema.
@@ -27,7 +31,7 @@ func (t *Tracker) Snapshot(o SnapshotOptions) snapshot.Process {
 		Host:       t.Host,
 		PID:        t.PID,
 		Rank:       t.GlobalRank(),
-		LocalRank:  t.LocalRank,
+		LocalRank:  t.localRank(),
 		NCCL:       t.Version,
 		Timestamps: t.TimestampDigits >= 0,
 		TSDigits:   max(t.TimestampDigits, 0),
@@ -68,27 +72,37 @@ func (c *Comm) snapshot(o SnapshotOptions) snapshot.Comm {
 	}
 	n := o.Recent
 	if n != 0 && (o.RecentSince == 0 || c.LastT >= o.RecentSince) {
-		recent := c.Recent()
-		if n > 0 && len(recent) > n {
-			recent = recent[len(recent)-n:]
+		// The ring rendered in place, newest first from the back (a copy of the ring first
+		// cost a post-mortem a tenth of its memory): the newest n kept positions.
+		kept := min(c.Count, int64(len(c.ring)))
+		if n > 0 {
+			kept = min(kept, int64(n))
 		}
+		out := make(snapshot.Ops, kept)
+		at := len(out)
+		for s := c.Count; s > c.Count-min(c.Count, int64(len(c.ring))) && at > 0; s-- {
+			// A slot not yet refilled after a restore holds another position: skip it.
+			if r := &c.ring[int(s-1)&(len(c.ring)-1)]; r.Seq == s {
+				at--
+				out[at] = SnapshotOp(*r)
+			}
+		}
+		out = out[at:]
 		if o.After != nil {
 			after := o.After(c.Ptr)
 			i := 0
-			for i < len(recent)-o.MinRecent && recent[i].Seq <= after {
+			for i < len(out)-o.MinRecent && out[i].Seq <= after {
 				i++
 			}
-			recent = recent[i:]
+			out = out[i:]
 		}
-		sc.Recent = make(snapshot.Ops, len(recent))
-		for i, r := range recent {
-			sc.Recent[i] = SnapshotOp(r)
-		}
+		sc.Recent = out
 	}
 	if len(c.times) > 0 {
-		sc.Times = make([]snapshot.Micros, len(c.times))
-		for i, t := range c.times {
-			sc.Times[i] = snapshot.Micros(t)
+		if o.Final {
+			sc.Times = c.times
+		} else {
+			sc.Times = slices.Clone(c.times)
 		}
 		sc.TimesFrom = c.timesFrom
 	}
@@ -118,6 +132,15 @@ func (c *Comm) snapshot(o SnapshotOptions) snapshot.Comm {
 		}
 	}
 	return sc
+}
+
+// localRank is the local rank NCCL printed, else the one torchrun's "[defaultN]:" gave every
+// line, else -1.
+func (t *Tracker) localRank() int {
+	if t.LocalRank >= 0 {
+		return t.LocalRank
+	}
+	return t.launcher[RankFromNode].value()
 }
 
 // SnapshotOp renders an op record.

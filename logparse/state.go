@@ -124,6 +124,9 @@ func RestoreTracker(b []byte, opts TrackerOptions) (*Tracker, error) {
 	t.Host, t.PID, t.Version, t.TimestampDigits = cp.Host, cp.PID, cp.Version, cp.TimestampDigits
 	t.LocalRank, t.NNodes, t.Network, t.NetDevs, t.IBNone = cp.LocalRank, cp.NNodes, cp.Network, cp.NetDevs, cp.IBNone
 	t.BootstrapAddr, t.Transports, t.Addrs, t.LauncherRank = cp.BootstrapAddr, cp.Transports, cp.Addrs, cp.LauncherRank
+	if cp.LauncherRank >= 0 {
+		t.launcher[RankFromJob].note(cp.LauncherRank)
+	}
 	t.eventTotal, t.Lines, t.Kinds, t.FirstTime, t.LastTime, t.lastWarn = cp.EventTotal, cp.Lines, cp.Kinds, cp.FirstTime, cp.LastTime, cp.LastWarn
 	t.Issued = cp.Issued
 	for _, e := range cp.Events {

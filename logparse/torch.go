@@ -237,7 +237,7 @@ func quotedInside(b, quote []byte, l *Line) bool {
 	t.Rank = -1
 	torchRank(b[:len(b)-len(quote)], &t)
 	var q Line
-	q.LauncherRank = l.LauncherRank
+	q.LauncherRank, q.LauncherFrom, q.Task = l.LauncherRank, l.LauncherFrom, l.Task
 	ParseQuoted(trimSpace(quote), &q)
 	if q.Kind == KindWarn || q.Kind == KindUnknown {
 		return false
@@ -340,7 +340,7 @@ func parseTestFailure(b []byte, l *Line) {
 	result, last, _ := bytes.Cut(inner, []byte(" / "))
 	if last = trimSpace(last); len(last) > 0 {
 		var quoted Line
-		quoted.LauncherRank = l.LauncherRank
+		quoted.LauncherRank, quoted.LauncherFrom, quoted.Task = l.LauncherRank, l.LauncherFrom, l.Task
 		ParseQuoted(last, &quoted)
 		if quoted.Kind != KindWarn && quoted.Kind != KindUnknown {
 			*l = quoted
@@ -355,9 +355,9 @@ func parseTestFailure(b []byte, l *Line) {
 // without NCCL's prefix: classified as the WARN would be, and marked Quoted. An empty
 // message is a quote that follows on the next line.
 func ParseQuoted(b []byte, l *Line) {
-	rank := l.LauncherRank
+	rank, from, task := l.LauncherRank, l.LauncherFrom, l.Task
 	l.reset()
-	l.LauncherRank = rank
+	l.LauncherRank, l.LauncherFrom, l.Task = rank, from, task
 	l.Torch.Rank = -1
 	b = trimRight(b)
 	// Launcher tags ("10: ", "[rank3]:") may come again before the quote; a word and a

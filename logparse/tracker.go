@@ -79,7 +79,7 @@ type Tracker struct {
 	BootstrapAddr   string   // e.g. eth0:10.0.0.7<0>
 	Transports      []string // distinct channel paths, e.g. "P2P/CUMEM", "NET/IB/0/GDRDMA"
 	Addrs           []string // IP addresses of bootstrap and socket interfaces
-	LauncherRank    int      // rank from a launcher prefix, -1 when none
+	LauncherRank    int      // rank in the job from a launcher prefix ("[rankN]:", Open MPI), -1 when none
 	localFrom       int      // nranks of the communicator LocalRank came from
 
 	comms    map[uint64]*Comm // live communicators by pointer
@@ -100,11 +100,14 @@ type Tracker struct {
 	// of those ranks is its own.
 	ownRank      int
 	ownRankMixed bool
+	// launcher holds what each kind of launcher prefix said of the process's rank.
+	launcher [numRankFrom]claim
 	// crumbTID is the thread whose error breadcrumbs are the newest event (0: none): if
 	// that thread goes on with ordinary INFO lines, NCCL handled the error.
 	crumbTID   int
 	eventTotal int64
 	lastWarn   bool
+	warnTask   int // the launcher's label on the line lastWarn is about (-1: none)
 
 	Lines int64
 	// Issued counts the process's op lines, collectives and p2p on every communicator: an
@@ -155,7 +158,7 @@ type Comm struct {
 	P2P    map[int]*P2PCount
 	// times are the issue times (µs) of positions timesFrom, timesFrom+1, ... when the
 	// tracker keeps them (TrackerOptions.Times), the oldest half dropped when full.
-	times     []int64
+	times     []snapshot.Micros
 	timesFrom int64
 }
 
@@ -200,6 +203,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		LauncherRank:    -1,
 		lineDev:         -1,
 		ownRank:         -1,
+		warnTask:        -1,
 		comms:           make(map[uint64]*Comm),
 		splitSeq:        make(map[splitKey]int),
 		events:          make([]snapshot.Event, 0, opts.MaxEvents-opts.KeepFirst),
@@ -216,7 +220,9 @@ func (t *Tracker) Observe(raw []byte, readAt time.Time) *Line {
 // Apply applies a line parsed by the caller (who routed it to this process).
 func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 	t.Lines++
-	if l.Kind == KindUnknown && t.lastWarn && !otherOutput(raw) {
+	if l.Kind == KindUnknown && t.lastWarn && l.Task == t.warnTask && !otherOutput(Unprefixed(raw)) && !pythonException(l.Label) {
+		// Unprefixed text right after a WARN goes on with it, unless a launcher's label
+		// says another task printed it, or it is plainly another program's (a traceback).
 		l.Kind = KindContinuation
 	}
 	t.Kinds[l.Kind]++
@@ -236,8 +242,15 @@ func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 		t.Host = string(l.Host)
 		t.PID = l.PID
 	}
-	if l.LauncherRank >= 0 {
+	switch l.LauncherFrom {
+	case RankFromJob:
+		t.launcher[RankFromJob].note(l.LauncherRank)
 		t.LauncherRank = l.LauncherRank
+	case RankFromNode:
+		t.launcher[RankFromNode].note(l.LauncherRank)
+	}
+	if l.Task >= 0 {
+		t.launcher[RankFromTask].note(l.Task)
 	}
 	if l.Dev != t.lineDev && !t.devMixed && l.Dev >= 0 {
 		t.noteLineDev(l.Dev)
@@ -250,6 +263,9 @@ func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 	}
 	wasWarn := t.lastWarn
 	t.lastWarn = false
+	if l.Kind != KindContinuation {
+		t.warnTask = l.Task
+	}
 	if t.crumbTID != 0 && l.Kind != KindBreadcrumb {
 		t.crumbHandled(l)
 	}
@@ -380,7 +396,14 @@ func (t *Tracker) observeColl(l *Line, ts int64) {
 		if len(c.times) == 0 {
 			c.timesFrom = c.Count
 		}
-		c.times = append(c.times, ts)
+		if len(c.times) == cap(c.times) {
+			// Straight to the bound after a first step: growing by doubling copied and
+			// cleared a tenth of a post-mortem's time.
+			grown := make([]snapshot.Micros, len(c.times), min(n, max(1024, 8*cap(c.times))))
+			copy(grown, c.times)
+			c.times = grown
+		}
+		c.times = append(c.times, snapshot.Micros(ts))
 	}
 	c.Digest = chainDigest(c.Digest, &rec)
 	for i, every := range markLevels {
@@ -592,12 +615,27 @@ func appendTransportKey(b []byte, ch Channel) []byte {
 // markdown fence, the application's or PyTorch's own output (glog "[E ...]", tracebacks).
 func otherOutput(raw []byte) bool {
 	b := trimSpace(raw)
-	for _, p := range [...]string{"```", "[E", "[W", "[I", "Traceback", "terminate called", "File \"", "what():", "#"} {
+	for _, p := range [...]string{"```", "[E", "[W", "[I", "Traceback", "terminate called", "File \"", "what():", "#",
+		"During handling of", "The above exception"} {
 		if hasPrefix(b, p) {
 			return true
 		}
 	}
-	return false
+	return pythonException(b)
+}
+
+// pythonException reports a Python exception's last traceback line: a dotted class name
+// ending in Error, Exception or Interrupt, then a colon or the line's end.
+func pythonException(b []byte) bool {
+	end := 0
+	for end < len(b) && end < 128 && (b[end] == '.' || b[end] == '_' || isDigit(b[end]) || b[end]|0x20 >= 'a' && b[end]|0x20 <= 'z') {
+		end++
+	}
+	if end == 0 || end < len(b) && b[end] != ':' {
+		return false
+	}
+	name := b[:end]
+	return hasSuffix(name, "Error") || hasSuffix(name, "Exception") || hasSuffix(name, "Interrupt")
 }
 
 // crumbHandled drops the newest event, error breadcrumbs without a WARN, when their thread
@@ -807,23 +845,78 @@ func sortMarks(m []Mark) {
 	}
 }
 
-// GlobalRank is the process's rank in the job: the launcher's rank when known, else its
-// rank in the largest root communicator, else -1.
-func (t *Tracker) GlobalRank() int {
-	if t.LauncherRank >= 0 {
-		return t.LauncherRank
+// claim is what one source said of a number, line after line: the number (-1: nothing
+// yet), and whether two lines said different ones.
+type claim struct {
+	v     int
+	mixed bool
+	set   bool
+}
+
+func (c *claim) note(v int) {
+	switch {
+	case !c.set:
+		c.v, c.set = v, true
+	case c.v != v:
+		c.mixed = true
 	}
-	best, rank := 0, -1
-	for _, c := range t.all {
-		if c.Parent == 0 && c.Rank >= 0 && c.NRanks > best {
-			best, rank = c.NRanks, c.Rank
+}
+
+// value is the number the source said, -1 when it said none or two.
+func (c claim) value() int {
+	if !c.set || c.mixed {
+		return -1
+	}
+	return c.v
+}
+
+const numRankFrom = RankFromTask + 1
+
+// RankClaims are what one process's own lines say its rank is, source by source, for a
+// reader that sees more than one process (analyze) to tie to pids and hosts. -1: the
+// source said nothing, or two different things (then its Mixed is set).
+type RankClaims struct {
+	// Init is its rank in its largest root communicator, InitRanks that one's size.
+	Init, InitRanks int
+	// Own is the rank its channel and proxy lines carry, read only without Init lines.
+	Own int
+	// Job, Node and Task are the launcher prefixes' numbers (RankFrom): the rank in the
+	// job, the rank on the node, the launcher's task.
+	Job, Node, Task                int
+	JobMixed, NodeMixed, TaskMixed bool
+}
+
+// RankClaims returns what the process's lines said of its rank.
+func (t *Tracker) RankClaims() RankClaims {
+	c := RankClaims{Init: -1, Own: -1}
+	for _, cm := range t.all {
+		if cm.Parent == 0 && cm.Rank >= 0 && cm.NRanks > c.InitRanks {
+			c.InitRanks, c.Init = cm.NRanks, cm.Rank
 		}
 	}
-	if rank < 0 && len(t.all) == 0 && !t.ownRankMixed {
-		// No Init line: the rank its channel and proxy lines carry, when they agree.
-		return t.ownRank
+	if len(t.all) == 0 && !t.ownRankMixed {
+		c.Own = t.ownRank
 	}
-	return rank
+	j, n, k := t.launcher[RankFromJob], t.launcher[RankFromNode], t.launcher[RankFromTask]
+	c.Job, c.Node, c.Task = j.value(), n.value(), k.value()
+	c.JobMixed, c.NodeMixed, c.TaskMixed = j.mixed, n.mixed, k.mixed
+	return c
+}
+
+// GlobalRank is the process's rank in the job: the rank a launcher prefix of the job's
+// ranks ("[rankN]:", Open MPI's) gave all its lines, else its rank in the largest root
+// communicator, else the rank its channel and proxy lines carry (no Init line), else -1.
+// Labels of the launcher's tasks and ranks on a node are not ranks in the job (RankClaims
+// has them).
+func (t *Tracker) GlobalRank() int {
+	c := t.RankClaims()
+	switch {
+	case c.Job >= 0:
+		return c.Job
+	case c.Init >= 0:
+		return c.Init
+	}
+	return c.Own
 }
 
 // CudaDev and BusID of the process: from its first communicator.

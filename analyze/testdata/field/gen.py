@@ -591,6 +591,7 @@ def main():
     corpus3a()
     corpus3b()
     corpus4()
+    corpus5()
 
 
 def field14c():
@@ -1241,6 +1242,145 @@ def corpus4():
         return out
     write("collector_stream_prefix_wrapped", per_proc(ps, b85),
           {"exit": 1, "kind": "link", "rank": 2, "host": "gpu-node12", "findings": 1, "say": ["RETRY_EXC"]})
+
+
+def corpus5():
+    """Issue 31's rest, in made-up logs: Slurm labels over torchrun, one resolver of ranks,
+    two jobs in a folder, a rank that leaves early or runs one step more, a host-only line."""
+    # 86. srun --label with one task per node, torchrun starting two ranks in each: every
+    # line of node 1's two processes says "1: ", NCCL's and Python's alike. Rank 3 runs out
+    # of GPU memory; the label is the task, not a rank, and must not become one.
+    ps = two_nodes(version="2.21.5+cuda12.4")
+    for p in ps:
+        p.commid = "0x5a1e7c0de0f3b2a4"
+    lines = []
+    for p in ps:
+        task = 0 if p.host == "gpu-node07" else 1
+        for line in p.init():
+            lines.append("%d: %s" % (task, line))
+    for k in range(0, 41):
+        for p in ps:
+            task = 0 if p.host == "gpu-node07" else 1
+            if k < 40 or p.rank != 3:
+                lines += ["%d: %s" % (task, line) for line in p.colls(k, k + 1)]
+    lines += ["1: [rank3]: Traceback (most recent call last):",
+              '1: [rank3]:   File "/work/train.py", line 188, in <module>',
+              "1: [rank3]:     out = model(batch)",
+              "1: [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 1 has a total capacity of 79.15 GiB of which 2.06 GiB is free.",
+              "1: E0302 11:52:03.118000 62120 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: 1) local_rank: 1 (pid: %d) of binary: /usr/bin/python3" % ps[3].pid]
+    for p in ps[:3]:
+        task = 0 if p.host == "gpu-node07" else 1
+        lines += ["%d: %s" % (task, l) for l in torch_timeout(p.rank, 42, ts="E0302 12:02:0%d.000000000" % p.rank)]
+    write("slurm_label_over_torchrun_oom", {"slurm-9120.out": lines},
+          {"exit": 1, "kind": "gpu", "rank": 3, "host": "gpu-node12", "findings": 1, "say": ["out of memory", "3.50 GiB"]})
+
+    # 87. srun --label with one task per GPU (the label is the rank): rank 2's IB retries run
+    # out; the other tasks' Python tracebacks follow its WARN in the console and are theirs,
+    # not more of its message.
+    ps = two_nodes(version="2.20.5+cuda12.4")
+    lines = []
+    for p in ps:
+        lines += ["%d: %s" % (p.rank, l) for l in p.init()]
+    for k in range(0, 30):
+        for p in ps:
+            lines += ["%d: %s" % (p.rank, l) for l in p.colls(k, k + 1)]
+    p2 = ps[2]
+    lines += ["%d: %s" % (2, l) for l in p2.warn("transport/net_ib.cc:1414", "NET/IB : Got completion from peer 192.168.4.7<39817> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:192.168.4.12 remoteGids::ffff:192.168.4.7 hca mlx5_3", tid=p2.pid + 90) if l]
+    for r in (0, 1, 3):
+        lines += ["%d: Traceback (most recent call last):" % r,
+                  '%d:   File "/opt/venv/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", line 2050, in all_reduce' % r,
+                  "%d:     work = group.allreduce([tensor], opts)" % r,
+                  "%d: torch.distributed.DistBackendError: NCCL communicator was aborted on rank %d." % (r, r)]
+    write("slurm_label_warn_then_tracebacks", {"slurm-9121.out": lines},
+          {"exit": 1, "kind": "link", "rank": 2, "host": "gpu-node12", "findings": 1, "say": ["RETRY_EXC"],
+           "avoid_anywhere": ["Traceback", "File \"", "DistBackendError"]})
+
+    # 88. srun --label, one task and one GPU per node, torchrun's rendezvous ranking the
+    # nodes the other way round: task 0 runs rank 1. Init lines are NCCL's word on the rank,
+    # the label only the task's: the culprit is rank 1 on gpu-node07, and the report says the
+    # labels are not the ranks.
+    a = P("gpu-node07", 7101, 0, 1, 2, "10.10.4.7", version="2.21.5+cuda12.4", commid="0x7e3a5d2c4b1f0a99")
+    b = P("gpu-node12", 3307, 0, 0, 2, "10.10.4.12", version="2.21.5+cuda12.4", commid="0x7e3a5d2c4b1f0a99")
+    lines = ["0: " + l for l in a.init()] + ["1: " + l for l in b.init()]
+    for k in range(0, 50):
+        lines += ["1: " + l for l in b.colls(k, k + 1)]
+        if k < 44:
+            lines += ["0: " + l for l in a.colls(k, k + 1)]
+    lines += ["1: " + l for l in torch_timeout(0, 46, ts="E0302 12:12:00.000000000")]
+    write("slurm_task_is_not_rank", {"slurm-9122.out": lines},
+          {"exit": 1, "kind": "hang", "rank": 1, "host": "gpu-node07", "limits": ["task 0", "rank 1"]})
+
+    # 89. Two jobs' logs in one folder, each with its torchrun console: in job A rank 1 was
+    # killed (SIGKILL, its log just ends); in job B rank 2 stopped issuing at 30 while its
+    # peers wait in 31 until PyTorch's watchdog fires. Each console's lines are its own job's
+    # (torchrun names the pids): two findings, neither mixing the other job in.
+    def job(hosts, base, commid):
+        return [P(hosts[r // 2], base + r * 13, r % 2, r, 4, "10.20.%d.%d" % (base % 7, r + 1), version="2.21.5+cuda12.4", commid=commid)
+                for r in range(4)]
+    ja = job(("trn-a01", "trn-a02"), 20100, "0x1111a0a0c3c3e5e5")
+    jb = job(("trn-b01", "trn-b02"), 30200, "0x2222b0b0d4d4f6f6")
+    files = {}
+    for p in ja:
+        files["nccl.%s.%d.log" % (p.host, p.pid)] = p.init() + p.colls(0, 25 if p.rank == 1 else 26)
+    for p in jb:
+        files["nccl.%s.%d.log" % (p.host, p.pid)] = p.init() + p.colls(0, 30 if p.rank == 2 else 31)
+    files["torchrun-a.log"] = [
+        "W0302 13:00:05.000000 20001 torch/distributed/elastic/multiprocessing/api.py:897] Sending process %d closing signal SIGTERM" % ja[0].pid,
+        "E0302 13:00:06.000000 20001 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) local_rank: 1 (pid: %d) of binary: /usr/bin/python3" % ja[1].pid]
+    files["torchrun-b.log"] = []
+    for p in jb:
+        if p.rank != 2:
+            files["torchrun-b.log"] += torch_timeout(p.rank, 31, ts="E0302 14:10:0%d.000000000" % p.rank)
+    files["torchrun-b.log"] += ["E0302 14:10:09.000000 30001 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) local_rank: 0 (pid: %d) of binary: /usr/bin/python3" % jb[0].pid]
+    write("two_jobs_one_folder", files,
+          {"exit": 1, "findings": 2, "jobs": [{"kind": "crash", "rank": 1, "host": "trn-a01", "avoid_anywhere": ["trn-b0"]},
+                                              {"kind": "hang", "rank": 2, "host": "trn-b02", "avoid_anywhere": ["trn-a0"]}]})
+
+    # 90. Rank 2 ran out of data and left early: it destroyed its communicator after 40
+    # collectives and exited 0; its peers wait in 41 until PyTorch's watchdog fires. The
+    # culprit is rank 2, and no unknown rank stands beside it.
+    ps = two_nodes(version="2.21.5+cuda12.4")
+    def b90(p):
+        L = p.init()
+        if p.rank == 2:
+            return L + p.colls(0, 40) + p.destroy()
+        return L + p.colls(0, 41)
+    files = per_proc(ps, b90)
+    con = []
+    for p in ps:
+        if p.rank != 2:
+            con += torch_timeout(p.rank, 41, ts="E0302 12:22:0%d.000000000" % p.rank)
+    con += ["E0302 12:22:09.000000 9001 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -6) local_rank: 0 (pid: %d) of binary: /usr/bin/python3" % ps[0].pid]
+    files["torchrun.log"] = con
+    write("rank_left_early", files,
+          {"exit": 1, "kind": "hang", "rank": 2, "host": "gpu-node12", "avoid_anywhere": ["rank -1", "rank ?"]})
+
+    # 91. The peers ran 50 steps and destroyed their communicators; rank 2 ran one step
+    # more and waits in collective 51 for peers that are gone. The peers ended cleanly:
+    # the one that went on is the culprit.
+    ps = two_nodes(version="2.21.5+cuda12.4")
+    def b91(p):
+        L = p.init()
+        if p.rank == 2:
+            return L + p.colls(0, 51)
+        return L + p.colls(0, 50) + p.destroy()
+    write("one_step_more_after_destroy", per_proc(ps, b91),
+          {"exit": 1, "kind": "hang", "rank": 2, "host": "gpu-node12", "findings": 1, "say": ["one step more"]})
+
+    # 92. nccl-tests with two ranks per host: rank 3's QP hit a fatal async event, and
+    # nccl-tests' own failure line names the host alone, quoting it. The line is about the
+    # process on that host whose own log shows the event: no second process without a pid
+    # beside it, the event once.
+    ps = two_nodes(version="2.19.3+cuda12.3")
+    def b92(p):
+        L = p.init() + p.colls(0, 20)
+        if p.rank == 3:
+            L += p.warn("transport/net_ib.cc:180", "NET/IB : mlx5_3:1 async fatal event on QP (0x7f1c2a0b1c40): local access violation work queue error", tid=p.pid + 4)
+        return L
+    files = per_proc(ps, b92)
+    files["all_reduce_perf.out"] = ["gpu-node12: Test NCCL failure common.cu:1279 'remote process exited or there was a network error / NET/IB : mlx5_3:1 async fatal event on QP (0x7f1c2a0b1c40): local access violation work queue error'"]
+    write("host_only_failure_line", files,
+          {"exit": 1, "kind": "link", "host": "gpu-node12", "port": "mlx5_3:1", "findings": 1, "ranks": 4, "avoid_anywhere": ["pid 0"]})
 
 
 if __name__ == "__main__":
