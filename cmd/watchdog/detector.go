@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"reflect"
@@ -85,14 +86,8 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if *configPath != "" {
-		b, err := os.ReadFile(*configPath)
-		if err != nil {
-			return fmt.Errorf("--config: %w", err)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil {
-			return fmt.Errorf("--config %s: %w", *configPath, err)
+		if err := cfg.load(*configPath); err != nil {
+			return err
 		}
 	}
 	set := given(fs.FlagSet)
@@ -236,6 +231,21 @@ func toStrings[S ~string](v []S) []string {
 		out[i] = string(s)
 	}
 	return out
+}
+
+// load reads a YAML configuration over c: unknown keys are errors (a typo, or a secret
+// where only the name of its variable or file belongs).
+func (c *DetectorConfig) load(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
+	return nil
 }
 
 // validate refuses durations and thresholds out of range, from the flags or the YAML file:
