@@ -12,7 +12,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 .PHONY: build test lint demo bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-detector-scale bench-scale bench-reconnect bench-logbound fuzz-short clean plugin
 .PHONY: bench-plugin-overhead bench-plugin-instr bench-plugin-overhead-dry
 
-# VERSION and REVISION (below): the version from git tags (deploy/tools/version.sh) and the commit.
+# VERSION and REVISION (below): the version (CHANGELOG.md's, deploy/tools/version.sh) and the commit.
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.revision=$(REVISION)" -o $(BIN)/watchdog ./cmd/watchdog
 
@@ -222,9 +222,10 @@ rules-check: promtool
 	  echo "$$out" | grep -v 'WARNING: file .* does not exist'
 
 # The container image (deploy/docker/Dockerfile, BuildKit). VERSION and REVISION reach the
-# binary as main.version and main.revision and the image as OCI labels. VERSION is one
-# string everywhere: `watchdog --version`, the image tag, the chart's appVersion (make
-# chart): X.Y.Z at a tag vX.Y.Z, else derived from it or from CHANGELOG.md (version.sh).
+# binary as main.version and main.revision and the image as OCI labels. VERSION has one
+# source, CHANGELOG.md's newest "## [X.Y.Z]" (version.sh), and is one string everywhere:
+# `watchdog --version`, the image tag, the chart's version and appVersion (Chart.yaml is
+# checked against it); which commit a build is, is its REVISION.
 VERSION  ?= $(shell deploy/tools/version.sh)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 IMAGE    ?= ghcr.io/ncclwatch/watchdog:$(VERSION)
