@@ -335,13 +335,8 @@ func (d *Dispatcher) deadMan(ctx context.Context) {
 	t := d.clock.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		ids, since := d.Undelivered()
+		ids, _ := d.Undelivered()
 		d.m.undelivered.Set(float64(len(ids)))
-		age := 0.0
-		if !since.IsZero() {
-			age = d.clock.Since(since).Seconds()
-		}
-		d.m.undeliveredAge.Set(age)
 		select {
 		case <-ctx.Done():
 			return

@@ -17,8 +17,7 @@ type metrics struct {
 	latency     *prometheus.HistogramVec
 	storeErrors *prometheus.CounterVec
 	// The dead-man's check (Dispatcher.Undelivered).
-	undelivered    prometheus.Gauge
-	undeliveredAge prometheus.Gauge
+	undelivered prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -56,10 +55,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "ncclwatch_alert_undelivered_incidents",
 			Help: "Open incidents that no notifier delivered within the delivery deadline (the dead-man's check: paging is dead for them).",
 		}),
-		undeliveredAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ncclwatch_alert_oldest_undelivered_seconds",
-			Help: "How long the oldest open incident that no notifier delivered within the deadline has waited (0: none).",
-		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -78,7 +73,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg2(func() (e error) { m.latency, e = register(reg, m.latency); return })
 	reg2(func() (e error) { m.storeErrors, e = register(reg, m.storeErrors); return })
 	reg2(func() (e error) { m.undelivered, e = register(reg, m.undelivered); return })
-	reg2(func() (e error) { m.undeliveredAge, e = register(reg, m.undeliveredAge); return })
 	if err != nil {
 		return nil, fmt.Errorf("register alert metrics: %w", err)
 	}
