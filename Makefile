@@ -25,8 +25,11 @@ lint:
 
 # The tests run the watchdog against the embedded etcd and against Debian's etcd 3.4
 # server (etcd34, below): with the Makefile a missing 3.4 server is a failure, not a skip.
+# Then the demo's scenarios beside a CPU hog on every core, on their own: a hog beside the
+# whole suite would slow every other package's timing tests (internal/demo/hog_test.go).
 test: lint deploy-check etcd34
 	NCCLWATCH_REQUIRE_ETCD34=1 $(GO) test $(TESTFLAGS) ./...
+	NCCLWATCH_HOG_TEST=1 $(GO) test -count=1 -timeout 5m -run '^TestScenariosBesideCPUHog$$' ./internal/demo/
 	CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/watchdog
 
 # The live demo: embedded etcd, simulated faulty jobs with one sidecar per node, the
@@ -161,8 +164,11 @@ FORCE:
 # Tools: helm built from the Go module proxy at a pinned version (get.helm.sh is not
 # reachable from CI), cached as bin/helm-<version>; promtool and prometheus from Debian's
 # prometheus package (deploy/tools/install-prometheus.sh, root or sudo).
+# helm is kept outside the clone (HELM_CACHE), so that a clean clone on the same machine
+# does not build it again: it took most of deploy-check's time on one.
 HELM_VERSION := v3.19.5
-HELM         := $(BIN)/helm-$(HELM_VERSION)
+HELM_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ncclwatch
+HELM         := $(HELM_CACHE)/helm-$(HELM_VERSION)
 CHART        := deploy/helm/ncclwatch
 K8S_VALUES   := deploy/kubernetes/values-production.yaml
 # helm warns on stderr about the chart's symlinks into deploy/grafana and deploy/prometheus.
@@ -176,11 +182,11 @@ etcd34:
 .PHONY: tools promtool deploy-check helm-check rules-check rules-check-prom3 k8s-manifests prom-e2e image
 
 $(HELM):
-	@mkdir -p $(BIN)/.helm-build
-	GOBIN=$(abspath $(BIN))/.helm-build $(GO) install -trimpath \
-	  -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" \
-	  helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
-	mv $(BIN)/.helm-build/helm $@ && rmdir $(BIN)/.helm-build
+	@mkdir -p $(HELM_CACHE) && tmp=$$(mktemp -d $(HELM_CACHE)/.build-XXXXXX) && \
+	  GOBIN=$$tmp $(GO) install -trimpath \
+	    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" \
+	    helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && \
+	  mv $$tmp/helm $@ && rmdir $$tmp
 
 promtool:
 	@deploy/tools/install-prometheus.sh

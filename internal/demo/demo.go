@@ -68,7 +68,8 @@ func Scenarios(nodes, ranksPerNode int) map[string]Scenario {
 		"straggler":       {Name: "straggler", Faults: straggle, Expect: incident.KindStraggler, Steps: 400, StepTime: st, Deadline: 50 * time.Second, Linger: 3 * time.Second},
 		"degraded-link":   {Name: "degraded-link", Faults: f(jobsim.FaultIBPort, pick(2, 1)), Expect: incident.KindLink, Steps: 400, StepTime: st, Deadline: 30 * time.Second, Linger: 3 * time.Second},
 		"stuck-in-flight": {Name: "stuck-in-flight", Faults: f(jobsim.FaultStuck, 0), Expect: incident.KindStuckInFlight, Steps: 400, StepTime: st, Deadline: 45 * time.Second, Linger: 3 * time.Second},
-		"pause":           {Name: "pause", Faults: pause, Steps: 300, StepTime: st, Deadline: 110 * time.Second},
+		// The job ends 17 s after the pause (80 steps in all): enough to see it resume quietly.
+		"pause": {Name: "pause", Faults: pause, Steps: 80, StepTime: st, Deadline: 95 * time.Second},
 	}
 }
 
