@@ -59,7 +59,7 @@ status can watch it); --stay keeps them up after the summary.`)
 	}
 	results, err := demo.Run(ctx, demo.Options{Scenarios: names, Nodes: *nodes, RanksPerNode: *ranks, Out: out,
 		Notify: demo.Notifiers{SlackWebhook: *slackWebhook, SlackAPIURL: *slackAPI, PagerDutyURL: *pagerduty},
-		HTTP:   *httpAddr, Stay: *stay})
+		HTTP:   *httpAddr, Stay: *stay, Program: os.Args[0]})
 	if results == nil {
 		return err
 	}

@@ -93,6 +93,8 @@ type Options struct {
 	// the summary until ctx ends.
 	HTTP string
 	Stay bool
+	// Program is how the hints invoke this binary (default "watchdog").
+	Program string
 }
 
 // Detected is one incident seen during a scenario.
@@ -214,7 +216,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 			return nil, err
 		}
 		defer closeHTTP()
-		writeTryNext(opts.Out, addr, opts.Stay)
+		writeTryNext(opts.Out, opts.Program, addr, opts.Stay)
 	}
 	results := make([]Result, len(scs))
 	var wg sync.WaitGroup

@@ -34,12 +34,15 @@ func serve(ctx context.Context, addr string, h http.Handler) (string, func(), er
 }
 
 // writeTryNext says what to try while the demo runs.
-func writeTryNext(w io.Writer, addr string, stay bool) {
+func writeTryNext(w io.Writer, program, addr string, stay bool) {
+	if program == "" {
+		program = "watchdog"
+	}
 	url := "http://" + addr
 	fmt.Fprintf(w, "The detector's API, /metrics and /healthz are served at %s. Try, in another terminal:\n", url)
-	fmt.Fprintf(w, "  watchdog status --detector %s            # every job's ranks and incidents, live\n", url)
-	fmt.Fprintf(w, "  curl -s %s/api/v1/incidents               # the incidents as JSON\n", url)
-	fmt.Fprintf(w, "  curl -s %s/metrics | grep ^ncclwatch_     # what Prometheus would scrape\n", url)
+	fmt.Fprintf(w, "  %s status --detector %s   # every job's ranks and incidents, live\n", program, url)
+	fmt.Fprintf(w, "  curl -s %s/api/v1/incidents    # the incidents as JSON\n", url)
+	fmt.Fprintf(w, "  curl -s %s/metrics | grep ^ncclwatch_    # what Prometheus would scrape\n", url)
 	if !stay {
 		fmt.Fprintln(w, "  (add --stay to keep them up after the summary)")
 	}
