@@ -629,13 +629,12 @@ func (w *worker) process(ctx context.Context, batch []*entry) {
 		}
 		ev, ok := decide(prev, e.inc)
 		if !ok {
-			if w.delivered != nil && prev != nil {
-				w.delivered(e.inc.ID) // delivered before (a previous leader)
-			}
+			w.done(e.inc) // delivered before (by a previous leader)
 			continue
 		}
 		if w.accepts != nil && !w.accepts(ev) {
 			w.remember(e.inc, prev, nil)
+			w.done(e.inc) // nothing to send: PagerDuty takes no updates
 			continue
 		}
 		n := &Notification{Incident: e.inc, Event: ev, Previous: prev}
@@ -721,13 +720,18 @@ func safeNotify(ctx context.Context, n Notifier, notes []*Notification) (retry b
 	return n.Notify(ctx, notes...)
 }
 
+// done tells the dead-man's check that this notifier has what it needs of an open incident.
+func (w *worker) done(inc incident.Incident) {
+	if w.delivered != nil && inc.State == incident.StateOpen {
+		w.delivered(inc.ID)
+	}
+}
+
 // acked records a delivery reported by the notifier.
 func (w *worker) acked(ctx context.Context, n *Notification, e *entry) {
 	unsaved := w.remember(n.Incident, n.Previous, n.ref)
 	w.m.sent.WithLabelValues(w.name, string(n.Incident.Kind)).Inc()
-	if w.delivered != nil && n.Incident.State == incident.StateOpen {
-		w.delivered(n.Incident.ID)
-	}
+	w.done(n.Incident)
 	w.health.success(w.name, 1, w.clock.Now())
 	w.m.latency.WithLabelValues(w.name).Observe(w.clock.Since(e.queuedAt).Seconds())
 	if unsaved >= saveAfterAcks {

@@ -183,3 +183,27 @@ func TestMonitoringGoesToOperatorsAsWarning(t *testing.T) {
 		t.Errorf("monitoring incident delivered as critical: %s", body)
 	}
 }
+
+// TestUpdateNotTakenIsNotUndelivered: PagerDuty takes no updates; an update routed to it
+// alone is not an incident that paging failed to deliver.
+func TestUpdateNotTakenIsNotUndelivered(t *testing.T) {
+	pd := newRecorder(t, pagerDutyAPI)
+	cfg := liveConfig(NotifierConfig{Name: "pd", Type: "pagerduty", EventsURL: pd.URL + "/v2/enqueue"})
+	h, err := NewHealth(cfg, BuildOptions{LookupEnv: envOf(map[string]string{"PAGERDUTY_ROUTING_KEY": "k"})}, quietLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startLive(t, cfg, h, 200*time.Millisecond)
+	inc := incidentNamed("crash-1")
+	d.Submit(inc)
+	waitFor(t, "the open delivered", func() bool { return pd.count() == 1 })
+	inc.Revision, inc.Summary = 2, inc.Summary+" (and more)"
+	d.Submit(inc)
+	time.Sleep(500 * time.Millisecond)
+	if ids, _ := d.Undelivered(); len(ids) != 0 {
+		t.Errorf("an update PagerDuty does not take counted undelivered: %v", ids)
+	}
+	if pd.count() != 1 {
+		t.Errorf("%d requests, want the open only", pd.count())
+	}
+}
