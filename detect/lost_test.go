@@ -124,3 +124,25 @@ func TestMonitoringEtcdDown(t *testing.T) {
 		t.Fatalf("etcd down: %+v", fs)
 	}
 }
+
+// TestInputLagWidensHangWindow: a rank still for 12 s is a hang with timely inputs, and not
+// yet one while the inputs run 5 s late (Job.InputLag): a starved watchdog judges later, it
+// never blames a rank for its own lateness.
+func TestInputLagWidensHangWindow(t *testing.T) {
+	const period = 100 * time.Millisecond
+	for _, c := range []struct {
+		lag  time.Duration
+		hang bool
+	}{{0, true}, {5 * time.Second, false}} {
+		// rank 0 reached op 21 at 2.1 s and waits; rank 1 stopped at op 20; now is 14.1 s.
+		j := job(14100*time.Millisecond, rank(0, 21, period, 0, nil), rank(1, 20, period, 0, nil))
+		j.InputLag = c.lag
+		hang := false
+		for _, f := range Evaluate(j, DefaultConfig(), TimingOK).Findings {
+			hang = hang || f.Kind == incident.KindHang
+		}
+		if hang != c.hang {
+			t.Errorf("input lag %s: hang %v, want %v", c.lag, hang, c.hang)
+		}
+	}
+}
