@@ -67,6 +67,7 @@ func TestJudgeCountsFalseIncidents(t *testing.T) {
 	}{
 		{"right one only", []Detected{right}, true},
 		{"right one and a false one", []Detected{right, wrong}, false},
+		{"right one and the watchdog's own warning", []Detected{right, {Kind: incident.KindMonitoring}}, true},
 		{"false one only", []Detected{wrong}, false},
 		{"none", nil, false},
 	} {
