@@ -296,6 +296,11 @@ type BuildOptions struct {
 	// Recheck is how often a running notifier's secrets are read again, so that one that
 	// appears or changes later is used (default DefaultRecheck).
 	Recheck time.Duration
+	// Reload, when set, reads the configuration file again at each recheck: a notifier whose
+	// own section changed (its URL, channel, the variable or file of its secret) is rebuilt
+	// from it. Notifiers added or removed, and routes, take a restart. A file that cannot be
+	// read or is invalid keeps the last good section (and is logged).
+	Reload func() (*Config, error)
 }
 
 func (b BuildOptions) withDefaults() BuildOptions {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 )
@@ -23,19 +24,25 @@ const DefaultRecheck = 5 * time.Second
 // notifier is only replaced when what it read changed, so Slack keeps its message
 // references and PagerDuty its client across checks.
 type liveNotifier struct {
-	nc      NotifierConfig
+	// What never changes: the name and type it is known by, and its worker's settings (a
+	// reload changes where it delivers and with which secret, not how it is queued).
+	name, typ string
+	settings  SettingsConfig
+
+	nc      NotifierConfig // guarded by mu (reload)
 	b       BuildOptions
 	links   Links
 	health  *Health
 	log     *slog.Logger
 	recheck time.Duration
 
-	mu      sync.Mutex
-	cur     Notifier // nil while it cannot be built
-	err     error    // why not
-	sum     [sha256.Size]byte
-	checked time.Time
-	tried   bool
+	mu        sync.Mutex
+	reloadErr string   // the last failure to reload the configuration, said once
+	cur       Notifier // nil while it cannot be built
+	err       error    // why not
+	sum       [sha256.Size]byte
+	checked   time.Time
+	tried     bool
 }
 
 // notBuiltError is a delivery refused because the notifier cannot be built (its secret is
@@ -60,7 +67,7 @@ func (c *Config) liveNotifiers(b BuildOptions, health *Health, log *slog.Logger)
 	links := c.Links.Links()
 	out := make([]*liveNotifier, len(c.Notifiers))
 	for i, nc := range c.Notifiers {
-		out[i] = &liveNotifier{nc: nc, b: b, links: links, health: health, log: log, recheck: b.Recheck}
+		out[i] = &liveNotifier{name: nc.Name, typ: nc.Type, settings: nc.Settings, nc: nc, b: b, links: links, health: health, log: log, recheck: b.Recheck}
 		out[i].refresh(true)
 	}
 	return out
@@ -72,15 +79,15 @@ func (c *Config) liveTargets(ls []*liveNotifier) []Target {
 	out := make([]Target, len(ls))
 	for i, l := range ls {
 		s := base
-		if l.nc.Type == "console" {
+		if l.typ == "console" {
 			s.GroupWait, s.RateEvery = 0, 0
 		}
-		out[i] = Target{Notifier: l, Settings: l.nc.Settings.apply(s)}
+		out[i] = Target{Notifier: l, Settings: l.settings.apply(s)}
 	}
 	return out
 }
 
-func (l *liveNotifier) Name() string { return l.nc.Name }
+func (l *liveNotifier) Name() string { return l.name }
 
 // refresh reads the secrets again when recheck has passed since the last read (or when
 // forced) and rebuilds the notifier when they changed; it returns the notifier or why
@@ -93,7 +100,9 @@ func (l *liveNotifier) refresh(force bool) (Notifier, error) {
 		return l.cur, l.err
 	}
 	l.checked = now
+	l.reload()
 	h := sha256.New()
+	fmt.Fprintf(h, "config %+v\n", l.nc)
 	n, err := l.nc.build(fingerprinting(l.b, h), l.links)
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
@@ -118,11 +127,41 @@ func (l *liveNotifier) refresh(force bool) (Notifier, error) {
 	return l.cur, l.err
 }
 
+// reload takes this notifier's section from the configuration file again (BuildOptions.Reload).
+// Call with l.mu held.
+func (l *liveNotifier) reload() {
+	if l.b.Reload == nil {
+		return
+	}
+	c, err := l.b.Reload()
+	if err == nil {
+		err = c.Validate()
+	}
+	if err != nil {
+		if err.Error() != l.reloadErr {
+			l.log.Error("alert configuration cannot be read again: the notifier keeps its last good configuration",
+				"notifier", l.nc.Name, "err", err)
+		}
+		l.reloadErr = err.Error()
+		return
+	}
+	l.reloadErr = ""
+	for _, nc := range c.Notifiers {
+		if nc.Name == l.name && nc.Type == l.typ {
+			if !reflect.DeepEqual(nc, l.nc) {
+				l.log.Info("alert notifier configuration changed: rebuilding it", "notifier", l.nc.Name)
+			}
+			l.nc, l.links = nc, c.Links.Links()
+			return
+		}
+	}
+}
+
 // Notify delivers through the notifier built from the current secrets.
 func (l *liveNotifier) Notify(ctx context.Context, batch ...*Notification) (bool, error) {
 	n, err := l.refresh(false)
 	if err != nil {
-		return true, &RetryAfterError{After: l.recheck, Err: &notBuiltError{name: l.nc.Name, err: err}}
+		return true, &RetryAfterError{After: l.recheck, Err: &notBuiltError{name: l.name, err: err}}
 	}
 	return n.Notify(ctx, batch...)
 }

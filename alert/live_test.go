@@ -207,3 +207,46 @@ func TestUpdateNotTakenIsNotUndelivered(t *testing.T) {
 		t.Errorf("%d requests, want the open only", pd.count())
 	}
 }
+
+// TestConfigChangeIsPickedUp: the alert file is read again at each recheck; a notifier
+// whose own section changed (here its webhook URL) delivers the next incident where the file
+// now says, and a file made invalid meanwhile keeps the last good section.
+func TestConfigChangeIsPickedUp(t *testing.T) {
+	first, second := newRecorder(t, slackWebhook), newRecorder(t, slackWebhook)
+	file := filepath.Join(t.TempDir(), "alerts.yaml")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	section := func(url string) string {
+		return "defaults: {group_wait: 0s, rate_limit: {every: 0s}}\nnotifiers:\n  - {name: hook, type: webhook, url: " + url + "}\n"
+	}
+	write(section(first.URL + "/in"))
+	cfg, err := LoadConfig(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reload := func() (*Config, error) { return LoadConfig(file) }
+	h, err := NewHealth(cfg, BuildOptions{LookupEnv: envOf(nil), Recheck: 50 * time.Millisecond, Reload: reload}, quietLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startLive(t, cfg, h, time.Minute)
+	d.Submit(incidentNamed("one"))
+	waitFor(t, "delivered where the file said", func() bool { return first.count() == 1 })
+
+	write(section(second.URL + "/in"))
+	time.Sleep(100 * time.Millisecond) // past a recheck
+	d.Submit(incidentNamed("two"))
+	waitFor(t, "delivered where the file says now", func() bool { return second.count() == 1 })
+
+	write("notifiers: [{name: hook, type: bogus}]\n")
+	time.Sleep(100 * time.Millisecond)
+	d.Submit(incidentNamed("three"))
+	waitFor(t, "an invalid file keeps the last good section", func() bool { return second.count() == 2 })
+	if first.count() != 1 {
+		t.Errorf("the old URL got %d requests, want 1", first.count())
+	}
+}

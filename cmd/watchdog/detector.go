@@ -138,7 +138,7 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 	logNotifiers(log, alerts)
 	// Built once now: each notifier's health is a metric from the start, and one that
 	// cannot be built keeps the detector not ready, saying why.
-	health, err := alert.NewHealth(alerts, alert.BuildOptions{}, log, reg)
+	health, err := alert.NewHealth(alerts, alert.BuildOptions{Reload: alertsReload(*alertsPath, *configPath, cfg.Alerts)}, log, reg)
 	if err != nil {
 		return err
 	}
@@ -176,6 +176,28 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 	bi := build()
 	log.Info("detector started", "etcd", endpoints, "http", cfg.HTTP, "version", bi.Version, "revision", bi.Revision)
 	return d.Run(ctx)
+}
+
+// alertsReload reads the alert configuration again from the file it came from (--alerts,
+// else the alerts: section of --config; nil when it came from the environment), so that a
+// notifier whose section changed is rebuilt without a restart (alert.BuildOptions.Reload).
+func alertsReload(alertsPath, configPath string, fromConfig *alert.Config) func() (*alert.Config, error) {
+	switch {
+	case alertsPath != "":
+		return func() (*alert.Config, error) { return alert.LoadConfig(alertsPath) }
+	case configPath != "" && fromConfig != nil:
+		return func() (*alert.Config, error) {
+			var c DetectorConfig
+			if err := c.load(configPath); err != nil {
+				return nil, err
+			}
+			if c.Alerts == nil {
+				return nil, fmt.Errorf("%s: no alerts: section any more", configPath)
+			}
+			return c.Alerts, nil
+		}
+	}
+	return nil
 }
 
 // logNotifiers says at start where incidents will go, and warns loudly when nowhere: a
