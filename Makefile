@@ -12,7 +12,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 .PHONY: build test lint demo bench bench-parse bench-parse-instr bench-analyze bench-sidecar bench-detector bench-detector-scale bench-scale bench-reconnect bench-logbound fuzz-short clean plugin
 .PHONY: bench-plugin-overhead bench-plugin-instr bench-plugin-overhead-dry matrix-bins matrix-dry
 
-# VERSION and REVISION (below): the version from git tags (deploy/tools/version.sh) and the commit.
+# VERSION and REVISION (below): the version (CHANGELOG.md's, deploy/tools/version.sh) and the commit.
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.revision=$(REVISION)" -o $(BIN)/watchdog ./cmd/watchdog
 
@@ -25,8 +25,11 @@ lint:
 
 # The tests run the watchdog against the embedded etcd and against Debian's etcd 3.4
 # server (etcd34, below): with the Makefile a missing 3.4 server is a failure, not a skip.
+# Then the demo's scenarios beside a CPU hog on every core, on their own: a hog beside the
+# whole suite would slow every other package's timing tests (internal/demo/hog_test.go).
 test: lint deploy-check etcd34
 	NCCLWATCH_REQUIRE_ETCD34=1 $(GO) test $(TESTFLAGS) ./...
+	NCCLWATCH_HOG_TEST=1 $(GO) test -count=1 -timeout 5m -run '^TestScenariosBesideCPUHog$$' ./internal/demo/
 	CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/watchdog
 
 # The live demo: embedded etcd, simulated faulty jobs with one sidecar per node, the
@@ -180,8 +183,11 @@ FORCE:
 # Tools: helm built from the Go module proxy at a pinned version (get.helm.sh is not
 # reachable from CI), cached as bin/helm-<version>; promtool and prometheus from Debian's
 # prometheus package (deploy/tools/install-prometheus.sh, root or sudo).
+# helm is kept outside the clone (HELM_CACHE), so that a clean clone on the same machine
+# does not build it again: it took most of deploy-check's time on one.
 HELM_VERSION := v3.19.5
-HELM         := $(BIN)/helm-$(HELM_VERSION)
+HELM_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ncclwatch
+HELM         := $(HELM_CACHE)/helm-$(HELM_VERSION)
 CHART        := deploy/helm/ncclwatch
 K8S_VALUES   := deploy/kubernetes/values-production.yaml
 # helm warns on stderr about the chart's symlinks into deploy/grafana and deploy/prometheus.
@@ -195,11 +201,11 @@ etcd34:
 .PHONY: tools promtool deploy-check helm-check rules-check rules-check-prom3 k8s-manifests prom-e2e image
 
 $(HELM):
-	@mkdir -p $(BIN)/.helm-build
-	GOBIN=$(abspath $(BIN))/.helm-build $(GO) install -trimpath \
-	  -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" \
-	  helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
-	mv $(BIN)/.helm-build/helm $@ && rmdir $(BIN)/.helm-build
+	@mkdir -p $(HELM_CACHE) && tmp=$$(mktemp -d $(HELM_CACHE)/.build-XXXXXX) && \
+	  GOBIN=$$tmp $(GO) install -trimpath \
+	    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" \
+	    helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) && \
+	  mv $$tmp/helm $@ && rmdir $$tmp
 
 promtool:
 	@deploy/tools/install-prometheus.sh
@@ -242,9 +248,10 @@ rules-check: promtool
 	  echo "$$out" | grep -v 'WARNING: file .* does not exist'
 
 # The container image (deploy/docker/Dockerfile, BuildKit). VERSION and REVISION reach the
-# binary as main.version and main.revision and the image as OCI labels. VERSION is one
-# string everywhere: `watchdog --version`, the image tag, the chart's appVersion (make
-# chart): X.Y.Z at a tag vX.Y.Z, else derived from it or from CHANGELOG.md (version.sh).
+# binary as main.version and main.revision and the image as OCI labels. VERSION has one
+# source, CHANGELOG.md's newest "## [X.Y.Z]" (version.sh), and is one string everywhere:
+# `watchdog --version`, the image tag, the chart's version and appVersion (Chart.yaml is
+# checked against it); which commit a build is, is its REVISION.
 VERSION  ?= $(shell deploy/tools/version.sh)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 IMAGE    ?= ghcr.io/ncclwatch/watchdog:$(VERSION)

@@ -42,6 +42,14 @@ type Config struct {
 	Links     LinksConfig      `yaml:"links"`
 	Notifiers []NotifierConfig `yaml:"notifiers"`
 	Routes    []RouteConfig    `yaml:"routes"`
+	// Operators name the notifiers of the people who run the watchdog: the monitoring
+	// incidents (a sidecar silent, etcd unreachable, paging stalled) go to them, as
+	// warnings, instead of where the routes send the job's incidents. Empty: the routes
+	// decide for these too (still as warnings).
+	Operators []string `yaml:"operators"`
+	// DeliveryDeadline is the dead-man's check: an open incident that no notifier
+	// delivered within it opens a monitoring incident (default 60s).
+	DeliveryDeadline time.Duration `yaml:"delivery_deadline"`
 }
 
 // SettingsConfig is Settings in YAML; unset fields inherit (defaults, then DefaultSettings).
@@ -214,6 +222,14 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("route %d: %w", i+1, err)
 		}
 	}
+	for _, n := range c.Operators {
+		if !names[n] {
+			return fmt.Errorf("operators: unknown notifier %q", n)
+		}
+	}
+	if c.DeliveryDeadline < 0 {
+		return fmt.Errorf("delivery_deadline %s: must not be negative", c.DeliveryDeadline)
+	}
 	return nil
 }
 
@@ -277,6 +293,30 @@ type BuildOptions struct {
 	// Console is where console notifiers write; default os.Stdout.
 	Console    io.Writer
 	HTTPClient *http.Client
+	// Recheck is how often a running notifier's secrets are read again, so that one that
+	// appears or changes later is used (default DefaultRecheck).
+	Recheck time.Duration
+	// Reload, when set, reads the configuration file again at each recheck: a notifier whose
+	// own section changed (its URL, channel, the variable or file of its secret) is rebuilt
+	// from it. Notifiers added or removed, and routes, take a restart. A file that cannot be
+	// read or is invalid keeps the last good section (and is logged).
+	Reload func() (*Config, error)
+}
+
+func (b BuildOptions) withDefaults() BuildOptions {
+	if b.LookupEnv == nil {
+		b.LookupEnv = os.LookupEnv
+	}
+	if b.ReadFile == nil {
+		b.ReadFile = os.ReadFile
+	}
+	if b.Console == nil {
+		b.Console = os.Stdout
+	}
+	if b.Recheck <= 0 {
+		b.Recheck = DefaultRecheck
+	}
+	return b
 }
 
 // Targets builds the notifiers of c with their settings, reading secrets.
@@ -293,15 +333,7 @@ func (c *Config) Targets(b BuildOptions) ([]Target, error) {
 // buildEach builds every notifier of c: targets[i] is Notifiers[i]'s, or nil with errs[i]
 // saying why it cannot be built.
 func (c *Config) buildEach(b BuildOptions) (targets []Target, errs []error) {
-	if b.LookupEnv == nil {
-		b.LookupEnv = os.LookupEnv
-	}
-	if b.ReadFile == nil {
-		b.ReadFile = os.ReadFile
-	}
-	if b.Console == nil {
-		b.Console = os.Stdout
-	}
+	b = b.withDefaults()
 	links := c.Links.Links()
 	base := c.Defaults.apply(DefaultSettings())
 	targets, errs = make([]Target, len(c.Notifiers)), make([]error, len(c.Notifiers))
@@ -321,19 +353,30 @@ func (c *Config) buildEach(b BuildOptions) (targets []Target, errs []error) {
 	return targets, errs
 }
 
-// New builds the notifiers of c and a dispatcher routing to them, and to extra targets
-// built by the caller (the demo's console story): with no routes in c every incident
-// reaches every target. opts.Routes is taken from c.
+// New makes a dispatcher routing to the notifiers of c, and to extra targets built by the
+// caller (the demo's console story): with no routes in c every incident reaches every
+// target. opts.Routes is taken from c.
+//
+// Each notifier of c is built on its own and built again when its secrets change (a file
+// that appears after the start, a rotated token): one that cannot be built fails its own
+// deliveries, counted and retried, and never keeps the others from theirs. With
+// opts.Health made from c, the dispatcher shares its notifiers (NewHealth), so that what
+// the health metrics say is what delivers.
 func New(c *Config, b BuildOptions, opts Options, extra ...Target) (*Dispatcher, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	targets, err := c.Targets(b)
-	if err != nil {
-		return nil, err
+	var ls []*liveNotifier
+	if opts.Health != nil && opts.Health.cfg == c {
+		ls = opts.Health.live
+	} else {
+		ls = c.liveNotifiers(b, opts.Health, opts.Logger)
 	}
-	opts.Routes = c.routes()
-	return NewDispatcher(opts, slices.Concat(extra, targets)...)
+	opts.Routes, opts.Operators = c.routes(), c.Operators
+	if c.DeliveryDeadline > 0 {
+		opts.DeliveryDeadline = c.DeliveryDeadline
+	}
+	return NewDispatcher(opts, slices.Concat(extra, c.liveTargets(ls))...)
 }
 
 func (nc NotifierConfig) build(b BuildOptions, links Links) (Notifier, error) {

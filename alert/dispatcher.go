@@ -92,6 +92,14 @@ type Options struct {
 	// Resolves go to every notifier that delivered the incident, whatever the routes say
 	// now (a severity may have changed since).
 	Routes []Route
+	// Operators, when set, are the notifiers that get the monitoring incidents (the
+	// watchdog's own trouble, incident.Kind.Monitoring) instead of what Routes say: the
+	// people who run the watchdog, not the job's on-call.
+	Operators []string
+	// DeliveryDeadline is the dead-man's check: an open incident that no notifier delivered
+	// within it is counted (ncclwatch_alert_undelivered_incidents) and listed by
+	// Undelivered, from which the detector opens a monitoring incident (default 60 s).
+	DeliveryDeadline time.Duration
 	// Registerer receives the ncclwatch_alert_* metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -113,8 +121,15 @@ type Options struct {
 type Dispatcher struct {
 	workers      []*worker
 	routes       []Route
+	operators    []string
 	log          *slog.Logger
 	outageInBand bool
+	clock        clockwork.Clock
+	deadline     time.Duration
+	m            *metrics
+
+	pendMu  sync.Mutex
+	pending map[string]time.Time // open incidents no notifier delivered yet -> submitted
 
 	mu      sync.Mutex
 	started bool
@@ -140,7 +155,11 @@ func NewDispatcher(opts Options, targets ...Target) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{routes: opts.Routes, log: opts.Logger, outageInBand: opts.OutageInBand}
+	if opts.DeliveryDeadline <= 0 {
+		opts.DeliveryDeadline = time.Minute
+	}
+	d := &Dispatcher{routes: opts.Routes, operators: opts.Operators, log: opts.Logger, outageInBand: opts.OutageInBand,
+		clock: opts.Clock, deadline: opts.DeliveryDeadline, m: m, pending: map[string]time.Time{}}
 	names := map[string]bool{}
 	for _, t := range targets {
 		if t.Notifier == nil {
@@ -154,11 +173,18 @@ func NewDispatcher(opts Options, targets ...Target) (*Dispatcher, error) {
 			return nil, fmt.Errorf("alert: two notifiers named %q", name)
 		}
 		names[name] = true
-		d.workers = append(d.workers, newWorker(t, opts, m))
+		w := newWorker(t, opts, m)
+		w.delivered = d.delivered
+		d.workers = append(d.workers, w)
 	}
 	for i, r := range opts.Routes {
 		if err := r.validate(names); err != nil {
 			return nil, fmt.Errorf("alert: route %d: %w", i+1, err)
+		}
+	}
+	for _, n := range opts.Operators {
+		if !names[n] {
+			return nil, fmt.Errorf("alert: operators name unknown notifier %q", n)
 		}
 	}
 	return d, nil
@@ -192,6 +218,11 @@ func (d *Dispatcher) Start(ctx context.Context, known []incident.Incident) error
 			w.run(ctx)
 		}()
 	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.deadMan(ctx)
+	}()
 	for _, inc := range known {
 		d.Submit(inc)
 	}
@@ -222,16 +253,94 @@ func (d *Dispatcher) Submit(inc incident.Incident) {
 	if d.outageInBand && inc.Key == incident.KeyEtcdUnreachable {
 		return
 	}
+	if inc.Kind.Monitoring() && inc.Severity.Rank() < incident.MonitoringSeverity.Rank() {
+		// The watchdog's own trouble never pages as a job failure, whoever made it.
+		inc.Severity = incident.MonitoringSeverity
+	}
 	// Bound copies, so the detector may keep changing its own; every notifier renders
 	// the same size-independent incident (ops grouped by signature at any job size).
 	inc = incident.Bound(inc)
-	var targets map[string]bool
-	if d.routes != nil {
-		targets = routeTargets(d.routes, inc)
-	}
+	targets := targetsFor(d.routes, d.operators, inc)
+	sent := 0
 	for _, w := range d.workers {
 		if targets == nil || targets[w.name] || inc.State == incident.StateResolved {
 			w.enqueue(inc)
+			sent++
+		}
+	}
+	d.track(inc, sent > 0)
+}
+
+// targetsFor returns the notifiers an incident goes to (nil: every one): the operators
+// for monitoring incidents when there are any, else what the routes say.
+func targetsFor(routes []Route, operators []string, inc incident.Incident) map[string]bool {
+	if inc.Kind.Monitoring() && len(operators) > 0 {
+		out := map[string]bool{}
+		for _, n := range operators {
+			out[n] = true
+		}
+		return out
+	}
+	if routes == nil {
+		return nil
+	}
+	return routeTargets(routes, inc)
+}
+
+// track keeps the open incidents that some notifier must deliver until one does (the
+// dead-man's check); a resolve ends the wait.
+func (d *Dispatcher) track(inc incident.Incident, routed bool) {
+	d.pendMu.Lock()
+	defer d.pendMu.Unlock()
+	switch {
+	case inc.State != incident.StateOpen || inc.Key == incident.KeyAlertsUndelivered:
+		delete(d.pending, inc.ID)
+	case !routed:
+	case len(d.pending) < maxKnown:
+		if _, ok := d.pending[inc.ID]; !ok {
+			d.pending[inc.ID] = d.clock.Now()
+		}
+	}
+}
+
+// delivered ends the dead-man's wait of an incident: a notifier delivered it.
+func (d *Dispatcher) delivered(id string) {
+	d.pendMu.Lock()
+	delete(d.pending, id)
+	d.pendMu.Unlock()
+}
+
+// Undelivered lists the open incidents that no notifier delivered within the delivery
+// deadline (sorted), and when the oldest of them was submitted: paging is dead for them,
+// whatever each notifier's health says.
+func (d *Dispatcher) Undelivered() (ids []string, since time.Time) {
+	now := d.clock.Now()
+	d.pendMu.Lock()
+	defer d.pendMu.Unlock()
+	for id, at := range d.pending {
+		if now.Sub(at) < d.deadline {
+			continue
+		}
+		ids = append(ids, id)
+		if since.IsZero() || at.Before(since) {
+			since = at
+		}
+	}
+	sort.Strings(ids)
+	return ids, since
+}
+
+// deadMan exports the dead-man's check every second until ctx ends.
+func (d *Dispatcher) deadMan(ctx context.Context) {
+	t := d.clock.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		ids, _ := d.Undelivered()
+		d.m.undelivered.Set(float64(len(ids)))
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
 		}
 	}
 }
@@ -270,6 +379,8 @@ type worker struct {
 	log     *slog.Logger
 	m       *metrics
 	health  *Health
+	// delivered is told of each incident this notifier delivered (the dead-man's check).
+	delivered func(id string)
 
 	mu       sync.Mutex
 	pending  map[string]*entry
@@ -518,10 +629,12 @@ func (w *worker) process(ctx context.Context, batch []*entry) {
 		}
 		ev, ok := decide(prev, e.inc)
 		if !ok {
+			w.done(e.inc) // delivered before (by a previous leader)
 			continue
 		}
 		if w.accepts != nil && !w.accepts(ev) {
 			w.remember(e.inc, prev, nil)
+			w.done(e.inc) // nothing to send: PagerDuty takes no updates
 			continue
 		}
 		n := &Notification{Incident: e.inc, Event: ev, Previous: prev}
@@ -590,6 +703,11 @@ func (w *worker) process(ctx context.Context, batch []*entry) {
 		}
 		w.requeue(e, now.Add(wait))
 	}
+	if isNotBuilt(err) {
+		// Said once by the notifier itself, and counted as failures above.
+		w.log.Debug("alert: notifier not built, will retry", "incidents", len(failed), "retry_in", wait, "err", err)
+		return
+	}
 	w.log.Warn("alert: notification failed, will retry", "incidents", len(failed), "retry_in", wait, "err", err)
 }
 
@@ -602,10 +720,18 @@ func safeNotify(ctx context.Context, n Notifier, notes []*Notification) (retry b
 	return n.Notify(ctx, notes...)
 }
 
+// done tells the dead-man's check that this notifier has what it needs of an open incident.
+func (w *worker) done(inc incident.Incident) {
+	if w.delivered != nil && inc.State == incident.StateOpen {
+		w.delivered(inc.ID)
+	}
+}
+
 // acked records a delivery reported by the notifier.
 func (w *worker) acked(ctx context.Context, n *Notification, e *entry) {
 	unsaved := w.remember(n.Incident, n.Previous, n.ref)
 	w.m.sent.WithLabelValues(w.name, string(n.Incident.Kind)).Inc()
+	w.done(n.Incident)
 	w.health.success(w.name, 1, w.clock.Now())
 	w.m.latency.WithLabelValues(w.name).Observe(w.clock.Since(e.queuedAt).Seconds())
 	if unsaved >= saveAfterAcks {

@@ -3,7 +3,6 @@ package alert
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -17,10 +16,14 @@ import (
 // series exists from the start, at zero, so a rule can read them before anything happens
 // (deploy/prometheus: NcclwatchNotifierUnbuilt, NcclwatchNotificationsFailing). A notifier
 // that cannot be built makes the detector not ready (Ready), saying why.
+//
+// Health owns one live notifier per configured one (live.go): the dispatchers of the
+// detector's terms and the in-band outage deliver through them, so a secret that appears
+// later is seen by the metric, the readiness and the deliveries at once.
 type Health struct {
-	cfg   *Config
-	build BuildOptions
-	log   *slog.Logger
+	cfg  *Config
+	log  *slog.Logger
+	live []*liveNotifier
 
 	built     *prometheus.GaugeVec
 	lastOK    *prometheus.GaugeVec
@@ -29,12 +32,7 @@ type Health struct {
 
 	mu       sync.Mutex
 	problems map[string]error // notifier -> why it cannot be built
-	checked  time.Time
 }
-
-// rebuildEvery spaces the attempts to build a notifier that could not be: a secret
-// mounted as a file may appear after the start.
-const rebuildEvery = 30 * time.Second
 
 // NewHealth builds every notifier of cfg once (secrets read, nothing sent), logs each one
 // that cannot be built with the reason, and registers the ncclwatch_alert_notifier_*
@@ -43,8 +41,7 @@ func NewHealth(cfg *Config, b BuildOptions, log *slog.Logger, reg prometheus.Reg
 	if log == nil {
 		log = slog.Default()
 	}
-	b.Console = io.Discard
-	h := &Health{cfg: cfg, build: b, log: log, problems: map[string]error{},
+	h := &Health{cfg: cfg, log: log, problems: map[string]error{},
 		built: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ncclwatch_alert_notifier_built",
 			Help: "1 when the notifier could be built (its secret is there), 0 when it cannot: nothing reaches it."}, []string{"notifier", "type"}),
 		lastOK: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ncclwatch_alert_notifier_last_success_timestamp_seconds",
@@ -52,14 +49,14 @@ func NewHealth(cfg *Config, b BuildOptions, log *slog.Logger, reg prometheus.Reg
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ncclwatch_alert_notifier_deliveries_total",
 			Help: "Incident state changes the notifier delivered, since start."}, []string{"notifier"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ncclwatch_alert_notifier_failures_total",
-			Help: "Incident state changes the notifier failed to deliver (each failed attempt), since start."}, []string{"notifier"}),
+			Help: "Incident state changes the notifier failed to deliver (each failed attempt, a missing secret included), since start."}, []string{"notifier"}),
 	}
 	for _, nc := range cfg.Notifiers {
 		h.lastOK.WithLabelValues(nc.Name)
 		h.delivered.WithLabelValues(nc.Name)
 		h.failures.WithLabelValues(nc.Name)
 	}
-	h.check(true)
+	h.live = cfg.liveNotifiers(b, h, log)
 	if reg != nil {
 		for _, c := range []prometheus.Collector{h.built, h.lastOK, h.delivered, h.failures} {
 			if err := reg.Register(c); err != nil {
@@ -70,39 +67,28 @@ func NewHealth(cfg *Config, b BuildOptions, log *slog.Logger, reg prometheus.Reg
 	return h, nil
 }
 
-// check builds the notifiers (all at start, then those that failed), at most every
-// rebuildEvery unless forced.
-func (h *Health) check(force bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !force && (len(h.problems) == 0 || time.Since(h.checked) < rebuildEvery) {
+// setBuilt records whether a notifier could be built (nil Health: nothing).
+func (h *Health) setBuilt(name, typ string, err error) {
+	if h == nil {
 		return
 	}
-	h.checked = time.Now()
-	_, errs := h.cfg.buildEach(h.build)
-	for i, nc := range h.cfg.Notifiers {
-		was, had := h.problems[nc.Name]
-		switch {
-		case errs[i] != nil:
-			h.problems[nc.Name] = errs[i]
-			h.built.WithLabelValues(nc.Name, nc.Type).Set(0)
-			if !had || was.Error() != errs[i].Error() {
-				h.log.Error("alert notifier cannot be built: nothing reaches it until it is fixed; the detector is not ready",
-					"notifier", nc.Name, "type", nc.Type, "err", errs[i])
-			}
-		default:
-			if had {
-				h.log.Info("alert notifier built", "notifier", nc.Name, "type", nc.Type)
-			}
-			delete(h.problems, nc.Name)
-			h.built.WithLabelValues(nc.Name, nc.Type).Set(1)
-		}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		h.problems[name] = err
+		h.built.WithLabelValues(name, typ).Set(0)
+		return
 	}
+	delete(h.problems, name)
+	h.built.WithLabelValues(name, typ).Set(1)
 }
 
-// Ready says whether every configured notifier can be built, and if not which and why.
+// Ready says whether every configured notifier can be built, and if not which and why. It
+// reads the secrets again where their last read is older than BuildOptions.Recheck.
 func (h *Health) Ready() error {
-	h.check(false)
+	for _, l := range h.live {
+		l.refresh(false)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var errs []error

@@ -16,6 +16,8 @@ type metrics struct {
 	queue       *prometheus.GaugeVec
 	latency     *prometheus.HistogramVec
 	storeErrors *prometheus.CounterVec
+	// The dead-man's check (Dispatcher.Undelivered).
+	undelivered prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -49,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "ncclwatch_alert_store_errors_total",
 			Help: "Errors reading or writing delivery state, by operation.",
 		}, []string{"op"}),
+		undelivered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ncclwatch_alert_undelivered_incidents",
+			Help: "Open incidents that no notifier delivered within the delivery deadline (the dead-man's check: paging is dead for them).",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -66,6 +72,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	reg2(func() (e error) { m.queue, e = register(reg, m.queue); return })
 	reg2(func() (e error) { m.latency, e = register(reg, m.latency); return })
 	reg2(func() (e error) { m.storeErrors, e = register(reg, m.storeErrors); return })
+	reg2(func() (e error) { m.undelivered, e = register(reg, m.undelivered); return })
 	if err != nil {
 		return nil, fmt.Errorf("register alert metrics: %w", err)
 	}

@@ -20,9 +20,10 @@ import (
 // notifiers the routes pick, directly, retrying until it is delivered, and resolves it
 // when etcd returns.
 type Outage struct {
-	targets []Target
-	routes  []Route
-	o       OutageOptions
+	targets   []Target
+	routes    []Route
+	operators []string
+	o         OutageOptions
 
 	// Touched by Run's goroutine only.
 	lastLead time.Time
@@ -63,8 +64,9 @@ type outageIncident struct {
 	attempts  int
 }
 
-// NewOutage builds the notifiers of cfg (reading secrets) for in-band outage delivery;
-// notifiers that cannot be built are left out (Health says so).
+// NewOutage readies the notifiers of cfg for in-band outage delivery: those of o.Health
+// when it was made from cfg, else its own. A notifier that cannot be built fails its own
+// attempts (retried, counted in Health) and is used once its secret is there.
 func NewOutage(cfg *Config, b BuildOptions, o OutageOptions) (*Outage, error) {
 	if o.Down == nil || o.Leading == nil {
 		return nil, errors.New("alert: outage needs Down and Leading")
@@ -81,14 +83,13 @@ func NewOutage(cfg *Config, b BuildOptions, o OutageOptions) (*Outage, error) {
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
 	}
-	targets, _ := cfg.buildEach(b)
-	out := &Outage{routes: cfg.routes(), o: o}
-	for _, t := range targets {
-		if t.Notifier != nil {
-			out.targets = append(out.targets, t)
-		}
+	ls := []*liveNotifier(nil)
+	if o.Health != nil && o.Health.cfg == cfg {
+		ls = o.Health.live
+	} else {
+		ls = cfg.liveNotifiers(b, o.Health, o.Logger)
 	}
-	return out, nil
+	return &Outage{routes: cfg.routes(), operators: cfg.Operators, o: o, targets: cfg.liveTargets(ls)}, nil
 }
 
 // leadSlack is how long before etcd was found down this replica may have stopped leading
@@ -184,7 +185,7 @@ func (o *Outage) incident(since, now time.Time) incident.Incident {
 		Key:      incident.KeyEtcdUnreachable,
 		Kind:     incident.KindMonitoring,
 		State:    incident.StateOpen,
-		Severity: incident.SeverityCritical,
+		Severity: incident.SeverityWarning,
 		Job:      "_ncclwatch",
 		Culprits: []incident.Culprit{},
 		Summary: fmt.Sprintf("the detector cannot reach etcd since %s: no job is judged and no other incident can be delivered until it returns",
@@ -199,10 +200,7 @@ func (o *Outage) incident(since, now time.Time) incident.Incident {
 // whether all have it. Failures are retried with backoff (1 s doubling to 1 min).
 func (o *Outage) deliver(ctx context.Context, cur *outageIncident, now time.Time) bool {
 	inc := cur.inc
-	targets := map[string]bool(nil)
-	if o.routes != nil {
-		targets = routeTargets(o.routes, inc)
-	}
+	targets := targetsFor(o.routes, o.operators, inc)
 	all := true
 	for _, t := range o.targets {
 		name := t.Notifier.Name()

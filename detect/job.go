@@ -105,6 +105,10 @@ type Job struct {
 	LeaseLosses []time.Time
 	// EtcdDownSince is when the detector lost etcd (zero: reachable).
 	EtcdDownSince time.Time
+	// InputLag is how late the inputs may be (the sidecars' own sampling and publish lag,
+	// the detector's evaluation lag): it widens the hang and completion windows, so that a
+	// starved watchdog never blames a rank for its own lateness.
+	InputLag time.Duration
 	// Ledger is the job's time accounting across evaluations (the live detector keeps one
 	// per job); nil: a fresh one from this job's history alone, as offline.
 	Ledger *Ledger

@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
@@ -9,13 +10,50 @@ import (
 
 // Monitoring reports the watchdog's own blindness: while the detector cannot reach etcd
 // (j.EtcdDownSince), every communicator looks still and no job can be judged, so one
-// critical incident says so instead of a page for every rank.
+// incident says so instead of a page for every rank. Like every monitoring finding it is a
+// warning for the operators (incident.MonitoringSeverity), never a page about a job.
 func Monitoring(j *Job) []Finding {
 	if j.EtcdDownSince.IsZero() {
 		return nil
 	}
-	f := Finding{Kind: incident.KindMonitoring, Severity: incident.SeverityCritical, Key: incident.KeyEtcdUnreachable,
+	f := Finding{Kind: incident.KindMonitoring, Severity: incident.MonitoringSeverity, Key: incident.KeyEtcdUnreachable,
 		Culprits: []incident.Culprit{}, FaultAt: j.EtcdDownSince}
 	f.Summary = fmt.Sprintf("the detector cannot reach etcd since %s: jobs are not being judged", j.EtcdDownSince.UTC().Format(time.RFC3339))
+	return []Finding{f}
+}
+
+// Undelivered is the dead-man's check as a finding: open incidents that no notifier
+// delivered within the deadline, the oldest submitted at since. Paging is dead for them
+// whatever each notifier's health says; the operators hear of it through whichever
+// notifier still works, and through ncclwatch_alert_undelivered_incidents.
+func Undelivered(ids []string, since time.Time) []Finding {
+	if len(ids) == 0 {
+		return nil
+	}
+	f := Finding{Kind: incident.KindMonitoring, Severity: incident.MonitoringSeverity, Key: incident.KeyAlertsUndelivered,
+		Culprits: []incident.Culprit{}, FaultAt: since}
+	shown := ids[:min(len(ids), 10)]
+	f.Summary = fmt.Sprintf("%d open incident(s) reached no notifier since %s: paging is dead for them (%s)",
+		len(ids), since.UTC().Format(time.RFC3339), strings.Join(shown, ", "))
+	f.Evidence = []string{"no notifier delivered them within the delivery deadline: check ncclwatch_alert_notifier_built and the notifiers' failures"}
+	return []Finding{f}
+}
+
+// LateThreshold is the lag of the watchdog's own inputs (a sidecar's sampling or
+// publishing, the detector's evaluations) that is worth telling the operators: below it
+// the widened windows (Job.InputLag) absorb it silently.
+const LateThreshold = 5 * time.Second
+
+// Late reports a part of the watchdog that runs late (starved of CPU, or slowed by etcd):
+// who ("node n3's sidecar", "the detector") and by how much. The rules widen their windows
+// by the lag instead of blaming ranks for it; this says that the watchdog judges late there.
+func Late(key, who string, lag time.Duration, since time.Time) []Finding {
+	if lag < LateThreshold {
+		return nil
+	}
+	f := Finding{Kind: incident.KindMonitoring, Severity: incident.MonitoringSeverity, Key: "monitoring:late:" + key,
+		Culprits: []incident.Culprit{}, FaultAt: since}
+	f.Summary = fmt.Sprintf("%s runs %s late (starved of CPU, or slowed by etcd): hangs there are judged that much later, and no rank is blamed for it",
+		who, lag.Round(100*time.Millisecond))
 	return []Finding{f}
 }

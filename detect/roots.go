@@ -112,7 +112,7 @@ func (e *engine) gather(h *Hangs) ([]Wait, []Finding) {
 		if j.Offline {
 			return
 		}
-		window := cfg.CompletionWindow(g)
+		window := cfg.CompletionWindow(g) + j.InputLag
 		r.waits = append(r.waits, pluginWaits(j, g, window)...)
 		tw, ts := transferWaits(j, g, window)
 		r.waits, r.stuck = append(r.waits, tw...), ts

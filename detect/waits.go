@@ -121,7 +121,7 @@ func stalled(j *Job, g *Group, cfg HangConfig) (bool, time.Duration) {
 		end = died
 	}
 	still := end.Sub(last.Time())
-	return still >= cfg.HangWindow(g), still
+	return still >= cfg.HangWindow(g)+j.InputLag, still
 }
 
 // allExited says whether every member's process has exited, and when the first did.

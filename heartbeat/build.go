@@ -4,6 +4,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/ncclwatch/watchdog/heartbeat/proc"
 	"github.com/ncclwatch/watchdog/logparse"
@@ -51,6 +52,7 @@ func (s *Sidecar) snapshot(delta bool) *snapshot.Node {
 	n := &snapshot.Node{
 		Job: s.opts.Job, Node: s.opts.Node, Seq: seq, Time: snapshot.MicrosOf(now),
 		Started: snapshot.MicrosOf(s.started), GPUs: gpus, Ports: ports, RAS: ras,
+		LagMS: publishedLag(s.lag()),
 	}
 	since := now.Add(-s.opts.RecentFor).UnixMicro()
 	starts := make([]uint64, 0, len(ranks))
@@ -181,6 +183,9 @@ func markWaiting(p *snapshot.Process) {
 // (sequence number, time): an unchanged node returns the previous bytes, which the
 // publisher does not rewrite.
 func (s *Sidecar) encode() ([]byte, error) {
+	if p, ok := s.opts.Publisher.(interface{ Every() time.Duration }); ok {
+		s.publishLag.wake(time.Now(), p.Every())
+	}
 	n := s.snapshot(true)
 	n.Seq, n.Time = 0, 0
 	body, err := snapshot.Encode(n)
@@ -238,4 +243,10 @@ func (s *Sidecar) OwnsRank(host string, pid int) bool {
 		}
 	}
 	return false
+}
+
+// lag is the worst lateness of the sidecar's sampling and publishing lately.
+func (s *Sidecar) lag() time.Duration {
+	now := time.Now()
+	return max(s.sampleLag.worst(now), s.publishLag.worst(now))
 }

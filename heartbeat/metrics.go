@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -72,6 +73,13 @@ func newMetrics(s *Sidecar, reg prometheus.Registerer) *metrics {
 	reg.MustRegister(linesVec, m.cappedLines, m.xids, m.portRate, m.portUp, m.portTx, m.portRx, m.portWait, m.portErrors,
 		m.rasUp, m.rasMissing, &gpuCollector{s: s}, &followCollector{s: s}, &rankCollector{s: s})
 	reg.MustRegister(m.bw)
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ncclwatch_sidecar_sample_lag_seconds",
+			Help: "Worst lateness of the sidecar's sampling loop over the last 30 s (CPU starvation): the detector widens its windows by it."},
+			func() float64 { return s.sampleLag.worst(time.Now()).Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ncclwatch_sidecar_publish_lag_seconds",
+			Help: "Worst lateness of the sidecar's snapshot publishing over the last 30 s (CPU starvation, a slow etcd)."},
+			func() float64 { return s.publishLag.worst(time.Now()).Seconds() }))
 	return m
 }
 

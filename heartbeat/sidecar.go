@@ -48,7 +48,8 @@ type Liveness interface {
 	Run(ctx context.Context, onExit func(pid int, at time.Time))
 }
 
-// Publisher writes the node snapshot (heartbeat/publish.Publisher).
+// Publisher writes the node snapshot (heartbeat/publish.Publisher). One that says how
+// often it writes (Every) has its lateness measured.
 type Publisher interface {
 	Poke()
 	Run(ctx context.Context, src func() ([]byte, error)) error
@@ -159,6 +160,9 @@ type Sidecar struct {
 	opts    Options
 	started time.Time
 	m       *metrics
+	// How late the sampling loop and the publisher ran lately (lag.go): carried in the
+	// snapshot (LagMS) and exported as metrics.
+	sampleLag, publishLag lagMeter
 
 	mu      sync.Mutex
 	ranks   map[rankKey]*rankLog // by file identity
@@ -302,6 +306,7 @@ func (s *Sidecar) sampleLoop(ctx context.Context) {
 	defer t.Stop()
 	var gpuErrLogged, portErrLogged bool
 	for {
+		s.sampleLag.wake(time.Now(), s.opts.SampleEvery)
 		if s.opts.GPU != nil {
 			g, err := s.opts.GPU.Sample(ctx)
 			switch {

@@ -94,6 +94,20 @@ type Episode struct {
 // directly to the notifiers (once, resolved when etcd returns).
 const KeyEtcdUnreachable = "monitoring:etcd"
 
+// KeyAlertsUndelivered is the key of the dead-man's incident: open incidents that no
+// notifier delivered in time (alert.Dispatcher.Undelivered). It is left out of its own
+// count.
+const KeyAlertsUndelivered = "monitoring:alerts-undelivered"
+
+// Monitoring says whether k is about the watchdog rather than the job: it cannot see (a
+// sidecar silent or lagging, etcd slow or unreachable, a detector starved or late) or cannot
+// page. Such incidents go to the operators' route (alert.Config.Operators) at
+// MonitoringSeverity, never as a critical page about a training job.
+func (k Kind) Monitoring() bool { return k == KindMonitoring }
+
+// MonitoringSeverity is the severity of every monitoring incident.
+const MonitoringSeverity = SeverityWarning
+
 // Severity orders incidents for routing and display.
 type Severity string
 

@@ -54,6 +54,10 @@ type Node struct {
 	Ports     []Port    `json:"ports,omitempty"`
 	RAS       *RAS      `json:"ras,omitempty"`
 	Shed      string    `json:"shed,omitempty"` // what was dropped to fit MaxNodeBytes
+	// LagMS is how late the sidecar's own sampling and publishing ran lately, in whole
+	// seconds (0 below one): a sidecar starved of CPU reads the logs late, and the detector
+	// widens its windows by this instead of blaming ranks for it.
+	LagMS int64 `json:"lag_ms,omitempty"`
 	// Stopping is set on the last snapshot of a sidecar that shuts down cleanly: its key
 	// then disappears without meaning the node was lost.
 	Stopping bool `json:"stop,omitempty"`

@@ -56,6 +56,10 @@ func TestDoctorAndEtcdRolesExits(t *testing.T) {
 	os.WriteFile(bad, []byte("NCCL_DEBUG=WARN\n"), 0o600)
 	os.WriteFile(good, []byte("NCCL_DEBUG=INFO\nNCCL_DEBUG_SUBSYS=INIT,COLL,NET\nNCCL_DEBUG_FILE=/var/log/nccl/nccl.%h.%p.log\n"+
 		"NCCL_DEBUG_TIMESTAMP_LEVELS=ALL\nNCCL_DEBUG_TIMESTAMP_FORMAT=[%F %T.%6f] \n"), 0o600)
+	// doctor --config: the detector's file with a typo, and one naming a key file that is not there.
+	typo, sealed := dir+"/typo.yaml", dir+"/sealed.yaml"
+	os.WriteFile(typo, []byte("interval: 1s\nhang_flor: 5s\n"), 0o600)
+	os.WriteFile(sealed, []byte("incident_key_file: "+dir+"/no-keys\n"), 0o600)
 	for _, c := range []struct {
 		args   []string
 		exit   int
@@ -64,6 +68,13 @@ func TestDoctorAndEtcdRolesExits(t *testing.T) {
 		{[]string{"doctor", "--nvml=false", "--training-env", bad}, exitError, "FAIL  nccl   NCCL_DEBUG=\"WARN\""},
 		{[]string{"doctor", "--nvml=false", "--training-env", good, "--logs", "/var/log/nccl/*.log"}, exitOK, "ok    nccl   NCCL_DEBUG=INFO"},
 		{[]string{"doctor", "--nvml=false", "--training-env", good, "--strict"}, exitError, "warn  alerts"},
+		{[]string{"doctor", "--nvml=false", "--config", "../../deploy/examples/detector.yaml"}, exitOK,
+			"ok    config ../../deploy/examples/detector.yaml parses strictly"},
+		{[]string{"doctor", "--nvml=false", "--config", "../../deploy/examples/detector.yaml"}, exitOK,
+			`ok    alerts notifier "console" (console) builds from ../../deploy/examples/detector.yaml (alerts:)`},
+		{[]string{"doctor", "--nvml=false", "--config", typo}, exitError, "FAIL  config"},
+		{[]string{"doctor", "--nvml=false", "--config", sealed}, exitError, "FAIL  keys   incident_key_file"},
+		{[]string{"doctor", "--nvml=false", "--alerts", "../../deploy/examples/detector.yaml"}, exitError, "checked with --config"},
 		{[]string{"doctor", "--role", "admin"}, exitUsage, ""},
 		{[]string{"doctor", "--training-env", dir + "/missing"}, exitUsage, ""},
 		{[]string{"etcd-roles"}, exitUsage, ""},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"reflect"
@@ -88,14 +89,8 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if *configPath != "" {
-		b, err := os.ReadFile(*configPath)
-		if err != nil {
-			return fmt.Errorf("--config: %w", err)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil {
-			return fmt.Errorf("--config %s: %w", *configPath, err)
+		if err := cfg.load(*configPath); err != nil {
+			return err
 		}
 	}
 	set := given(fs.FlagSet)
@@ -146,7 +141,7 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 	logNotifiers(log, alerts)
 	// Built once now: each notifier's health is a metric from the start, and one that
 	// cannot be built keeps the detector not ready, saying why.
-	health, err := alert.NewHealth(alerts, alert.BuildOptions{}, log, reg)
+	health, err := alert.NewHealth(alerts, alert.BuildOptions{Reload: alertsReload(*alertsPath, *configPath, cfg.Alerts)}, log, reg)
 	if err != nil {
 		return err
 	}
@@ -184,6 +179,28 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 	bi := build()
 	log.Info("detector started", "etcd", endpoints, "http", cfg.HTTP, "version", bi.Version, "revision", bi.Revision)
 	return d.Run(ctx)
+}
+
+// alertsReload reads the alert configuration again from the file it came from (--alerts,
+// else the alerts: section of --config; nil when it came from the environment), so that a
+// notifier whose section changed is rebuilt without a restart (alert.BuildOptions.Reload).
+func alertsReload(alertsPath, configPath string, fromConfig *alert.Config) func() (*alert.Config, error) {
+	switch {
+	case alertsPath != "":
+		return func() (*alert.Config, error) { return alert.LoadConfig(alertsPath) }
+	case configPath != "" && fromConfig != nil:
+		return func() (*alert.Config, error) {
+			var c DetectorConfig
+			if err := c.load(configPath); err != nil {
+				return nil, err
+			}
+			if c.Alerts == nil {
+				return nil, fmt.Errorf("%s: no alerts: section any more", configPath)
+			}
+			return c.Alerts, nil
+		}
+	}
+	return nil
 }
 
 // logNotifiers says at start where incidents will go, and warns loudly when nowhere: a
@@ -239,6 +256,21 @@ func toStrings[S ~string](v []S) []string {
 		out[i] = string(s)
 	}
 	return out
+}
+
+// load reads a YAML configuration over c: unknown keys are errors (a typo, or a secret
+// where only the name of its variable or file belongs).
+func (c *DetectorConfig) load(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
+	return nil
 }
 
 // validate refuses durations and thresholds out of range, from the flags or the YAML file:

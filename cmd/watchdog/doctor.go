@@ -9,14 +9,19 @@ import (
 	"github.com/ncclwatch/watchdog/alert"
 	"github.com/ncclwatch/watchdog/heartbeat/ibport"
 	"github.com/ncclwatch/watchdog/internal/doctor"
+	"github.com/ncclwatch/watchdog/internal/etcdconn"
 )
 
 const doctorIntro = `usage: watchdog doctor [flags]
 
 Checks a deployment before it matters, and prints one line per finding, each problem with
 its fix:
-  alerts  the alert configuration (--alerts, else the SLACK_*/PAGERDUTY_* environment):
-          valid, and each notifier built with the secrets this environment gives
+  config  with --config: the detector's YAML file (the one its systemd unit runs) parses
+          strictly and its values are in range; its alerts:, etcd and incident keys are
+          then checked as below (flags given override the file, as for the detector)
+  alerts  the alert configuration (--alerts, else --config's alerts:, else the
+          SLACK_*/PAGERDUTY_* environment): valid, and each notifier built with the
+          secrets this environment gives
   etcd    every endpoint with the given TLS (which file, which check fails), the user,
           whether etcd's authentication is on
   roles   with --role: what the credentials may do (detector: read every job, write its
@@ -39,7 +44,8 @@ func runDoctor(ctx context.Context, args []string) error {
 	fs.exits = doctorExits
 	var ef etcdFlags
 	ef.register(fs.FlagSet, "")
-	alertsPath := fs.String("alerts", "", "alert routing YAML to check (default: the SLACK_*/PAGERDUTY_* environment)")
+	alertsPath := fs.String("alerts", "", "alert routing YAML to check (default: --config's alerts:, else the SLACK_*/PAGERDUTY_* environment)")
+	configPath := fs.String("config", "", "the detector's YAML configuration to check (watchdog detector --config): implies --role detector")
 	role := fs.String("role", "", "what the etcd credentials are for: detector or sidecar (empty: only reach etcd)")
 	job := fs.String("job", defaultJob(), "job a sidecar's node key is written under (--role sidecar)")
 	pid := fs.Int("training-pid", 0, "a training process whose NCCL environment to check (/proc/PID/environ)")
@@ -61,10 +67,43 @@ func runDoctor(ctx context.Context, args []string) error {
 	var report doctor.Report
 
 	cfg, source := alert.FromEnv(), "the environment"
+	etcdCfg := ef.config()
+	if *configPath != "" {
+		dc := defaultDetectorConfig()
+		err := dc.load(*configPath)
+		if err == nil {
+			err = dc.validate()
+		}
+		if err != nil {
+			report = append(report, doctor.Result{Check: "config", Level: doctor.Fail, Say: err.Error(),
+				Fix: "fix the file: every key, its default and its range are in docs/configuration.md"})
+		} else {
+			report = append(report, doctor.Result{Check: "config", Level: doctor.OK,
+				Say: fmt.Sprintf("%s parses strictly and its values are in range (interval %s, lease_ttl %s, rules.hang_floor %s)",
+					*configPath, dc.Interval, dc.LeaseTTL, dc.Rules.HangFloor)})
+			if dc.Alerts != nil {
+				cfg, source = dc.Alerts, *configPath+" (alerts:)"
+			}
+			set := given(fs.FlagSet)
+			fromFile := etcdconn.Config{Endpoints: dc.EtcdEndpoints, CAFile: dc.EtcdCAFile, CertFile: dc.EtcdCertFile,
+				KeyFile: dc.EtcdKeyFile, Username: dc.EtcdUser, PasswordFile: dc.EtcdPasswordFile}
+			etcdCfg = mergeEtcd(fromFile, etcdCfg, set)
+			if len(dc.EtcdEndpoints) == 0 && !set["etcd-endpoints"] {
+				report = append(report, doctor.Result{Check: "etcd", Level: doctor.OK,
+					Say: fmt.Sprintf("no etcd_endpoints: the detector runs an embedded etcd on %s (one detector, evaluation only)", dc.EmbeddedEtcdListen)})
+			}
+			if dc.IncidentKeyFile != "" {
+				report = append(report, doctor.IncidentKeys(ctx, dc.IncidentKeyFile)...)
+			}
+			if *role == "" {
+				*role = "detector"
+			}
+		}
+	}
 	if *alertsPath != "" {
 		c, err := alert.LoadConfig(*alertsPath)
 		if err != nil {
-			report = append(report, doctor.Result{Check: "alerts", Level: doctor.Fail, Say: err.Error(), Fix: "fix the file (docs/configuration.md#alerts)"})
+			report = append(report, doctor.Result{Check: "alerts", Level: doctor.Fail, Say: err.Error(), Fix: "fix the file (docs/configuration.md#alerts); the detector's whole configuration (detector.yaml, with an alerts: section) is checked with --config"})
 		}
 		cfg, source = c, *alertsPath
 	}
@@ -72,7 +111,9 @@ func runDoctor(ctx context.Context, args []string) error {
 		report = append(report, doctor.Alerts(cfg, source, alert.BuildOptions{})...)
 	}
 
-	report = append(report, doctor.Etcd(ctx, doctor.EtcdCheck{Config: ef.config(), Role: *role, Job: *job})...)
+	if len(etcdCfg.Endpoints) > 0 || *configPath == "" {
+		report = append(report, doctor.Etcd(ctx, doctor.EtcdCheck{Config: etcdCfg, Role: *role, Job: *job})...)
+	}
 
 	var env map[string]string
 	switch {
@@ -105,4 +146,28 @@ func runDoctor(ctx context.Context, args []string) error {
 		return exitCodeError{code: exitError}
 	}
 	return nil
+}
+
+// mergeEtcd is the etcd connection a detector run with these flags and this file uses: each
+// flag given overrides the file's value.
+func mergeEtcd(file, flags etcdconn.Config, set map[string]bool) etcdconn.Config {
+	if set["etcd-endpoints"] {
+		file.Endpoints = flags.Endpoints
+	}
+	if set["etcd-ca-file"] {
+		file.CAFile = flags.CAFile
+	}
+	if set["etcd-cert-file"] {
+		file.CertFile = flags.CertFile
+	}
+	if set["etcd-key-file"] {
+		file.KeyFile = flags.KeyFile
+	}
+	if set["etcd-user"] {
+		file.Username = flags.Username
+	}
+	if set["etcd-password-file"] {
+		file.PasswordFile = flags.PasswordFile
+	}
+	return file
 }

@@ -60,7 +60,7 @@ func benchmarkEvaluate(b *testing.B, nodes int) {
 	b.ResetTimer()
 	cpu0 := cpuSeconds(b)
 	for i := 0; i < b.N; i++ {
-		fs, _ := d.evaluateJob("big", now)
+		fs, _ := d.evaluateJob("big", now, 0)
 		if len(fs) != 0 {
 			b.Fatalf("a healthy job gave findings: %+v", fs[0])
 		}
@@ -77,7 +77,7 @@ func BenchmarkEvaluate4096Stuck(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		d.evaluateJob("big", now.Add(time.Minute))
+		d.evaluateJob("big", now.Add(time.Minute), 0)
 	}
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/cycle")
 }

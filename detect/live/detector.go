@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -166,6 +167,9 @@ type Detector struct {
 	orphanedOutages []incident.Incident
 	outageSeen      time.Time
 	prevLease       clientv3.LeaseID // the lease of the last term (term loop only)
+	// How late the evaluations run: it widens every job's windows.
+	lastEval time.Time
+	evalLag  lagPeak
 }
 
 // New returns a detector; Run starts it.
@@ -440,6 +444,12 @@ func (d *Detector) evaluate(ctx context.Context, t *term, alerts Alerts) {
 	start := time.Now()
 	now := d.opts.Now()
 	d.mu.Lock()
+	if !d.lastEval.IsZero() {
+		d.evalLag.observe(start, max(0, start.Sub(d.lastEval)-d.opts.Interval))
+	}
+	d.lastEval = start
+	evalLag := d.evalLag.worst(start)
+	d.m.evalLag.Set(evalLag.Seconds())
 	changed := map[string]*jobChanges{}
 	add := func(job string, notify, store []incident.Incident) {
 		if len(notify)+len(store) == 0 {
@@ -455,7 +465,12 @@ func (d *Detector) evaluate(ctx context.Context, t *term, alerts Alerts) {
 	if d.leader && d.monitor != nil {
 		mon := detect.NewJob(monitoringJob, now, nil, nil)
 		mon.EtcdDownSince = d.etcdDown
-		n, s := d.monitor.Update(monitoringJob, detect.Evaluate(mon, d.opts.Rules, detect.TimingOK).Findings, now)
+		findings := detect.Evaluate(mon, d.opts.Rules, detect.TimingOK).Findings
+		if u, ok := alerts.(undelivered); ok {
+			findings = append(findings, detect.Undelivered(u.Undelivered())...)
+		}
+		findings = append(findings, detect.Late("detector:"+d.opts.ID, "the detector ("+d.opts.ID+")", evalLag, now.Add(-evalLag))...)
+		n, s := d.monitor.Update(monitoringJob, findings, now)
 		add(monitoringJob, n, s)
 	}
 	// With etcd unreachable, every communicator looks still: judging would page for every
@@ -468,7 +483,7 @@ func (d *Detector) evaluate(ctx context.Context, t *term, alerts Alerts) {
 			if o == nil {
 				continue // lost nodes of a job judged elsewhere, kept for a takeover
 			}
-			findings, paused := d.evaluateJob(job, now)
+			findings, paused := d.evaluateJob(job, now, evalLag)
 			d.paused[job] = paused
 			n, s := o.life.Update(job, findings, now)
 			add(job, n, s)
@@ -546,13 +561,53 @@ func (d *Detector) openCounts() map[[2]string]int {
 	return open
 }
 
-// evaluateJob runs the rules on one job's view, with the lease losses the watch saw.
-func (d *Detector) evaluateJob(job string, now time.Time) ([]detect.Finding, []string) {
+// evaluateJob runs the rules on one job's view, with the lease losses the watch saw and
+// its windows widened by how late its inputs are: the detector's own evaluation lag and the
+// worst lag its sidecars report. A sidecar late enough to matter is a monitoring finding.
+func (d *Detector) evaluateJob(job string, now time.Time, evalLag time.Duration) ([]detect.Finding, []string) {
 	d.lostTimes[job] = d.opts.Rules.RecentLosses(d.lostTimes[job], now)
 	view := d.state.View(job, now)
 	view.LeaseLosses = d.lostTimes[job]
+	var late []detect.Finding
+	var sidecarLag time.Duration
+	for _, name := range slices.Sorted(maps.Keys(view.Nodes)) {
+		lag := time.Duration(view.Nodes[name].LagMS) * time.Millisecond
+		sidecarLag = max(sidecarLag, lag)
+		late = append(late, detect.Late("sidecar:"+job+":"+name, "node "+name+"'s sidecar", lag, now.Add(-lag))...)
+	}
+	view.InputLag = evalLag + sidecarLag
 	res := detect.Evaluate(view, d.opts.Rules, detect.TimingOK)
-	return res.Findings, res.Paused
+	return append(res.Findings, late...), res.Paused
+}
+
+// undelivered is implemented by the Alerts that know which open incidents no notifier
+// delivered in time (alert.Dispatcher): the dead-man's check.
+type undelivered interface {
+	Undelivered() (ids []string, since time.Time)
+}
+
+// lagPeak keeps the worst lag seen lately: a new worst replaces it at once, and it decays
+// to the current lag once lagMemory has passed since it was seen.
+type lagPeak struct {
+	peak time.Duration
+	at   time.Time
+}
+
+// lagMemory is how long a late evaluation keeps widening the windows: the snapshots it
+// judged late stay in the state that long.
+const lagMemory = 30 * time.Second
+
+func (p *lagPeak) observe(now time.Time, lag time.Duration) {
+	if lag >= p.peak || now.Sub(p.at) > lagMemory {
+		p.peak, p.at = lag, now
+	}
+}
+
+func (p *lagPeak) worst(now time.Time) time.Duration {
+	if now.Sub(p.at) > lagMemory {
+		return 0
+	}
+	return p.peak
 }
 
 // Incidents lists the incidents known to this replica (from etcd), newest first.

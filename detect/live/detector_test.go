@@ -215,9 +215,10 @@ func TestFailover(t *testing.T) {
 	}
 }
 
-// TestLostNodeAndMassLoss: one lease expiring is a lost node; many at once is one
-// monitoring incident, not one per node. The rule is detect.LostNodes; this checks that the
-// watch feeds it what it saw.
+// TestLostNodeAndMassLoss: one lease expiring, with its peers still for the hang window
+// (the proof a lost node needs), is a lost node; many at once is one monitoring incident,
+// not one per node. The rule is detect.LostNodes; this checks that the watch feeds it what
+// it saw.
 func TestLostNodeAndMassLoss(t *testing.T) {
 	now := time.Now()
 	rules := detect.DefaultConfig()
@@ -231,7 +232,7 @@ func TestLostNodeAndMassLoss(t *testing.T) {
 		for _, n := range names {
 			d.nodeKeyDeleted("train", n, now)
 		}
-		fs, _ := d.evaluateJob("train", now)
+		fs, _ := d.evaluateJob("train", now.Add(12*time.Second), 0)
 		return fs
 	}
 	fs := lose("n3")

@@ -9,6 +9,7 @@ type metrics struct {
 	open         *prometheus.GaugeVec
 	latency      *prometheus.HistogramVec
 	evalTime     prometheus.Histogram
+	evalLag      prometheus.Gauge
 	nodes, ranks prometheus.Gauge
 	leader       prometheus.Gauge
 	etcdUp       prometheus.Gauge
@@ -34,6 +35,8 @@ func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
 		Buckets: []float64{0.5, 1, 2, 3, 5, 8, 10, 12, 15, 20, 30, 45, 60, 120, 300}}, []string{"kind"})
 	m.evalTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ncclwatch_detector_evaluation_seconds",
 		Help: "Time to evaluate every job once.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)})
+	m.evalLag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_evaluation_lag_seconds",
+		Help: "Worst lateness of the detector's evaluations over the last 30 s (a starved or slowed detector): every job's windows are widened by it."})
 	m.nodes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_nodes_tracked", Help: "Nodes of every job whose snapshots the detector holds (every replica holds them all)."})
 	m.ranks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_ranks_tracked", Help: "Rank processes of the jobs this replica owns and judges (sum over replicas for all)."})
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_leader", Help: "1 on the replica that leads: it judges the watchdog's own monitoring job (each replica judges the jobs it owns)."})
@@ -64,7 +67,7 @@ func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
 		m.ownership.WithLabelValues(c)
 	}
 	if reg != nil {
-		reg.MustRegister(m.open, m.latency, m.evalTime, m.nodes, m.ranks, m.leader, m.etcdUp, m.events,
+		reg.MustRegister(m.open, m.latency, m.evalTime, m.evalLag, m.nodes, m.ranks, m.leader, m.etcdUp, m.events,
 			m.badSnapshots, m.storeErrors, m.watchLag, m.spoofed, m.fencedWrites, m.ownership, m.owned, m.jobOwner, m.restored)
 	}
 	return m

@@ -164,6 +164,11 @@ func (d *Detector) runTerm(ctx context.Context, t *term) {
 			defer a.Close()
 		}
 	}
+	// Lateness counts from this term's first evaluation: the time between terms (a lost
+	// lease, an etcd outage) is no evaluation running late.
+	d.mu.Lock()
+	d.lastEval = time.Time{}
+	d.mu.Unlock()
 	tick := time.NewTicker(d.opts.Interval)
 	defer tick.Stop()
 	for {

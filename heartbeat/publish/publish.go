@@ -136,6 +136,9 @@ func New(cli *clientv3.Client, opts Options) *Publisher {
 	return p
 }
 
+// Every is the time between two writes: the sidecar measures how late they run.
+func (p *Publisher) Every() time.Duration { return p.opts.Interval }
+
 // Poke asks for a write soon (still at most once per Interval); it never blocks.
 func (p *Publisher) Poke() {
 	select {

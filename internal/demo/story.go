@@ -67,9 +67,23 @@ func writeSummary(w io.Writer, results []Result) {
 	}
 }
 
+// writeMachine says how busy the machine was: how late this process's timers fired.
+func writeMachine(w io.Writer, results []Result) {
+	var p99, worst, behind float64
+	for _, r := range results {
+		p99, worst, behind = max(p99, r.TimerLateP99Ms), max(worst, r.TimerLateMaxMs), max(behind, r.SimBehindMs)
+	}
+	fmt.Fprintf(w, "  this machine: timers fired up to %.0f ms late at the 99th percentile (worst %.0f ms), the simulated jobs fell up to %.0f ms behind\n",
+		p99, worst, behind)
+	fmt.Fprintln(w, "  (a scenario that goes wrong while either is beyond a fifth of its step is reported NOT JUDGED: the machine's doing, not the job's)")
+}
+
 func verdict(r Result) string {
-	if r.OK {
+	switch {
+	case r.OK:
 		return "ok"
+	case r.Unjudged != "":
+		return "NOT JUDGED (" + r.Note + "): " + r.Unjudged
 	}
 	return "FAILED: " + r.Note
 }

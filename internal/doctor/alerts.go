@@ -1,11 +1,13 @@
 package doctor
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
 
 	"github.com/ncclwatch/watchdog/alert"
+	"github.com/ncclwatch/watchdog/incident/seal"
 )
 
 // Alerts checks an alert configuration: valid, with notifiers, each of which can be built
@@ -43,4 +45,14 @@ func Alerts(cfg *alert.Config, source string, b alert.BuildOptions) []Result {
 		out = append(out, ok("alerts", "notifier %q (%s) builds from %s", n.Name, n.Type, source))
 	}
 	return out
+}
+
+// IncidentKeys checks the file of keys that seal the stored incidents (incident_key_file):
+// readable, with a valid first key.
+func IncidentKeys(ctx context.Context, path string) []Result {
+	if _, err := seal.FileKeys(path)(ctx); err != nil {
+		return []Result{problem("keys", Fail, fmt.Sprintf("incident_key_file: %v", err),
+			"create it as docs/security.md says (one key a line, the first signs), readable by the detector's user only")}
+	}
+	return []Result{ok("keys", "incident_key_file %s holds a sealing key", path)}
 }

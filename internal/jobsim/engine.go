@@ -526,6 +526,9 @@ func (s *Sim) Run(ctx context.Context) error {
 				}
 			}
 			now := int64(time.Since(base))
+			if late := now - int64(evs[i].t); late > s.behind.Load() {
+				s.behind.Store(late)
+			}
 			for ; i < len(evs) && evs[i].t <= now; i++ {
 				s.dispatch(outs[evs[i].rank], &evs[i], true)
 			}

@@ -45,6 +45,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ncclwatch/watchdog/heartbeat/ibport/ibsim"
@@ -179,6 +180,10 @@ type Sim struct {
 	// to the kind they were written as.
 	verify bool
 
+	// behind is the most the live run fell behind its own schedule (ns): on a machine too
+	// busy for it, lines go out late with their scheduled times, and its ranks look still.
+	behind atomic.Int64
+
 	mu         sync.Mutex
 	started    bool
 	injections []Injection
@@ -230,6 +235,12 @@ func New(cfg Config, dir string) (*Sim, error) {
 	}
 	return s, nil
 }
+
+// Behind is the most the live run (Run) fell behind its schedule so far: how late it wrote
+// a line. A few milliseconds on a machine that keeps up; a simulation that falls seconds
+// behind shows ranks still that are not, and its results say more about the machine than
+// about the detector.
+func (s *Sim) Behind() time.Duration { return time.Duration(s.behind.Load()) }
 
 // Nodes describes the nodes, their ranks, GPU fakes and IB trees.
 func (s *Sim) Nodes() []NodeInfo {
