@@ -393,7 +393,8 @@ class Driver:
             zenv["PYTHONPATH"] = os.path.join(HERE, "stubtorch") + os.pathsep + base.get("PYTHONPATH", "")
         # The store and the rank servers import torch now, while the detector starts.
         self.fork = env("LAUNCH", "fork") != "torchrun"
-        self.store = None if not self.fork else self.start([self.torch_py, os.path.join(HERE, "zygote.py"), "--store", str(self.store_port)],
+        self.store = None if not self.fork else self.start([self.torch_py, os.path.join(HERE, "zygote.py"), "--store", str(self.store_port),
+                                                           "--stores", str(len(self.plan["runs"]) + 1)],
                                 os.path.join(self.work, "store.log"), env_=zenv, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE)
         for r in range(WORLD if self.fork else 0):
@@ -482,7 +483,8 @@ class Driver:
                  NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
                  TORCH_NCCL_ASYNC_ERROR_HANDLING="1", TORCH_NCCL_DUMP_ON_TIMEOUT="0", CUDA_DEVICE_ORDER="PCI_BUS_ID",
                  TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT=str(run["index"]),
-                 TORCHELASTIC_RUN_ID=run["name"], MASTER_PORT=str(self.store_port), PYTHONUNBUFFERED="1",
+                 TORCHELASTIC_RUN_ID=run["name"], MASTER_PORT=str(self.store_port + (run["index"] if self.fork else 0)),
+                 PYTHONUNBUFFERED="1",
                  NCCL_PROFILER_PLUGIN=None, NCCLWATCH_PROFILER_DIR=None, NCCL_DEBUG_SUBSYS=None)
         ngpus = max(1, envi("NGPUS", 1))
         if ngpus > 1:

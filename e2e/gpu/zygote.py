@@ -6,7 +6,8 @@ not a python start and torch import (8-10 s with torchrun on the device).
   zygote.py --rank R         a rank's server (started with RANK, LOCAL_RANK, WORLD_SIZE, ...
                              in its environment, which is what /proc/<pid>/environ shows for
                              every child: the sidecar reads the rank from there)
-  zygote.py --store PORT     the agent store: one TCPStore server for every job of the
+  zygote.py --store PORT [--stores N]  the agent stores: a TCPStore server per job (PORT+i for
+                             job i) for the
                              command, as torchrun's agent hosts it (TORCHELASTIC_USE_AGENT_STORE);
                              each job is its own "attempt" (TORCHELASTIC_RESTART_COUNT), so its
                              keys live under their own prefix and a rank that dies, rank 0
@@ -121,14 +122,18 @@ def serve_rank(a):
 
 
 def serve_store(a):
+    # One store per job, on ports PORT .. PORT+STORES-1: PyTorch 2.x does not prefix an agent
+    # store by the restart count ("a new TCPStore for every retry"), so jobs that shared one
+    # read each other's keys (the unique id, the barrier) and hung in their init.
     import datetime
     from torch.distributed import TCPStore
-    store = TCPStore("127.0.0.1", a.store, None, True, datetime.timedelta(seconds=900), wait_for_workers=False)
-    say({"store": a.store, "pid": os.getpid()})
+    stores = [TCPStore("127.0.0.1", a.store + i, None, True, datetime.timedelta(seconds=900), wait_for_workers=False)
+              for i in range(a.stores)]
+    say({"store": a.store, "stores": a.stores, "pid": os.getpid()})
     for line in sys.stdin:
         if line.strip() == "stop":
             break
-    del store
+    del stores
     return 0
 
 
@@ -136,7 +141,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--rank", type=int, help="serve this rank's jobs")
-    g.add_argument("--store", type=int, help="host the agent store on this port")
+    g.add_argument("--store", type=int, help="host the agent stores from this port on")
+    ap.add_argument("--stores", type=int, default=1, help="with --store: how many stores, one per job, on consecutive ports")
     a = ap.parse_args()
     return serve_store(a) if a.store is not None else serve_rank(a)
 
