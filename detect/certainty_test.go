@@ -66,3 +66,22 @@ func TestALiveRankThatLeftItsCommunicatorIsACertainRoot(t *testing.T) {
 		t.Fatalf("culprits %v cause %s severity %s: %s", got, f.Cause, f.Severity, f.Summary)
 	}
 }
+
+// Its peers' closed connections to the rank that left are witnesses of that root: one
+// finding, not a culprit-less crash beside it (live on one H200, exit_early and
+// pg_destroyed paged both).
+func TestWitnessesOfARankThatLeftFoldIntoIt(t *testing.T) {
+	ps := plugin4(nil, []int{2})
+	ps[2].Comms[0].State = snapshot.CommDestroyed
+	ps[2].State, ps[2].Stat = snapshot.ProcRunning, snapshot.SchedSleeping
+	for _, r := range []int{0, 1} {
+		ps[r].Events = append(ps[r].Events, snapshot.Event{Kind: snapshot.EventConnClosedRemote, T: us(4 * time.Second),
+			Peer: "localhost<35882>", Stage: snapshot.StageRun, Msg: "socketProgress: Connection closed by remote peer localhost<35882>"})
+	}
+	for _, now := range []time.Duration{7 * time.Second, 30 * time.Second} {
+		res := Evaluate(mjob(now, ps...), DefaultConfig(), TimingOK)
+		if len(res.Findings) != 1 || culpritRanks(res.Findings[0])[0] != 2 {
+			t.Fatalf("at %s: %+v", now, res.Findings)
+		}
+	}
+}

@@ -46,6 +46,9 @@ type Finding struct {
 	comms []string
 	// role is the part a finding of the knowledge table plays in merging (knowledge.go).
 	role role
+	// witness: the finding is what one process saw of another's failure (a closed
+	// connection, a remote error), not confirmed by the culprit's own evidence.
+	witness bool
 	// vague: the rule could not tell the culprit from its peers (a tie nothing broke), so
 	// it names them all; a later view like it does not replace a precise one.
 	vague bool

@@ -522,7 +522,10 @@ func orderSource(p *Proc) string {
 
 // procNames is "rank 1 (host pid 7)" or "ranks 0, 2 and 3".
 func procNames(ps []*Proc) string {
-	if len(ps) == 1 {
+	switch len(ps) {
+	case 0:
+		return "no rank"
+	case 1:
 		return ps[0].Name()
 	}
 	ranks := make([]int, 0, len(ps))

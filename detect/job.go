@@ -3,6 +3,7 @@ package detect
 import (
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"sync"
@@ -163,14 +164,26 @@ func parallel(n, grain int, fn func(i int)) {
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	var failed atomic.Pointer[string]
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() {
+				// A rule's bug must reach the caller's goroutine, where the detector
+				// recovers it for this job alone, not end the process from a worker.
+				if r := recover(); r != nil {
+					msg := fmt.Sprintf("%v\n%s", r, debug.Stack())
+					failed.CompareAndSwap(nil, &msg)
+				}
+			}()
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
 				fn(i)
 			}
 		}()
 	}
 	wg.Wait()
+	if msg := failed.Load(); msg != nil {
+		panic(*msg)
+	}
 }

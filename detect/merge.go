@@ -57,7 +57,7 @@ type mergeStep func(j *Job, cfg Config, fs *findings)
 // mergeSteps run top to bottom; each sees only what the steps above it kept.
 var mergeSteps = []mergeStep{
 	rasMeetsTheLogs,                 // RAS's skew is checked against the ranks' own logs, then judged with them
-	brokenConnectionsNameTheDead,    // connections that broke to a host of several ranks lead to the one that died there
+	witnessesFoldIntoTheirRoot,      // what one rank saw of another's failure is that root's evidence
 	findTeardown,                    // most ranks dying at once is the job's teardown
 	measuredSupersedesInferred,      // what the plugin measured replaces what logs suggested about one cause
 	oneMismatchPerCulprit,           // one rank's broken step seen on two communicators (a Flight Recorder dump's and the live one) is one cause
@@ -168,12 +168,15 @@ func stoppedRankExplainsNeighbours(_ *Job, _ Config, fs *findings) {
 	fs.links = kept
 }
 
-// brokenConnectionsNameTheDead: NCCL's "Connection closed by remote peer <address>" names
-// a host, and a host runs several ranks (or the address resolves to no host the logs
-// know), so the socket rule can only blame the host (rank -1). The crash rule knows which process there died (the sidecar saw it exit, a survivor
-// named its local rank, the launcher reported it): the broken connections are that death's
-// evidence, and the death is dated by the first of them if that came first.
-func brokenConnectionsNameTheDead(j *Job, _ Config, fs *findings) {
+// witnessesFoldIntoTheirRoot: what one rank saw of another's failure ("Connection closed by
+// remote peer <address>", a remote error) is a witness, not a root: an address names a host,
+// and a host runs several ranks (or the address resolves to no host the logs know, or there
+// is none). The root it witnessed is known elsewhere: a process the sidecar saw exit, that a
+// survivor named or the launcher reported (a crash); an error that tells of a death (an
+// OOM); or a rank the others wait for that left or stopped (a hang root). The witness is that
+// root's evidence, and dates it if it came first. Live, a witness alone waits witnessGrace
+// for its root to show before it stands on its own.
+func witnessesFoldIntoTheirRoot(j *Job, cfg Config, fs *findings) {
 	hosts := map[string]bool{}
 	// Processes that saw a connection closed by its peer: when several died on the host,
 	// as one liveness check sees a rank and the peers that aborted on its death, those
@@ -195,23 +198,29 @@ func brokenConnectionsNameTheDead(j *Job, _ Config, fs *findings) {
 		}
 		return false
 	}
+	hostLevel := func(f *Finding) bool {
+		return f.witness && (len(f.Culprits) == 0 || len(f.Culprits) == 1 && f.Culprits[0].Rank < 0)
+	}
 	kept := fs.crashes[:0]
-	var hostLevel []Finding
+	var witnesses []Finding
 	for _, f := range fs.crashes {
-		if strings.HasPrefix(f.Key, "peer:") && (len(f.Culprits) == 0 || len(f.Culprits) == 1 && f.Culprits[0].Rank < 0) {
-			hostLevel = append(hostLevel, f)
+		if hostLevel(&f) {
+			witnesses = append(witnesses, f)
 			continue
 		}
 		kept = append(kept, f)
 	}
-	for _, hf := range hostLevel {
+	for _, hf := range witnesses {
 		// An address no process's log resolves (loopback, a NAT), or none at all, may lead
 		// to any host.
 		anyHost := len(hf.Culprits) == 0 || !hosts[hf.Culprits[0].Host]
+		on := func(f *Finding) bool {
+			return len(f.Culprits) > 0 && (anyHost || f.Culprits[0].Host == hf.Culprits[0].Host)
+		}
 		var dead *Finding
 		for i := range kept {
 			k := &kept[i]
-			if strings.HasPrefix(k.Key, "peer:") || len(k.Culprits) == 0 || (!anyHost && k.Culprits[0].Host != hf.Culprits[0].Host) {
+			if hostLevel(k) || !on(k) {
 				continue
 			}
 			switch {
@@ -222,12 +231,13 @@ func brokenConnectionsNameTheDead(j *Job, _ Config, fs *findings) {
 			}
 		}
 		if dead == nil {
-			dead = deathOf(fs.errors, anyHost, hf)
+			dead = deathOf(fs.errors, on)
 		}
 		if dead == nil {
-			// A witness only: live, its death is given witnessGrace to show (the sidecars'
-			// liveness checks, a launcher's record) before the witness stands alone.
-			if j.Offline || hf.FaultAt.IsZero() || j.Now.Sub(hf.FaultAt) >= witnessGrace {
+			dead = stoppedRoot(fs.stalls, on)
+		}
+		if dead == nil {
+			if witnessStands(j, cfg, &hf) {
 				kept = append(kept, hf)
 			}
 			continue
@@ -241,25 +251,43 @@ func brokenConnectionsNameTheDead(j *Job, _ Config, fs *findings) {
 	fs.crashes = kept
 }
 
-// witnessGrace is how long a closed connection, seen live, waits for the death it witnessed.
-const witnessGrace = 5 * time.Second
+// witnessStands says whether a witness with no root to fold into is reported: offline, or
+// live once its root had time to show: a death is seen within a second or two, a rank
+// that left or stopped once its communicator sat still for the hang floor.
+func witnessStands(j *Job, cfg Config, f *Finding) bool {
+	return j.Offline || f.FaultAt.IsZero() || j.Now.Sub(f.FaultAt) >= cfg.HangFloor+2*time.Second
+}
 
 // deathOf is the error finding that tells of a process's death (its OOM, an error it died
-// of) on the witnessed host, nil when none or several.
-func deathOf(errors []Finding, anyHost bool, witness Finding) *Finding {
+// of) where the witness points, nil when none or several.
+func deathOf(errors []Finding, on func(*Finding) bool) *Finding {
 	var found *Finding
 	for i := range errors {
 		e := &errors[i]
-		if e.Cause != incident.CauseDied && e.Cause != incident.CauseApplication || len(e.Culprits) == 0 {
-			continue
-		}
-		if h := e.Culprits[0].Host; !anyHost && h != "" && h != witness.Culprits[0].Host {
+		if e.Cause != incident.CauseDied && e.Cause != incident.CauseApplication || !on(e) {
 			continue
 		}
 		if found != nil {
 			return nil
 		}
 		found = e
+	}
+	return found
+}
+
+// stoppedRoot is the one critical hang root where the witness points (a rank that left its
+// communicator, stopped or died while the others wait for it), nil when none or several.
+func stoppedRoot(stalls []Finding, on func(*Finding) bool) *Finding {
+	var found *Finding
+	for i := range stalls {
+		f := &stalls[i]
+		if f.Kind != incident.KindHang || f.Severity != incident.SeverityCritical || !on(f) {
+			continue
+		}
+		if found != nil {
+			return nil
+		}
+		found = f
 	}
 	return found
 }
@@ -386,10 +414,15 @@ func ownCause(f Finding, causes []*Finding) *Finding {
 }
 
 // ncclErrorsWithoutCause: an NCCL error PyTorch surfaced, or a fatal WARN no rule reads,
-// is the finding when nothing else is: a failed job is never "no problem found".
-func ncclErrorsWithoutCause(_ *Job, _ Config, fs *findings) {
+// is the finding when nothing else is: a failed job is never "no problem found". One that
+// only witnessed another rank's failure (a remote error) first waits, live, for that root.
+func ncclErrorsWithoutCause(j *Job, cfg Config, fs *findings) {
 	if !hasCause(fs) {
-		fs.errors = append(fs.errors, fs.nccl...)
+		for _, f := range fs.nccl {
+			if !f.witness || witnessStands(j, cfg, &f) {
+				fs.errors = append(fs.errors, f)
+			}
+		}
 	}
 	fs.nccl = nil
 }

@@ -334,8 +334,10 @@ func (m *messages) finish(b *building) Finding {
 	if r.advice != "" {
 		f.Summary += ": " + r.advice.render(v)
 	}
+	// What the reporters saw of the culprit, not its own word: it folds into the root that
+	// explains it (witnessesFoldIntoTheirRoot), and is a suspicion until confirmed.
+	f.witness = r.witness
 	if r.witness && !m.confirmed(b) {
-		// What the reporters saw of the culprit, not its own word: a suspicion.
 		f.Summary += fmt.Sprintf("; only what %s saw of it: likely, not a confirmed death (the suspect's own log, a launcher record or a RAS report would confirm it)", b.reporters[0].Name())
 	}
 	if (r.culprit == "reporter" || r.culprit == "peers") && len(b.reporters) > 1 {

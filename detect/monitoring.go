@@ -57,3 +57,19 @@ func Late(key, who string, lag time.Duration, since time.Time) []Finding {
 		who, lag.Round(100*time.Millisecond))
 	return []Finding{f}
 }
+
+// EvaluateSafely is Evaluate for a process that judges many jobs: a rule that fails on one
+// job's evidence (a bug) costs that job this evaluation, said as a monitoring finding with
+// the failure, instead of ending the detector and every other job's watch with it.
+func EvaluateSafely(j *Job, cfg Config, timing Timing) (res Result, failure error) {
+	defer func() {
+		if r := recover(); r != nil {
+			failure = fmt.Errorf("a rule failed on job %s: %v", j.Name, r)
+			f := Finding{Kind: incident.KindMonitoring, Severity: incident.MonitoringSeverity, Key: "monitoring:rule-failed:" + j.Name,
+				Culprits: []incident.Culprit{}, FaultAt: j.Now}
+			f.Summary = fmt.Sprintf("the watchdog could not judge job %s: one of its rules failed on this job's evidence (a bug in the watchdog; its log has the trace); the job is not judged while it fails", j.Name)
+			res = Result{Findings: []Finding{f}, Notes: []string{failure.Error()}}
+		}
+	}()
+	return Evaluate(j, cfg, timing), nil
+}

@@ -149,6 +149,12 @@ func RAS(j *Job, cfg Config) []Finding {
 			if proc != nil {
 				f.culpritKeys = []string{proc.Key()}
 			}
+			// Dated by its last progress (else by this report): RAS says it is behind, not
+			// that it will stay so, so certainty grades it like any wait of a live rank.
+			f.FaultAt = lastProgressOf(proc)
+			if f.FaultAt.IsZero() && !j.Offline {
+				f.FaultAt = j.Now
+			}
 			f.Summary = fmt.Sprintf("NCCL RAS reports %s behind: it launched %d %s operations on communicator %s where others launched %d; the others wait on it",
 				name, b.count, b.fn, shortComm(b.hash), b.lead)
 			i = len(out)
@@ -332,4 +338,21 @@ func sameHash(a, b string) bool {
 		return strings.TrimLeft(s, "0")
 	}
 	return norm(a) == norm(b) && norm(a) != ""
+}
+
+// lastProgressOf is the newest op time of a process on any communicator (zero when none).
+func lastProgressOf(p *Proc) time.Time {
+	var t snapshot.Micros
+	if p == nil {
+		return time.Time{}
+	}
+	for i := range p.Comms {
+		if l := p.Comms[i].Last; l != nil {
+			t = max(t, l.T)
+		}
+	}
+	if t == 0 {
+		return time.Time{}
+	}
+	return t.Time()
 }

@@ -230,8 +230,10 @@ func oneGPU(j *Job, ps []*Proc) (*snapshot.GPU, []*Proc) {
 	if gpu == nil {
 		return nil, nil
 	}
-	_, on := ranksOnGPU(j, ps[0], gpu)
-	return gpu, on
+	if _, on := ranksOnGPU(j, ps[0], gpu); len(on) > 0 {
+		return gpu, on
+	}
+	return gpu, ps // the ranks exited since: the suspects are what is known
 }
 
 // rankEpisodes turns each communicator's episodes into findings, one per root and episode:

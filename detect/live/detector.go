@@ -576,7 +576,10 @@ func (d *Detector) evaluateJob(job string, now time.Time, evalLag time.Duration)
 		late = append(late, detect.Late("sidecar:"+job+":"+name, "node "+name+"'s sidecar", lag, now.Add(-lag))...)
 	}
 	view.InputLag = evalLag + sidecarLag
-	res := detect.Evaluate(view, d.opts.Rules, detect.TimingOK)
+	res, err := detect.EvaluateSafely(view, d.opts.Rules, detect.TimingOK)
+	if err != nil {
+		d.opts.Logger.Error("a rule failed: this job is not judged this cycle", "job", job, "err", err)
+	}
 	return append(res.Findings, late...), res.Paused
 }
 
