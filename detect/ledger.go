@@ -481,10 +481,13 @@ func (gl *groupLedger) episodes(id string, cfg SlowdownConfig) []episode {
 		var heldFrom snapshot.Micros
 		for _, b := range ends {
 			a := b - snapshot.Micros(w)
-			lost, steps, bursts, lastEnd := spansIn(spans, a, b, gap)
+			lost, _, _, lastEnd := spansIn(spans, a, b, gap)
 			share := float64(lost) / float64(w)
-			// One stall (a step or two), or one burst that is over, is no slowdown.
-			oneOff := steps < minLateSteps || (bursts == 1 && int64(b-lastEnd) > gap)
+			// One stall (a step or two), or one burst that is over, is no slowdown; bursts
+			// that recur are counted over the longer window, so that a pause every window or
+			// so (an evaluation every few steps) is one.
+			_, stepsLong, bursts, _ := spansIn(spans, b-snapshot.Micros(longWindow(w)), b, gap)
+			oneOff := stepsLong < minLateSteps || (bursts == 1 && int64(b-lastEnd) > gap)
 			opens := cur == nil && share >= cfg.SlowdownShare && !oneOff &&
 				standsAboveNoise(spans, a, b, gl.period, int64(lateAt), share, cfg.SlowdownShare+gl.noise(a, b), gl.stepsIn(a, b))
 			switch {
@@ -528,10 +531,14 @@ func (gl *groupLedger) episodes(id string, cfg SlowdownConfig) []episode {
 // episode ends only once that is low, so that stalls which come back every window or so
 // stay one episode.
 func exitShare(spans []lateSpan, b snapshot.Micros, w, gap int64) float64 {
-	x := min(2*w, w+10_000_000)
+	x := longWindow(w)
 	lost, _, _, _ := spansIn(spans, b-snapshot.Micros(x), b, gap)
 	return float64(lost) / float64(x)
 }
+
+// longWindow is the window recurrence and an episode's end are judged over: twice the
+// window, at most 10 s more.
+func longWindow(w int64) int64 { return min(2*w, w+10_000_000) }
 
 // minLateSteps: a slowdown is late at two steps of a window at least (one is a stall).
 const minLateSteps = 2

@@ -63,7 +63,7 @@ var mergeSteps = []mergeStep{
 	oneMismatchPerCulprit,           // one rank's broken step seen on two communicators (a Flight Recorder dump's and the live one) is one cause
 	mismatchExplainsItsCommunicator, // a mismatch explains the stalls, slow links and late arrivals on its communicator
 	mismatchExplainsInversions,      // a rank that skipped or swapped an op is out of step on its communicator, not out of order
-	stoppedRankExplainsNeighbours,   // a rank that stopped or died explains the slow links to it
+	stoppedRankExplainsNeighbours,   // a rank that stopped, died or issues late explains the slow links it touches
 	deathAndStallOfOneRank,          // a death and a stall of one rank are one cause; the order says which
 	versionsExplainSizes,            // ranks of different NCCL versions disagree on message sizes: one cause
 	teardownFoldsIntoItsCause,       // the teardown is one line of evidence of what came before it
@@ -150,9 +150,13 @@ func sameCulprit(f Finding, groups ...[]Finding) *Finding {
 // behind it are the waits-for graph's: FindHangs names only roots.)
 func stoppedRankExplainsNeighbours(_ *Job, _ Config, fs *findings) {
 	var causes []*Finding
-	for _, group := range []*[]Finding{&fs.crashes, &fs.stalls} {
+	for _, group := range []*[]Finding{&fs.crashes, &fs.stalls, &fs.rest} {
 		for i := range *group {
-			if f := &(*group)[i]; f.Kind == incident.KindCrash || f.Kind == incident.KindHang || f.Kind == incident.KindP2PMismatch {
+			f := &(*group)[i]
+			// A host that issues late (starved of CPU, stalling) also runs its network
+			// proxy late: the slow sends measured from it are its doing, not its NIC's.
+			lateHost := f.Kind == incident.KindStraggler && (f.Cause == incident.CauseHostSlow || f.Cause == incident.CauseHostStalled)
+			if f.Kind == incident.KindCrash || f.Kind == incident.KindHang || f.Kind == incident.KindP2PMismatch || lateHost {
 				causes = append(causes, f)
 			}
 		}

@@ -52,3 +52,18 @@ func TestOneMismatchPerCulprit(t *testing.T) {
 		t.Fatalf("%+v", fs.mism)
 	}
 }
+
+// A rank whose host issues late (CPU starvation) also runs its network proxy late: the slow
+// sends the plugin measures from it are its doing (live on one H200, cpu_starve paged a slow
+// link to a rank that only received).
+func TestALateHostExplainsItsSlowLinks(t *testing.T) {
+	strag := Finding{Kind: incident.KindStraggler, Severity: incident.SeverityWarning, Cause: incident.CauseHostSlow,
+		Key: "rank:vm:1", culpritKeys: []string{"vm:1"}, Summary: "rank 1 is a straggler"}
+	link := Finding{Kind: incident.KindLink, Severity: incident.SeverityWarning, Cause: incident.CauseLink, measured: true,
+		Key: "link:pair:vm:1->vm:3", culpritKeys: []string{"vm:1", "vm:3"}, Summary: "the network from rank 1 to rank 3 is slow"}
+	fs := findings{rest: []Finding{strag}, links: []Finding{link}}
+	stoppedRankExplainsNeighbours(nil, DefaultConfig(), &fs)
+	if len(fs.links) != 0 || len(fs.rest[0].Evidence) != 1 {
+		t.Fatalf("links %+v, straggler evidence %v", fs.links, fs.rest[0].Evidence)
+	}
+}

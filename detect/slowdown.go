@@ -190,7 +190,7 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 		for _, q := range suspects {
 			f.culpritKeys = append(f.culpritKeys, q.Key())
 		}
-		f.Key = "gpu:" + p.Node + ":" + gpu.BusID
+		f.Key = gpuKey(p, gpu)
 		f.Summary = fmt.Sprintf("GPU %d of %s (bus %s, serving %s) slows the job: %s; no rank arrives late, so every rank waits on the GPUs, and %s",
 			gpu.Index, p.Host, gpu.BusID, procNames(on), what, why[0])
 		processEvidence(j, p, &f)
@@ -199,7 +199,7 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 	if len(suspects) == 1 {
 		p := suspects[0]
 		f.Culprits, f.culpritKeys, f.Victims = []incident.Culprit{p.Culprit()}, []string{p.Key()}, len(g.Members)-1
-		f.Key = "rank:" + p.Key()
+		f.Key = rootKey(j, p, f.Cause)
 		f.Summary = fmt.Sprintf("%s slows the job: %s; no rank arrives late, so every rank waits on the GPUs, and %s: %s",
 			p.Name(), what, p.Name(), why[0])
 		processEvidence(j, p, &f)
@@ -339,6 +339,9 @@ func (l *Ledger) episodeFinding(j *Job, e episode, p *Proc, g *Group, nth int) F
 	m := l.latestMeasured(p.Key(), j.Now)
 	cause, why := slowCause(j, p, e, m)
 	f.Cause = cause
+	if nth == 1 {
+		f.Key = rootKey(j, p, cause)
+	}
 	pattern := fmt.Sprintf("the others waited for it about %s a step", micros(int64(e.share*float64(e.period))))
 	if e.intermittent {
 		pattern = fmt.Sprintf("it stalled %d times, for up to %s", e.bursts, micros(e.longestLate))
@@ -404,9 +407,29 @@ func gpuShared(j *Job, p *Proc, g *snapshot.GPU) (others, mine int) {
 	if !g.Has("procs") || len(g.Procs) == 0 {
 		return 0, 0
 	}
-	mine, _ = ranksOnGPU(j, p, g)
+	for _, q := range j.Procs {
+		// Exited ranks too: NVML lists a process's context for a while after it exits, and
+		// a job's own ranks that ended are no foreign process.
+		if q.Node == p.Node && gpuOf(j, q) == g {
+			mine++
+		}
+	}
 	return max(len(g.Procs)-mine, 0), mine
 }
+
+// rootKey is the key of a slowdown's root: the GPU where another process shares it (every
+// rank on that GPU, and the job's own slowdown seen from its steps, are one root then),
+// else the rank, whose hang, slowdown and death are one incident.
+func rootKey(j *Job, p *Proc, cause incident.Cause) string {
+	if g := gpuOf(j, p); g != nil && cause == incident.CauseGPUBusy {
+		if n, _ := gpuShared(j, p, g); n > 0 {
+			return gpuKey(p, g)
+		}
+	}
+	return "rank:" + p.Key()
+}
+
+func gpuKey(p *Proc, g *snapshot.GPU) string { return "gpu:" + p.Node + ":" + g.BusID }
 
 // ranksOnGPU counts the job's live ranks on p's node that use GPU g.
 func ranksOnGPU(j *Job, p *Proc, g *snapshot.GPU) (n int, ranks []*Proc) {
@@ -607,7 +630,7 @@ func (l *Ledger) measuredRoots(j *Job, sc SlowdownConfig, procs map[string]*Proc
 		cause, why := slowCause(j, p, e, m)
 		g := groups[m.group]
 		f := Finding{Kind: incident.KindStraggler, Severity: incident.SeverityWarning, Comm: m.group,
-			Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{k}, Key: "rank:" + k,
+			Culprits: []incident.Culprit{p.Culprit()}, culpritKeys: []string{k}, Key: rootKey(j, p, cause),
 			LagSeconds: float64(m.late) / 1e6, measured: true, Cause: cause,
 			Episode: &incident.Episode{Onset: h[0].at, LostShare: m.share}}
 		if g != nil {

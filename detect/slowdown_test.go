@@ -103,6 +103,7 @@ func TestSlowdowns(t *testing.T) {
 		{"a lag that ended, live", false, TimingOK, late(5, 25, 60*time.Millisecond), steps(60), -1, "", "", false},
 		{"a lag that ended, offline: one episode with its end", true, TimingOK, late(5, 25, 60*time.Millisecond), steps(60), 1, incident.CauseHostSlow, "to 12:00", true},
 		{"a stall of 900 ms every 5 steps", false, TimingOK, stallEvery(4, 5, 900*time.Millisecond), steps(60), 1, incident.CauseHostStalled, "stalled", false},
+		{"a pause of 1.5 s every 20 steps (an evaluation), a window apart", false, TimingOK, stallEvery(4, 20, 1500*time.Millisecond), steps(60), 1, incident.CauseHostStalled, "stalled", false},
 		{"one long stall, then on time again", false, TimingOK, late(10, 11, 8*time.Second), steps(60), -1, "", "", false},
 		{"one long stall, offline", true, TimingOK, late(10, 11, 8*time.Second), steps(60), -1, "", "", false},
 		{"no usable timestamps", true, TimingNone, late(0, 1<<30, 60*time.Millisecond), steps(40), -1, "", "", false},

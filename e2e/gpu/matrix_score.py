@@ -100,7 +100,10 @@ def names_root(inc, truth):
                 and truth["class"] == "gpu_hog":
             want = {norm_gpu(truth["root_gpu"])} | {norm_gpu(b) for r, b in (truth.get("gpu_bus") or {}).items()
                                                     if b is not None and int(r) in roots}
-            if norm_gpu(c["gpu"]) in want:
+            # The watchdog names a GPU "<index> (bus <bus id>)": either part may be the truth's.
+            m = re.match(r"\s*(\d+)\s*\(bus\s+([^)]+)\)", str(c["gpu"]))
+            names = {norm_gpu(m.group(1)), norm_gpu(m.group(2))} if m else {norm_gpu(c["gpu"])}
+            if names & want:
                 return True
     return False
 
