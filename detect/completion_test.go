@@ -48,11 +48,11 @@ func TestCompletionHangNamesTheRankThatDidNotIssue(t *testing.T) {
 		return job(now, pluginRank(0, 31, 30, start, 20*time.Millisecond), pluginRank(1, 30, 30, 0, 20*time.Millisecond),
 			pluginRank(2, 31, 30, start+5*time.Millisecond, 20*time.Millisecond))
 	}
-	// Window max(3 s, 10 × 20 ms).
-	if fs := FindHangs(mk(start+2900*time.Millisecond), cfg).Stalls; len(fs) != 0 {
+	// Window max(2 s, 10 × 20 ms).
+	if fs := FindHangs(mk(start+1900*time.Millisecond), cfg).Stalls; len(fs) != 0 {
 		t.Fatalf("hang inside the window: %+v", fs)
 	}
-	f := only(t, FindHangs(mk(start+3100*time.Millisecond), cfg).Stalls, incident.KindHang)
+	f := only(t, FindHangs(mk(start+2100*time.Millisecond), cfg).Stalls, incident.KindHang)
 	if got := culpritRanks(f); len(got) != 1 || got[0] != 1 || f.Seq != 31 || f.Victims != 2 || !f.measured ||
 		!strings.Contains(f.Summary, "has not issued collective 31") {
 		t.Fatalf("culprits %v seq %d victims %d: %s", got, f.Seq, f.Victims, f.Summary)

@@ -22,7 +22,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		HangConfig:       HangConfig{HangFloor: 10 * time.Second, HangK: 4, PageAfter: 30 * time.Second, PauseK: 3},
-		CompletionConfig: CompletionConfig{CompletionFloor: 3 * time.Second, CompletionK: 10},
+		CompletionConfig: CompletionConfig{CompletionFloor: 2 * time.Second, CompletionK: 10},
 		SlowdownConfig: SlowdownConfig{SlowdownShare: 0.10, SlowdownSteps: 20, SlowdownWarmupSteps: 3, MeasuredMinOps: 8,
 			SlowLinkFactor: 3, SlowLinkMinSteps: 32},
 		LinkConfig:      LinkConfig{XmitWaitPerSecond: 1e6},

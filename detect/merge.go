@@ -163,7 +163,11 @@ func stoppedRankExplainsNeighbours(_ *Job, _ Config, fs *findings) {
 	}
 	kept := fs.links[:0]
 	for _, f := range fs.links {
-		if c := ownCause(f, causes); c != nil && f.measured {
+		c := ownCause(f, causes)
+		if c != nil && c.Kind == incident.KindStraggler && (len(f.culpritKeys) == 0 || c.culpritKeys[0] != f.culpritKeys[0]) {
+			c = nil // a late host explains what it sends, not what others send to it
+		}
+		if c != nil && f.measured {
 			absorb(c, &f)
 			continue
 		}
