@@ -439,8 +439,15 @@ func ncclErrorsWithoutCause(j *Job, cfg Config, fs *findings) {
 // a finding of their own only when no rule found a cause (logs without COLL lines, ranks
 // missing): the job hangs, and the report says what to log to see why.
 func torchTimeoutsWithoutCause(j *Job, cfg Config, fs *findings) {
-	if !hasCause(fs) {
-		fs.rest = append(fs.rest, torchWatchdog(j, cfg)...)
+	if hasCause(fs) {
+		return
+	}
+	for _, f := range torchWatchdog(j, cfg) {
+		// The ranks PyTorch's watchdog caught only waited (or saw a remote failure): live,
+		// what they witness waits for its root like any witness.
+		if !f.witness || witnessStands(j, cfg, &f) {
+			fs.rest = append(fs.rest, f)
+		}
 	}
 }
 
@@ -467,13 +474,52 @@ func torchWatchdog(j *Job, cfg Config) []Finding {
 // other for ever, or run ops of different shapes against each other, so the hang, the
 // point-to-point stall, the stuck collective, the slow send steps and the late arrivals on
 // a mismatched communicator are the mismatch's doing.
-func mismatchExplainsItsCommunicator(_ *Job, _ Config, fs *findings) {
+//
+// The mismatch's members are stuck inside the mismatched op, so a hang that names one of
+// them on another communicator (its GPU never starts the next op there) is the mismatch's
+// too; and a message of another size than its receiver expected is what a wrong size does.
+func mismatchExplainsItsCommunicator(j *Job, _ Config, fs *findings) {
 	byComm := fs.mismatchByComm()
+	if len(byComm) == 0 {
+		return
+	}
+	member := map[string]*Finding{} // proc key: the mismatch of a communicator it is in
+	for _, g := range j.Groups {
+		if m := byComm[g.ID]; m != nil {
+			for _, mb := range g.Members {
+				member[mb.Proc.Key()] = m
+			}
+		}
+	}
+	var first *Finding
+	for _, m := range byComm {
+		if first == nil || earlier(m, first) || m.FaultAt.Equal(first.FaultAt) && m.Key < first.Key {
+			first = m
+		}
+	}
+	stuckIn := func(f *Finding) *Finding {
+		var m *Finding
+		for _, k := range f.culpritKeys {
+			if m = member[k]; m == nil {
+				return nil
+			}
+		}
+		return m
+	}
 	for _, group := range []*[]Finding{&fs.stalls, &fs.stuck, &fs.links, &fs.rest} {
 		kept := (*group)[:0]
 		for _, f := range *group {
 			m := byComm[f.Comm]
-			if m != nil && f.Comm != "" && (group != &fs.rest || f.Kind == incident.KindStraggler) {
+			switch {
+			case m != nil && f.Comm != "" && (group != &fs.rest || f.Kind == incident.KindStraggler):
+			case group == &fs.stalls || group == &fs.stuck:
+				m = stuckIn(&f)
+			case strings.HasPrefix(f.Key, "net-size:"):
+				m = first
+			default:
+				m = nil
+			}
+			if m != nil {
 				absorb(m, &f)
 				continue
 			}

@@ -67,3 +67,29 @@ func TestALateHostExplainsItsSlowLinks(t *testing.T) {
 		t.Fatalf("links %+v, straggler evidence %v", fs.links, fs.rest[0].Evidence)
 	}
 }
+
+// A mismatch's members are stuck inside the mismatched op: a hang naming one of them on
+// another communicator, and a message size its receiver did not expect, are the mismatch's
+// (live on one H200, a wrong op on a data-parallel pair paged a size disagreement and named
+// the partner hung on the world communicator).
+func TestAMismatchExplainsItsMembersAndTheSizes(t *testing.T) {
+	ps := []*Proc{rank(0, 10, fakePeriod, 0, nil), rank(1, 10, fakePeriod, 0, nil), rank(2, 10, fakePeriod, 0, nil), rank(3, 10, fakePeriod, 0, nil)}
+	for _, r := range []int{1, 3} {
+		dp := ps[r].Comms[0]
+		dp.ID, dp.Rank, dp.NRanks = "dp13", r/2, 2
+		ps[r].Comms = append(ps[r].Comms, dp)
+	}
+	j := job(20*time.Second, ps...)
+	mism := Finding{Kind: incident.KindMismatch, Severity: incident.SeverityCritical, Comm: "dp13", Key: "mismatch:dp13",
+		culpritKeys: []string{ps[3].Key()}, Summary: "mismatch on dp13"}
+	hang := Finding{Kind: incident.KindHang, Severity: incident.SeverityWarning, Comm: "0xc0ffee", Key: "rank:" + ps[1].Key(),
+		culpritKeys: []string{ps[1].Key()}, Summary: "rank 1's GPU has not started the world op"}
+	other := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Comm: "0xc0ffee", Key: "rank:" + ps[2].Key(),
+		culpritKeys: []string{ps[2].Key()}, Summary: "rank 2 stopped"}
+	size := Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical, Key: "net-size:node3", Summary: "a message of another size"}
+	fs := findings{mism: []Finding{mism}, stalls: []Finding{hang, other}, rest: []Finding{size}}
+	mismatchExplainsItsCommunicator(j, DefaultConfig(), &fs)
+	if len(fs.stalls) != 1 || fs.stalls[0].Key != other.Key || len(fs.rest) != 0 || len(fs.mism[0].Evidence) != 2 {
+		t.Fatalf("stalls %+v rest %+v mismatch evidence %v", fs.stalls, fs.rest, fs.mism[0].Evidence)
+	}
+}

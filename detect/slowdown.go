@@ -185,12 +185,14 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 		// foreign process on it): the GPU is the root.
 		p := suspects[0]
 		c := p.Culprit()
-		c.Rank, c.PID = -1, 0
+		// The GPU as NVML names it: a rank's own line may not say its device (WARN logs).
+		c.Rank, c.PID, c.GPU = -1, 0, fmt.Sprintf("%d (bus %s)", gpu.Index, gpu.BusID)
 		f.Culprits, f.Victims = []incident.Culprit{c}, len(g.Members)-len(suspects)
 		for _, q := range suspects {
 			f.culpritKeys = append(f.culpritKeys, q.Key())
 		}
-		f.Key = gpuKey(p, gpu)
+		// The job's slowdown is one incident whoever the evidence names at each moment
+		// (Key stays "slowdown:<job>").
 		f.Summary = fmt.Sprintf("GPU %d of %s (bus %s, serving %s) slows the job: %s; no rank arrives late, so every rank waits on the GPUs, and %s",
 			gpu.Index, p.Host, gpu.BusID, procNames(on), what, why[0])
 		processEvidence(j, p, &f)
@@ -199,7 +201,6 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 	if len(suspects) == 1 {
 		p := suspects[0]
 		f.Culprits, f.culpritKeys, f.Victims = []incident.Culprit{p.Culprit()}, []string{p.Key()}, len(g.Members)-1
-		f.Key = rootKey(j, p, f.Cause)
 		f.Summary = fmt.Sprintf("%s slows the job: %s; no rank arrives late, so every rank waits on the GPUs, and %s: %s",
 			p.Name(), what, p.Name(), why[0])
 		processEvidence(j, p, &f)

@@ -423,7 +423,7 @@ func TestUnattributedSlowdown(t *testing.T) {
 		p.Node = "node0"
 	}
 	f = only(t, Slowdowns(j, cfg, TimingOK), incident.KindStraggler)
-	if !strings.HasPrefix(f.Key, "gpu:node0:") || f.Cause != incident.CauseGPUBusy || len(f.Culprits) != 1 || f.Culprits[0].GPU == "" {
+	if f.Key != "slowdown:j" || f.Cause != incident.CauseGPUBusy || len(f.Culprits) != 1 || f.Culprits[0].Rank != -1 || f.Culprits[0].GPU != "0 (bus 1b000)" {
 		t.Fatalf("%+v %s: %s", f.Culprits, f.Cause, f.Summary)
 	}
 	for _, c := range []struct {

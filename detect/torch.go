@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
@@ -39,6 +40,7 @@ func torchTimeouts(j *Job, cfg Config) []Finding {
 	failed := map[int]string{}    // rank: the watchdog's failure line
 	timedOut := map[int]bool{}    // ranks with a timeout line
 	signalled := map[int]string{} // ranks another rank's dump signal says timed out
+	var first snapshot.Micros     // the first of these lines
 	for _, p := range j.Procs {
 		if p.Rank < 0 {
 			continue
@@ -80,6 +82,9 @@ func torchTimeouts(j *Job, cfg Config) []Finding {
 				}
 			}
 			tr.lines = append(tr.lines, e.Msg)
+			if e.T != 0 && (first == 0 || e.T < first) {
+				first = e.T
+			}
 		}
 	}
 	for r, line := range signalled {
@@ -133,7 +138,8 @@ func torchTimeouts(j *Job, cfg Config) []Finding {
 		}
 		sort.Slice(suspects, func(a, b int) bool { return suspects[a].proc.Rank < suspects[b].proc.Rank })
 		sort.Slice(waiting, func(a, b int) bool { return waiting[a].proc.Rank < waiting[b].proc.Rank })
-		f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{},
+		f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{}, witness: true,
+			FaultAt: timeOf(first),
 			Victims: len(waiting), Key: "torch-suspects:" + pg, Seq: lo + 1}
 		for _, s := range suspects {
 			f.Culprits = append(f.Culprits, s.proc.Culprit())
@@ -154,7 +160,8 @@ func torchTimeouts(j *Job, cfg Config) []Finding {
 		return []Finding{f}
 	}
 	n := len(timedOut) + len(failures)
-	f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{},
+	f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{}, witness: true,
+		FaultAt: timeOf(first),
 		Victims: n, Key: "torch-timeout"}
 	what := "timed out %d rank(s) waiting in a collective; those ranks were only waiting"
 	if len(failures) == len(timeouts) {
@@ -266,4 +273,12 @@ func pgWords(pg string) string {
 		return ""
 	}
 	return " (process group " + pg + ")"
+}
+
+// timeOf is a line's time, zero when it had none.
+func timeOf(t snapshot.Micros) time.Time {
+	if t == 0 {
+		return time.Time{}
+	}
+	return t.Time()
 }
