@@ -122,9 +122,9 @@ func TestFailureLines(t *testing.T) {
 		{"nccl result detail", "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
 			`kind=torch_nccl_error result=2 version=""`},
 		{"watchdog exception 2.4", "[rank0]:[E1206 18:44:12.715588844 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 0] Exception (either an error or timeout) detected by watchdog at work: 7753, last enqueued NCCL work: 7755, last completed NCCL work: 7752.",
-			"kind=torch_work_status lrank=0 rank=0 pg=1/ seq=7753 enq=7755 done=7752 fatal=true"},
+			"kind=torch_work_status lrank=0 time=0000-12-06T18:44:12.715588844/9 rank=0 pg=1/ seq=7753 enq=7755 done=7752 fatal=true"},
 		{"timeout at nccl work", "[rank4]:[E1016 03:31:38.929234295 ProcessGroupNCCL.cpp:1709] [PG 3 Rank 4] Timeout at NCCL work: 9141, last enqueued NCCL work: 9141, last completed NCCL work: 9140.",
-			"kind=torch_work_status lrank=4 rank=4 pg=3/ seq=9141 enq=9141 done=9140 fatal=true"},
+			"kind=torch_work_status lrank=4 time=0000-10-16T03:31:38.929234295/9 rank=4 pg=3/ seq=9141 enq=9141 done=9140 fatal=true"},
 		{"collector tag", "[trainer3]:gpu-a:5120:5190 [3] NCCL INFO Using network IB", `kind=using_network host=gpu-a pid=5120 tid=5190 dev=3 text="IB"`},
 	}
 	var l Line

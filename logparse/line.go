@@ -8,7 +8,11 @@
 // real captures under testdata/ and the field cases under analyze/testdata/field.
 package logparse
 
-import "github.com/ncclwatch/watchdog/snapshot"
+import (
+	"time"
+
+	"github.com/ncclwatch/watchdog/snapshot"
+)
 
 // Kind classifies a line.
 type Kind uint8
@@ -215,17 +219,22 @@ type Header struct {
 	// Label is the last "word: " taken off the line's start as a pdsh host label; a
 	// Python exception's class looks the same ("ValueError: ").
 	Label []byte
+	// Glog is set when a glog prefix was taken off the line (prefix.go): PyTorch's or its
+	// launcher's line, never NCCL's own.
+	Glog bool
 
 	// Prefix fields (NCCL lines).
 	HasTime bool
-	Time    Timestamp // NCCL's timestamp, when the default layout [%F %T(.%Nf)] is used
-	Host    []byte
-	PID     int
-	TID     int
-	Dev     int    // cudaDev in [..], -1 when absent
-	File    []byte // WARN file:line
-	FileLn  int
-	Msg     []byte // the message after "NCCL <LEVEL> "
+	// Time is NCCL's timestamp, when the default layout [%F %T(.%Nf)] is used, else a
+	// console prefix's (prefix.go); a glog prefix's has no year (Yearless).
+	Time   Timestamp
+	Host   []byte
+	PID    int
+	TID    int
+	Dev    int    // cudaDev in [..], -1 when absent
+	File   []byte // WARN file:line
+	FileLn int
+	Msg    []byte // the message after "NCCL <LEVEL> "
 }
 
 // Body holds the per-kind fields; only those of the line's Kind are set.
@@ -362,6 +371,44 @@ type Timestamp struct {
 	// seconds east of UTC. NCCL's own are in its host's local time, unzoned.
 	Zoned  bool
 	Offset int32
+}
+
+// Yearless reports a stamp printed without its year: glog's "E1129 03:11:35.586230" (month
+// and day), as torchrun's agent and PyTorch's C++ logging print it.
+func (ts Timestamp) Yearless() bool { return ts.Year == 0 }
+
+// UnixMicro is the stamp's time, in loc unless the stamp carries its zone. A yearless stamp
+// takes the year that puts it nearest ref (a time of the same job: a job may run across a
+// new year's night, never for half a year); without ref (0) it has no time, and UnixMicro
+// is 0.
+func (ts Timestamp) UnixMicro(loc *time.Location, ref int64) int64 {
+	if ts.Zoned {
+		loc = time.FixedZone("", int(ts.Offset))
+	}
+	at := func(year int) int64 {
+		return time.Date(year, time.Month(ts.Month), ts.Day, ts.Hour, ts.Min, ts.Sec, ts.Nanos, loc).UnixMicro()
+	}
+	if !ts.Yearless() {
+		return at(ts.Year)
+	}
+	if ref == 0 {
+		return 0
+	}
+	year := time.UnixMicro(ref).In(loc).Year()
+	best := at(year)
+	for _, y := range [...]int{year - 1, year + 1} {
+		if t := at(y); absMicros(t-ref) < absMicros(best-ref) {
+			best = t
+		}
+	}
+	return best
+}
+
+func absMicros(d int64) int64 {
+	if d < 0 {
+		return -d
+	}
+	return d
 }
 
 func (l *Line) reset() {

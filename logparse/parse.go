@@ -37,9 +37,12 @@ func parseGeneral(line []byte, l *Line) {
 		l.Kind = KindBlank
 		return
 	}
-	ncclAt, level := findLevel(line)
+	ncclAt, level := -1, LevelNone
+	if !l.Glog {
+		ncclAt, level = findLevel(line)
+	}
 	msgAt := ncclAt + len("NCCL ") + levelLen(level)
-	if ncclAt < 0 {
+	if ncclAt < 0 && !l.Glog {
 		ncclAt, level = bareLevel(line)
 		msgAt = ncclAt + levelLen(level)
 	}

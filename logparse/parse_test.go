@@ -289,19 +289,19 @@ func TestParse(t *testing.T) {
 
 		// PyTorch and launcher lines.
 		{"torch timeout (real)", "[rank0]:[E1121 22:51:18.197257951 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=92, OpType=ALLREDUCE, NumelIn=6000000, NumelOut=6000000, Timeout(ms)=25000) ran for 25053 milliseconds before timing out.",
-			"kind=torch_timeout lrank=0 rank=0 seq=92 optype=ALLREDUCE numel=6000000/6000000 timeout=25000 ran=25053"},
+			"kind=torch_timeout lrank=0 time=0000-11-21T22:51:18.197257951/9 rank=0 seq=92 optype=ALLREDUCE numel=6000000/6000000 timeout=25000 ran=25053"},
 		{"torch timeout old form", "[rank25]:[E ProcessGroupNCCL.cpp:1316] [Rank 25] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=BROADCAST, TensorShape=[1024], Timeout(ms)=1800000) ran for 1800123 milliseconds before timing out.",
 			"kind=torch_timeout lrank=25 rank=25 seq=7 optype=BROADCAST numel=-1/-1 timeout=1800000 ran=1800123"},
 		{"torch work status (real)", "[rank0]:[E1121 22:51:18.197461605 ProcessGroupNCCL.cpp:2303] [PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 92 PG status: last enqueued work: 97, last completed work: 91",
-			"kind=torch_work_status lrank=0 rank=0 pg=0/default_pg seq=92 enq=97 done=91 fatal=true"},
+			"kind=torch_work_status lrank=0 time=0000-11-21T22:51:18.197461605/9 rank=0 pg=0/default_pg seq=92 enq=97 done=91 fatal=true"},
 		{"torch dump signal", "[rank1]:[E1121 22:51:23.697341150 ProcessGroupNCCL.cpp:1914] [PG ID 0 PG GUID 0(default_pg) Rank 1] Received a dump signal due to a collective timeout from  rank 0 and we will try our best to dump the debug info. Last enqueued NCCL work: 91, last completed NCCL work: 91.This is most likely caused by",
-			"kind=torch_work_status lrank=1 rank=1 pg=0/default_pg seq=-1 enq=91 done=91 fatal=false from=0"},
-		{"torch terminate", "[rank3]:[E0601 10:52:17.123 ProcessGroupNCCL.cpp:630] [Rank 3] To avoid data inconsistency, we are taking the entire process down.", "kind=torch_terminate lrank=3 rank=3"},
-		{"torch terminate pg", "[rank3]:[E0601 10:52:17.123 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0 Rank 3] Process group watchdog thread terminated with exception: [Rank 3] NCCL communicator was aborted on rank 3.", "kind=torch_terminate lrank=3 rank=3"},
-		{"torch comm created", "[rank3]:[I0601 10:52:17.123 ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0(default_pg) Rank 3] ProcessGroupNCCL created ncclComm_ 0x55cec3d7ed80 on CUDA device: 3", "kind=torch_comm_created lrank=3 comm=55cec3d7ed80 rank=3"},
+			"kind=torch_work_status lrank=1 time=0000-11-21T22:51:23.697341150/9 rank=1 pg=0/default_pg seq=-1 enq=91 done=91 fatal=false from=0"},
+		{"torch terminate", "[rank3]:[E0601 10:52:17.123 ProcessGroupNCCL.cpp:630] [Rank 3] To avoid data inconsistency, we are taking the entire process down.", "kind=torch_terminate lrank=3 time=0000-06-01T10:52:17.123000000/3 rank=3"},
+		{"torch terminate pg", "[rank3]:[E0601 10:52:17.123 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0 Rank 3] Process group watchdog thread terminated with exception: [Rank 3] NCCL communicator was aborted on rank 3.", "kind=torch_terminate lrank=3 time=0000-06-01T10:52:17.123000000/3 rank=3"},
+		{"torch comm created", "[rank3]:[I0601 10:52:17.123 ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0(default_pg) Rank 3] ProcessGroupNCCL created ncclComm_ 0x55cec3d7ed80 on CUDA device: 3", "kind=torch_comm_created lrank=3 time=0000-06-01T10:52:17.123000000/3 comm=55cec3d7ed80 rank=3"},
 		{"torch nccl error", "[rank3]: torch.distributed.DistBackendError: NCCL error in: /pytorch/ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error, NCCL version 2.21.5", `kind=torch_nccl_error lrank=3 result=6 version="2.21.5"`},
 		{"torchrun failure (real)", "E1121 22:52:05.021000 1170 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: 3) local_rank: 1 (pid: 1211) of binary: /opt/torch/.venv/bin/python",
-			"kind=launcher_exit code=3 local=1 pid=1211"},
+			"kind=launcher_exit time=0000-11-21T22:52:05.021000000/6 code=3 local=1 pid=1211"},
 	}
 	var l Line
 	for _, c := range cases {

@@ -15,11 +15,18 @@ import "bytes"
 //	"Fri Aug 11 12:31:45 2023 "              Open MPI --timestamp-output       Time
 //	"2023-08-11T12:31:45.123Z ", "...Z: "    kubectl --timestamps, Open MPI 4+ Time (zoned)
 //	"2025-11-09 15:39:31.043 +08:00 "        collectors                        Time (zoned)
+//	"E1129 03:11:35.586230 460 api.py:882] " glog: torchrun's agent             Time (yearless), Glog
+//	"[E1129 03:11:35.586230091 PG.cpp:9] "   PyTorch's C++ (c10)               Time (yearless), Glog
+//	"[W socket.cpp:464] "                    PyTorch's C++ before 2.4          Glog
 //	"[pod/name/container] "                  kubectl logs --prefix             -
 //	"[trainer3]:", "[worker-0|2]:"           collectors' tags                  -
 //	"<source> [stderr] ", "... [stdout]: "   collectors' streams               -
 //	"host: "                                 pdsh, clush                       Label
 //	"\x1b[32m", "```", "`", "> "             terminals, a poster's markdown    -
+//
+// A glog prefix is the application's (PyTorch's, its launcher's): NCCL prints none, and
+// what follows one is never NCCL's own line. Its time has no year: whoever reads it takes
+// the year from the job's other times (Timestamp.UnixMicro).
 //
 // NCCL's own prefix ("[time] host:pid:tid [dev] [file:line] NCCL LEVEL") follows
 // (parsePrefix, loosePrefix, bareLevel); a second one inside a line's message is found by
@@ -70,6 +77,9 @@ func stripOne(b []byte, l *Line) ([]byte, bool) {
 		}
 		return b[k:], true
 	case c == '[':
+		if rest, ok := stripGlog(b, l); ok {
+			return rest, true
+		}
 		return stripBracket(b, l)
 	case isDigit(c):
 		if rest, ok := stripRFC3339(b, l); ok {
@@ -97,6 +107,9 @@ func stripOne(b []byte, l *Line) ([]byte, bool) {
 		}
 		return b, false
 	case c >= 'A' && c <= 'Z':
+		if rest, ok := stripGlog(b, l); ok {
+			return rest, true
+		}
 		if rest, ok := stripCtime(b, l); ok {
 			return rest, true
 		}
@@ -394,4 +407,102 @@ func stripHostLabel(b []byte) ([]byte, bool) {
 		}
 	}
 	return b, false
+}
+
+// stripGlog removes glog's prefix and times the line with it (month and day, no year):
+// "E1129 03:11:35.586230 460 torch/distributed/elastic/multiprocessing/api.py:882] " (the
+// level, mmdd hh:mm:ss.uuuuuu, the thread, where it logged from), as torchrun's agent prints
+// it; PyTorch's C++ logging puts it in brackets, with nanoseconds and no thread
+// ("[W1129 03:13:05.119497044 ProcessGroupNCCL.cpp:4051] "), and before 2.4 without the time
+// ("[E ProcessGroupNCCL.cpp:1316] ").
+func stripGlog(b []byte, l *Line) ([]byte, bool) {
+	i := 0
+	bracketed := b[0] == '['
+	if bracketed {
+		i = 1
+	}
+	if i+2 >= len(b) || !glogLevel(b[i]) {
+		return b, false
+	}
+	i++
+	var ts Timestamp
+	timed := b[i] != ' '
+	if !timed && !bracketed {
+		// "E file.py:3] " alone is too loose a pattern to take off a line.
+		return b, false
+	}
+	if timed {
+		// "mmdd hh:mm:ss", then an optional fraction.
+		if i+13 > len(b) || b[i+4] != ' ' || b[i+7] != ':' || b[i+10] != ':' {
+			return b, false
+		}
+		var ok [5]bool
+		ts.Month, ok[0] = atoi(b[i : i+2])
+		ts.Day, ok[1] = atoi(b[i+2 : i+4])
+		ts.Hour, ok[2] = atoi(b[i+5 : i+7])
+		ts.Min, ok[3] = atoi(b[i+8 : i+10])
+		ts.Sec, ok[4] = atoi(b[i+11 : i+13])
+		if ok != [5]bool{true, true, true, true, true} || ts.Month < 1 || ts.Month > 12 || ts.Day < 1 || ts.Day > 31 ||
+			ts.Hour > 23 || ts.Min > 59 || ts.Sec > 60 {
+			return b, false
+		}
+		i += 13
+		if i < len(b) && b[i] == '.' {
+			k := i + 1
+			for k < len(b) && k-i <= 9 && isDigit(b[k]) {
+				k++
+			}
+			digits := k - i - 1
+			if digits == 0 || k < len(b) && isDigit(b[k]) {
+				return b, false
+			}
+			n, _ := atoi(b[i+1 : k])
+			ts.Nanos, ts.Digits = n*int(pow10[9-digits]), digits
+			i = k
+		}
+	}
+	// The thread (glog pads it with spaces), then where it logged from: "file:line]".
+	for n := 0; n < 2; n++ {
+		k := i
+		for k < len(b) && k-i < 8 && b[k] == ' ' {
+			k++
+		}
+		if k == i || k >= len(b) {
+			return b, false
+		}
+		e := k
+		for e < len(b) && e-k < 256 && b[e] != ' ' && b[e] != ']' {
+			e++
+		}
+		if e < len(b) && b[e] == ']' {
+			if !glogSource(b[k:e]) || e+1 < len(b) && b[e+1] != ' ' {
+				return b, false
+			}
+			if !l.HasTime && timed {
+				l.Time, l.HasTime = ts, true
+			}
+			l.Glog = true
+			return b[min(e+1, len(b)):], true
+		}
+		if _, ok := atoi(b[k:e]); !ok || n > 0 || !timed {
+			return b, false
+		}
+		i = e // a thread id
+	}
+	return b, false
+}
+
+// glogLevel reports glog's severity letters: INFO, WARNING, ERROR, FATAL.
+func glogLevel(c byte) bool { return c == 'I' || c == 'W' || c == 'E' || c == 'F' }
+
+// glogSource reports where a glog line was logged from: "file.ext:line", a path allowed.
+func glogSource(t []byte) bool {
+	c := bytes.LastIndexByte(t, ':')
+	if c <= 0 || c+1 >= len(t) {
+		return false
+	}
+	if _, ok := atoi(t[c+1:]); !ok {
+		return false
+	}
+	return bytes.IndexByte(t[:c], '.') > 0
 }

@@ -6,17 +6,12 @@ import (
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
-// parseTorch recognises PyTorch ProcessGroupNCCL lines and torchrun's failure line. The c10
-// prefix "[E1121 22:51:18.197257951 ProcessGroupNCCL.cpp:689] " (or "[E ProcessGroupNCCL.cpp:1316] ")
-// is skipped; launcher prefixes were already stripped.
+// parseTorch recognises PyTorch ProcessGroupNCCL lines and torchrun's failure line. The
+// launcher's and c10's glog prefixes ("[E1121 22:51:18.197257951 ProcessGroupNCCL.cpp:689] ")
+// were already stripped with the other console prefixes (prefix.go).
 func parseTorch(b []byte, l *Line) {
 	l.Torch.Rank = -1
 	l.Kind = KindUnknown
-	if len(b) > 3 && b[0] == '[' && (b[1] == 'E' || b[1] == 'W' || b[1] == 'I' || b[1] == 'F') {
-		if j := bytes.Index(b, bytesOf("] ")); j > 0 && j < 80 {
-			b = b[j+2:]
-		}
-	}
 	l.Msg = b
 	t := &l.Torch
 	if i := index(b, "Last error:"); i > 0 && quotedInside(b, b[i+len("Last error:"):], l) {

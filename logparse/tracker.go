@@ -220,7 +220,7 @@ func (t *Tracker) Observe(raw []byte, readAt time.Time) *Line {
 // Apply applies a line parsed by the caller (who routed it to this process).
 func (t *Tracker) Apply(l *Line, raw []byte, readAt time.Time) *Line {
 	t.Lines++
-	if l.Kind == KindUnknown && t.lastWarn && l.Task == t.warnTask && !otherOutput(Unprefixed(raw)) && !pythonException(l.Label) {
+	if l.Kind == KindUnknown && t.lastWarn && l.Task == t.warnTask && !l.Glog && !otherOutput(Unprefixed(raw)) && !pythonException(l.Label) {
 		// Unprefixed text right after a WARN goes on with it, unless a launcher's label
 		// says another task printed it, or it is plainly another program's (a traceback).
 		l.Kind = KindContinuation
@@ -353,6 +353,15 @@ func (t *Tracker) timeOf(l *Line, readAt time.Time) int64 {
 		if ts.Zoned {
 			return time.Date(ts.Year, time.Month(ts.Month), ts.Day, ts.Hour, ts.Min, ts.Sec, ts.Nanos,
 				time.FixedZone("", int(ts.Offset))).UnixMicro()
+		}
+		if ts.Yearless() {
+			// glog's month and day: the year of the process's other lines, else of the
+			// time the line was read; with neither, the line is as undated as before.
+			ref := t.LastTime
+			if ref == 0 && !readAt.IsZero() {
+				ref = readAt.UnixMicro()
+			}
+			return ts.UnixMicro(t.opts.Location, ref)
 		}
 		if k := &t.hourKey; ts.Hour != k[3] || ts.Day != k[2] || ts.Month != k[1] || ts.Year != k[0] || t.hourUS == 0 {
 			*k = [4]int{ts.Year, ts.Month, ts.Day, ts.Hour}
@@ -612,7 +621,8 @@ func appendTransportKey(b []byte, ch Channel) []byte {
 }
 
 // otherOutput reports a line that is not the rest of a WARN though it follows one: a
-// markdown fence, the application's or PyTorch's own output (glog "[E ...]", tracebacks).
+// markdown fence, the application's or PyTorch's own output (tracebacks; its glog lines
+// are known by their prefix, Line.Glog).
 func otherOutput(raw []byte) bool {
 	b := trimSpace(raw)
 	for _, p := range [...]string{"```", "[E", "[W", "[I", "Traceback", "terminate called", "File \"", "what():", "#",
