@@ -425,6 +425,10 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result, []string) {
 	}
 	var anon *detect.Proc
 	for _, te := range jb.torch {
+		if te.ev.T == 0 && te.yearless.Month != 0 {
+			// A glog time (month and day) is in the year of the job's own lines.
+			te.ev.T = snapshot.Micros(te.yearless.UnixMicro(opts.Location, newest))
+		}
 		var p *detect.Proc
 		byRecord := false
 		if r, ok := pidRank[te.ev.PID]; ok && te.ev.Kind == snapshot.EventLauncherExit && byPID[te.ev.PID] == nil {

@@ -46,6 +46,9 @@ type torchEvent struct {
 	host string
 	pid  int
 	ev   snapshot.Event
+	// yearless is the glog time of a line that printed no year (torchrun's agent,
+	// PyTorch's C++ logging): the job's other times give it its year (evaluate).
+	yearless logparse.Timestamp
 }
 
 // FileStat says what a file held.
@@ -603,6 +606,7 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 		return
 	}
 	te := torchEvent{rank: -1, task: -1, local: -1, ev: ev, host: string(l.Torch.Host), pid: l.Torch.PID}
+	fr.date(&te, l)
 	switch {
 	case l.LauncherFrom == logparse.RankFromJob:
 		te.rank = l.LauncherRank
@@ -615,6 +619,18 @@ func (fr *fileReader) torchLine(l *logparse.Line) {
 		te.task = l.Task
 	}
 	fr.keepTorch(te)
+}
+
+// date times a PyTorch or launcher event by its line's prefix, when it has one: a glog time
+// waits for its year (torchEvent.yearless).
+func (fr *fileReader) date(te *torchEvent, l *logparse.Line) {
+	switch {
+	case !l.HasTime:
+	case l.Time.Yearless():
+		te.yearless = l.Time
+	default:
+		te.ev.T = snapshot.Micros(l.Time.UnixMicro(fr.opts.Location, 0))
+	}
 }
 
 func (fr *fileReader) keepTorch(te torchEvent) {
