@@ -228,7 +228,9 @@ func witnessesFoldIntoTheirRoot(j *Job, cfg Config, fs *findings) {
 		var dead *Finding
 		for i := range kept {
 			k := &kept[i]
-			if hostLevel(k) || !on(k) {
+			if hostLevel(k) || !on(k) || diedLongAfter(k, &hf, cfg) {
+				// A death dated well after what the witness saw is not the one it saw
+				// (the launcher killed a rank that had left long before).
 				continue
 			}
 			switch {
@@ -638,11 +640,11 @@ func teardownFoldsIntoItsCause(_ *Job, _ Config, fs *findings) {
 	}
 	cause.addEvidence("%s", torn.Evidence())
 	kept := fs.crashes[:0]
-	for _, f := range fs.crashes {
-		if inTeardown(&f) && f.Key != cause.Key {
-			continue
+	for i := range fs.crashes {
+		// By identity: a cause of another kind may share a crash's key (both "rank:").
+		if f := &fs.crashes[i]; !inTeardown(f) || f == cause {
+			kept = append(kept, *f)
 		}
-		kept = append(kept, f)
 	}
 	fs.crashes = kept
 }

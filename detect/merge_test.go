@@ -1,10 +1,12 @@
 package detect
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
+	"github.com/ncclwatch/watchdog/snapshot"
 )
 
 // TestDeathsAfterTheRootCause: on real GPUs a hung job is killed by PyTorch's timeout or the
@@ -91,5 +93,63 @@ func TestAMismatchExplainsItsMembersAndTheSizes(t *testing.T) {
 	mismatchExplainsItsCommunicator(j, DefaultConfig(), &fs)
 	if len(fs.stalls) != 1 || fs.stalls[0].Key != other.Key || len(fs.rest) != 0 || len(fs.mism[0].Evidence) != 2 {
 		t.Fatalf("stalls %+v rest %+v mismatch evidence %v", fs.stalls, fs.rest, fs.mism[0].Evidence)
+	}
+}
+
+// The launcher kills a job after its root cause: the kills are one teardown line of that
+// root, whatever the root's kind, and no crash stands beside it (an order inversion or a
+// hang is keyed by its rank as the crash of that rank is: the fold goes by the finding, not
+// the key). A closure a survivor saw when the root left is that root's witness, never the
+// kill that came long after (pg_destroyed on one H200: the witness dated rank 2's kill and
+// made it a crash).
+func TestTheLaunchersKillsAreTheRootsTeardown(t *testing.T) {
+	cfg := DefaultConfig()
+	procs := make([]*Proc, 4)
+	for r := range procs {
+		procs[r] = &Proc{Process: snapshot.Process{Host: "node0", PID: 1000 + r, Rank: r, LocalRank: r}, Node: "node0"}
+	}
+	j := &Job{Procs: procs, Offline: true}
+	on := func(kind incident.Kind, r int, at time.Duration) Finding {
+		p := procs[r]
+		return Finding{Kind: kind, Severity: incident.SeverityCritical, Key: "rank:" + p.Key(), culpritKeys: []string{p.Key()},
+			Culprits: []incident.Culprit{p.Culprit()}, FaultAt: t0.Add(at), Summary: string(kind)}
+	}
+	killed := func() []Finding {
+		var out []Finding
+		for _, r := range []int{0, 1, 3, 2} {
+			out = append(out, on(incident.KindCrash, r, 30*time.Second+time.Duration(r)*50*time.Millisecond))
+		}
+		return out
+	}
+	undated := func(f Finding) Finding { f.FaultAt = time.Time{}; return f }
+	witness := Finding{Kind: incident.KindCrash, Severity: incident.SeverityCritical, witness: true, Key: "conn:node0",
+		Culprits: []incident.Culprit{{Rank: -1, Host: "node0"}}, FaultAt: t0.Add(12 * time.Second), Summary: "connection closed"}
+	for _, c := range []struct {
+		name string
+		fs   findings
+		want incident.Kind
+		rank int
+	}{
+		{"inversion", findings{inversions: []Finding{on(incident.KindOrderInversion, 2, 0)}, crashes: killed()}, incident.KindOrderInversion, 2},
+		{"undated inversion", findings{inversions: []Finding{undated(on(incident.KindOrderInversion, 2, 0))}, crashes: killed()},
+			incident.KindOrderInversion, 2},
+		{"mismatch", findings{mism: []Finding{on(incident.KindMismatch, 3, 10*time.Second)}, crashes: killed()}, incident.KindMismatch, 3},
+		{"frozen rank", findings{stalls: []Finding{on(incident.KindHang, 2, 10*time.Second)}, crashes: killed()}, incident.KindHang, 2},
+		{"left rank, witnessed", findings{stalls: []Finding{on(incident.KindHang, 2, 10*time.Second)},
+			crashes: append(killed(), witness)}, incident.KindHang, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := c.fs
+			for _, step := range mergeSteps {
+				step(j, cfg, &fs)
+			}
+			all := fs.all()
+			if len(all) != 1 || all[0].Kind != c.want || culpritRanks(all[0])[0] != c.rank {
+				t.Fatalf("want one %s, got %+v", c.want, all)
+			}
+			if !strings.Contains(strings.Join(all[0].Evidence, "\n"), teardownPrefix+"4 ranks") {
+				t.Fatalf("no teardown line: %q", all[0].Evidence)
+			}
+		})
 	}
 }
