@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes cases/ beside this file: small jobs whose fault is known, printed the way NCCL
 2.7-2.30 and launchers print them. Hosts, pids, addresses and pointers are made up."""
-import json, os, shutil, random
+import datetime, json, os, shutil, random
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases")
 random.seed(14)
@@ -592,6 +592,7 @@ def main():
     corpus3b()
     corpus4()
     corpus5()
+    corpus6()
 
 
 def field14c():
@@ -1381,6 +1382,72 @@ def corpus5():
     files["all_reduce_perf.out"] = ["gpu-node12: Test NCCL failure common.cu:1279 'remote process exited or there was a network error / NET/IB : mlx5_3:1 async fatal event on QP (0x7f1c2a0b1c40): local access violation work queue error'"]
     write("host_only_failure_line", files,
           {"exit": 1, "kind": "link", "host": "gpu-node12", "port": "mlx5_3:1", "findings": 1, "ranks": 4, "avoid_anywhere": ["pid 0"]})
+
+
+def stamped(lines, start, step_us):
+    """NCCL_DEBUG_TIMESTAMP_FORMAT='[%F %T.%6f] ' on each line, step_us apart from start."""
+    out = []
+    for i, l in enumerate(lines):
+        t = start + datetime.timedelta(microseconds=i * step_us)
+        out.append(t.strftime("[%Y-%m-%d %H:%M:%S.%f] ") + l if l else l)
+    return out
+
+
+def glog(level, t, tid, where, msg):
+    """glog's prefix as torchrun's agent prints it: month and day, no year."""
+    return "%s%s %d %s] %s" % (level, t.strftime("%m%d %H:%M:%S.%f"), tid, where, msg)
+
+
+def corpus6():
+    """A job the launcher killed at the end, its console timed by glog (month and day, no
+    year): the deaths are the teardown of the root, one line of its evidence, not a crash
+    per rank."""
+    api = "torch/distributed/elastic/multiprocessing/api.py:882"
+
+    # 93. Four ranks on one host; rank 2 freezes (SIGSTOP) after collective 40 just before
+    # midnight on new year's eve, and its peers wait in 41. 25 s later torchrun kills all
+    # four (exit -9, within 200 ms, after midnight: the glog time is in the new year). One
+    # hang naming rank 2; the four kills are its teardown.
+    ps = [P("dgx-a07", 51200 + r, r, r, 4, "10.10.4.7", version="2.27.3+cuda12.9", commid="0x3c9e1f2a7b6d5e40", net="Socket")
+          for r in range(4)]
+    start = datetime.datetime(2025, 12, 31, 23, 59, 20)
+    files = {}
+    for p in ps:
+        files["nccl.%s.%d.log" % (p.host, p.pid)] = stamped(p.init() + p.colls(0, 40 if p.rank == 2 else 41), start, 250000)
+    kill = datetime.datetime(2026, 1, 1, 0, 0, 2, 756592)
+    con = []
+    for i, r in enumerate((0, 1, 3, 2)):
+        con.append(glog("E", kill + datetime.timedelta(milliseconds=50 * i), 461, api,
+                        "failed (exitcode: -9) local_rank: %d (pid: %d) of binary: python3" % (r, ps[r].pid)))
+    files["stdout.log"] = con
+    write("launcher_kills_frozen_rank_glog", files,
+          {"exit": 1, "kind": "hang", "rank": 2, "host": "dgx-a07", "findings": 1,
+           "say": ["stopped issuing collectives"], "avoid": ["died", "killed"]})
+
+    # 94. Rank 2 destroys its communicators after collective 40 and stays alive; its peers
+    # see their connections to it closed at once ("Connection closed by remote peer") and
+    # wait in 41. 15 s later torchrun kills all four: the closures witnessed rank 2 leaving,
+    # not the kill that came long after. One hang naming rank 2.
+    ps = [P("dgx-a08", 61300 + r, r, r, 4, "10.10.4.8", version="2.27.3+cuda12.9", commid="0x4d0f2a3b8c7e6f51", net="Socket")
+          for r in range(4)]
+    start = datetime.datetime(2026, 3, 9, 14, 2, 0)
+    left = start + datetime.timedelta(seconds=20)
+    files = {}
+    for p in ps:
+        L = stamped(p.init() + p.colls(0, 40 if p.rank == 2 else 41), start, 250000)
+        if p.rank == 2:
+            L += stamped(p.destroy(), left, 1)
+        else:
+            L += stamped(p.warn("misc/socket.cc:72", "socketProgress: Connection closed by remote peer localhost<%d>" % (37700 + p.rank), tid=p.pid + 70)[1:] +
+                         p.crumbs("misc/socket.cc:845", "transport/net_socket.cc:557", "transport/net.cc:1508", tid=p.pid + 70),
+                         left + datetime.timedelta(milliseconds=5), 10)
+        files["nccl.%s.%d.log" % (p.host, p.pid)] = L
+    kill = left + datetime.timedelta(seconds=15)
+    files["stdout.log"] = [glog("E", kill + datetime.timedelta(milliseconds=40 * i), 771, api,
+                                "failed (exitcode: -9) local_rank: %d (pid: %d) of binary: python3" % (r, ps[r].pid))
+                           for i, r in enumerate((0, 2, 3, 1))]
+    write("left_rank_killed_with_job_glog", files,
+          {"exit": 1, "kind": "hang", "rank": 2, "host": "dgx-a08", "findings": 1, "avoid": ["died"]})
 
 
 if __name__ == "__main__":
