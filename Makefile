@@ -228,9 +228,10 @@ helm-check: $(HELM)
 	    diff -u deploy/kubernetes/$$f $$tmp/$$f || { echo "deploy/kubernetes/$$f is stale: run make k8s-manifests"; exit 1; }; done; \
 	  echo "helm lint, helm template: ok; deploy/kubernetes is up to date"'
 	@# Every render decoded strictly into the Kubernetes types, Pod Security levels checked;
-	@# values.schema.json refuses typos and wrong types; the PDB only with 2+ replicas.
+	@# values.schema.json refuses typos and wrong types; the PDB only with 2+ replicas; the
+	@# node actions' ClusterRole is exactly what they call.
 	NCCLWATCH_HELM=$(abspath $(HELM)) $(GO) test -count=1 \
-	  -run '^(TestKubernetesManifests|TestStrictDecoding|TestValuesSchema|TestPodDisruptionBudgetOnlyWithReplicas|TestSidecarCredentials)$$' ./deploy/
+	  -run '^(TestKubernetesManifests|TestStrictDecoding|TestValuesSchema|TestPodDisruptionBudgetOnlyWithReplicas|TestSidecarCredentials|TestNodeActionsRBAC)$$' ./deploy/
 
 # deploy/kubernetes/*.yaml are the chart rendered with values-production.yaml (without the
 # Job that removes the per-job roles at helm uninstall: plain manifests have no hooks).

@@ -31,6 +31,8 @@ func TestValuesSchema(t *testing.T) {
 		{"detector.logLevel=verbose", "/detector/logLevel"},
 		{"sidecar.leaseTTL=10", "/sidecar/leaseTTL"},
 		{"profilerPlugin.ncclDebug=TRACE", "/profilerPlugin/ncclDebug"},
+		{"detector.config.fleet.actions.kubernetes.taint=yes", "/detector/config/fleet/actions/kubernetes/taint"},
+		{"detector.config.fleet.actions.kubernetes.taints=true", "additional properties 'taints' not allowed"},
 	} {
 		out, err := helmTemplateErr(t, "--set", c.set)
 		if err == nil || !strings.Contains(out, c.says) {

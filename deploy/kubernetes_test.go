@@ -22,6 +22,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -65,7 +66,8 @@ var manifestSets = []manifestSet{
 		"monitoring.prometheusRule.enabled=true,etcd.tls.enabled=true,etcd.tls.certManager.enabled=true,etcd.tls.certManager.issuerRef.name=ca," +
 		"etcd.auth.user=u,etcd.auth.passwordSecret.name=pw,etcd.auth.root.passwordSecret.name=root,sidecar.jobs={a,b}," +
 		"detector.podLabels.team=ml,detector.podLabels.app\\.kubernetes\\.io/name=other,detector.podAnnotations.note=x," +
-		"profilerPlugin.enabled=true,profilerPlugin.ncclDebug=INFO,profilerPlugin.dir=/usr/lib/nccl-plugins/,profilerPlugin.regionDir=/dev/ncclwatch"},
+		"profilerPlugin.enabled=true,profilerPlugin.ncclDebug=INFO,profilerPlugin.dir=/usr/lib/nccl-plugins/,profilerPlugin.regionDir=/dev/ncclwatch," +
+		"detector.config.fleet.actions.kubernetes.taint=true,detector.config.fleet.actions.kubernetes.condition=true"},
 		ncclDebug: "INFO", pluginMode: true},
 	{name: "shared sidecar role, Secrets of your own", args: []string{"--set", "examplePod.enabled=true,etcd.endpoints[0]=https://e:2379," +
 		"etcd.tls.enabled=true,etcd.tls.secretPrefix=etcd-,etcd.auth.user=ncclwatch-detector,etcd.auth.passwordSecret.name=pw," +
@@ -156,7 +158,7 @@ var (
 func newScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme,
-		policyv1.AddToScheme, monitoringv1.AddToScheme, certmanagerv1.AddToScheme} {
+		policyv1.AddToScheme, rbacv1.AddToScheme, monitoringv1.AddToScheme, certmanagerv1.AddToScheme} {
 		if err := add(s); err != nil {
 			panic(err)
 		}
@@ -332,6 +334,7 @@ func checkManifests(t *testing.T, set manifestSet, objs []object) {
 		}
 	}
 	checkCredentials(t, objs, configMaps)
+	checkRBAC(t, objs)
 	// The training container gets exactly the NCCL settings the docs name.
 	nccl, ok := configMaps["ncclwatch-nccl"]
 	if !ok {

@@ -116,8 +116,18 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 				continue
 			}
 		}
-		seen[f.Key] = true
 		t := j.open[f.Key]
+		if t == nil {
+			// A link seen more precisely (a pair, then the NIC of one end) is the same root.
+			t = j.refined(f)
+		}
+		if t != nil && seen[t.key] {
+			continue
+		}
+		seen[f.Key] = true
+		if t != nil {
+			seen[t.key] = true
+		}
 		if t == nil {
 			if t = j.reopen(f, now, l.RecurWithin); t != nil {
 				notify = append(notify, t.inc)
@@ -146,7 +156,7 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 		} else {
 			t.vague = f.vague
 		}
-		next.ID, next.Revision, next.LastSeen, next.Episodes = prev.ID, prev.Revision, now, prev.Episodes
+		next.ID, next.Revision, next.LastSeen, next.Episodes, next.Key = prev.ID, prev.Revision, now, prev.Episodes, prev.Key
 		if next.FaultAt.IsZero() || (!prev.FaultAt.IsZero() && prev.FaultAt.Before(next.FaultAt)) {
 			next.FaultAt = prev.FaultAt
 		}
@@ -213,6 +223,41 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 	sortIncidents(notify)
 	sortIncidents(store)
 	return notify, store
+}
+
+// refined is the open link incident a link finding refines: one whose ends contain the
+// finding's, or are contained in them (a slow pair, then the NIC of one end; a NIC, then one
+// of its pairs), nil when none. Link roots are found piecewise as their measurements fill;
+// the incident of the first view is the root's.
+func (j *jobIncidents) refined(f *Finding) *tracked {
+	if f.Kind != incident.KindLink || len(f.Culprits) == 0 {
+		return nil
+	}
+	ends := func(cs []incident.Culprit) map[string]bool {
+		m := map[string]bool{}
+		for _, c := range cs {
+			m[c.Host+":"+strconv.Itoa(c.PID)+":"+strconv.Itoa(c.Rank)+":"+c.Port] = true
+		}
+		return m
+	}
+	within := func(a, b map[string]bool) bool {
+		for k := range a {
+			if !b[k] {
+				return false
+			}
+		}
+		return true
+	}
+	mine := ends(f.Culprits)
+	for _, t := range j.open {
+		if t.inc.Kind != incident.KindLink || len(t.inc.Culprits) == 0 {
+			continue
+		}
+		if theirs := ends(t.inc.Culprits); within(mine, theirs) || within(theirs, mine) {
+			return t
+		}
+	}
+	return nil
 }
 
 // reopen continues the incident of a root resolved within `within` as its next episode:

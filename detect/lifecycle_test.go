@@ -154,3 +154,29 @@ func TestOneRootKeepsItsWorstKind(t *testing.T) {
 		t.Fatalf("kinds %v, want %v", kinds, want)
 	}
 }
+
+// A link root is found piecewise: a slow pair, then the NIC of one end, is one incident (live
+// on one H200, a slow NIC paged as the pair and again as the NIC); another pair is another.
+func TestALinkSeenMorePreciselyIsOneIncident(t *testing.T) {
+	l := NewLifecycle(5 * time.Second)
+	end := func(r int) incident.Culprit { return incident.Culprit{Rank: r, Host: "vm", PID: 100 + r} }
+	link := func(key string, ends ...int) Finding {
+		f := Finding{Kind: incident.KindLink, Severity: incident.SeverityWarning, Key: key, Summary: key}
+		for _, r := range ends {
+			f.Culprits = append(f.Culprits, end(r))
+		}
+		return f
+	}
+	l.Update("j", []Finding{link("link:pair:0->1", 0, 1)}, t0)
+	l.Update("j", []Finding{link("link:nic:0", 0)}, t0.Add(time.Second))
+	l.Update("j", []Finding{link("link:nic:0", 0), link("link:pair:2->3", 2, 3)}, t0.Add(2*time.Second))
+	incs := l.Incidents("j")
+	if len(incs) != 2 {
+		t.Fatalf("incidents %+v", incs)
+	}
+	for _, inc := range incs {
+		if inc.State != incident.StateOpen {
+			t.Fatalf("%s %s", inc.Key, inc.State)
+		}
+	}
+}

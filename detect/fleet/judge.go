@@ -2,10 +2,8 @@ package fleet
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
@@ -363,28 +361,6 @@ func Aggregate(records []*JobRecord, incidents []*NodeIncident, now time.Time, c
 	return v
 }
 
-// PoissonTail is P(X >= k) for X ~ Poisson(lambda).
-func PoissonTail(k int, lambda float64) float64 {
-	if k <= 0 {
-		return 1
-	}
-	if lambda <= 0 {
-		return 0
-	}
-	// Sum the terms from k upwards (in log space: k may be large); they fall fast once
-	// i > lambda.
-	sum := 0.0
-	for i := k; i < k+1000; i++ {
-		lg, _ := math.Lgamma(float64(i + 1))
-		t := math.Exp(float64(i)*math.Log(lambda) - lambda - lg)
-		sum += t
-		if float64(i) > lambda && t < sum*1e-12 {
-			break
-		}
-	}
-	return min(sum, 1)
-}
-
 // Judge decides the node incidents at now from the view's evidence: it returns those that
 // open, change (a new job's evidence) or resolve, with their revisions advanced. open
 // holds the node incidents stored so far (open and resolved), by part key.
@@ -470,49 +446,6 @@ func Judge(v *View, stored map[string]*NodeIncident, now time.Time, cfg Config) 
 	return out
 }
 
-// pValue is how likely the part's roots are by chance, class by class, at the rate the
-// rest of the fleet shows for each class (the part's own roots left out, so that a bad
-// part does not raise the bar it is judged against) over its node's exposure: the
-// smallest over its classes, times their number.
-func (v *View) pValue(pv *PartView) float64 {
-	e := 0.0
-	for _, r := range v.records {
-		if s := r.nodes[pv.Part.Node]; s != nil {
-			e += prorate(s, v.At.Add(-v.Window), v.At)
-		}
-	}
-	best := 1.0
-	for class, n := range pv.ByClass {
-		others := -n
-		for _, o := range v.parts {
-			if o.Part.Kind == pv.Part.Kind {
-				others += o.ByClass[class]
-			}
-		}
-		if pv.Part.Kind == PartLink {
-			// A link root is booked at both ends, and a node collects ends as either: the
-			// rate is of ends, less the far ends of this node's own.
-			others -= n
-		}
-		lambda := 0.0
-		if others > 0 && v.ExposureHours > e {
-			lambda = float64(others) * e / (v.ExposureHours - e)
-		}
-		best = min(best, PoissonTail(n, lambda))
-
-	}
-	return min(1, best*float64(len(pv.ByClass)))
-}
-
-// cleanHours is the node's exposure after t (prorated), from the records behind the view.
-func (v *View) cleanHours(node string, t, now time.Time) float64 {
-	h := 0.0
-	for _, r := range v.records {
-		h += r.exposureIn(node, t, now)
-	}
-	return h
-}
-
 func sortedKeys(m map[string]*NodeIncident) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -520,122 +453,4 @@ func sortedKeys(m map[string]*NodeIncident) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// qualifies: enough independent evidence. Roots in MinJobs jobs, or RepeatInJob roots in
-// one job where the cause does not depend on the job; a node's links must have failed
-// with two peers at least (else the peer may be the bad end).
-func qualifies(p Part, jobs []JobEvidence, cfg Config) bool {
-	if len(jobs) == 0 {
-		return false
-	}
-	if p.Kind == PartLink {
-		peers := map[string]bool{}
-		for _, j := range jobs {
-			for _, pe := range j.Peers {
-				peers[pe] = true
-			}
-		}
-		if len(peers) < 2 {
-			return false
-		}
-	}
-	if len(jobs) >= cfg.MinJobs {
-		return true
-	}
-	for _, j := range jobs {
-		if j.sameJob && j.Roots >= cfg.RepeatInJob {
-			return true
-		}
-	}
-	return false
-}
-
-func evidenceSince(jobs []JobEvidence, since time.Time) []JobEvidence {
-	var out []JobEvidence
-	for _, j := range jobs {
-		if since.IsZero() || j.Last.After(since) {
-			out = append(out, j)
-		}
-	}
-	return out
-}
-
-func rootsOf(jobs []JobEvidence) int {
-	n := 0
-	for _, j := range jobs {
-		n += j.Roots
-	}
-	return n
-}
-
-func causeOf(jobs []JobEvidence) incident.Cause {
-	counts := map[incident.Cause]int{}
-	best := incident.CauseUnknown
-	for _, j := range jobs {
-		for _, c := range j.Causes {
-			counts[c]++
-			if counts[c] > counts[best] || (counts[c] == counts[best] && c < best) {
-				best = c
-			}
-		}
-	}
-	return best
-}
-
-func culpritOf(p Part) incident.Culprit {
-	c := incident.Culprit{Rank: -1, Host: p.Node}
-	switch p.Kind {
-	case PartGPU:
-		c.GPU = p.ID
-	case PartNIC:
-		c.Port = p.ID
-	}
-	return c
-}
-
-// describe fills an incident's summary and evidence from the part's evidence per job.
-func describe(inc incident.Incident, pv *PartView, jobs []JobEvidence, now time.Time) incident.Incident {
-	var lost time.Duration
-	for _, j := range jobs {
-		lost += j.Lost
-	}
-	share := ""
-	if pv.Expected > 0 {
-		share = fmt.Sprintf(", %.0f× its share of the fleet's roots", float64(pv.Roots)/pv.Expected)
-	}
-	inc.Summary = fmt.Sprintf("%s was the root in %d job(s) (%d incidents, %s of job time lost)%s",
-		pv.Part, len(jobs), rootsOf(jobs), lost.Round(time.Second), share)
-	inc.Evidence = inc.Evidence[:0:0]
-	for i, j := range jobs {
-		if i == 8 {
-			inc.Evidence = append(inc.Evidence, fmt.Sprintf("... and %d more job(s)", len(jobs)-i))
-			break
-		}
-		line := fmt.Sprintf("job %s: %d root(s), %s lost, %s to %s, incidents %s", j.Job, j.Roots, j.Lost.Round(time.Second),
-			j.First.UTC().Format(time.RFC3339), j.Last.UTC().Format(time.RFC3339), strings.Join(j.Incidents, ", "))
-		if len(j.Causes) > 0 {
-			cs := make([]string, len(j.Causes))
-			for k, c := range j.Causes {
-				cs[k] = string(c)
-			}
-			line += " (" + strings.Join(cs, ", ") + ")"
-		}
-		if len(j.Peers) > 0 {
-			line += "; peers " + strings.Join(j.Peers, ", ")
-		}
-		inc.Evidence = append(inc.Evidence, line)
-	}
-	inc.LastSeen = now
-	inc.Victims = len(jobs)
-	return inc
-}
-
-func shortHash(s string) string {
-	var h uint32 = 2166136261
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return fmt.Sprintf("%08x", h)
 }

@@ -78,8 +78,6 @@ type cluster struct {
 	replicas map[string]*replica
 	frozen   map[string]*freezer
 	regs     map[string]*prometheus.Registry
-	// alerts, when set, makes each replica's alerts (a real dispatcher) instead of rec.
-	alerts func(id string, cli *clientv3.Client) func(prometheus.Registerer) (Alerts, error)
 }
 
 func newCluster(t *testing.T, ids ...string) *cluster {
@@ -114,9 +112,6 @@ func (c *cluster) start(id string) *replica {
 	f := &freezer{}
 	reg := prometheus.NewRegistry()
 	newAlerts := func(prometheus.Registerer) (Alerts, error) { return c.rec.as(id), nil }
-	if c.alerts != nil {
-		newAlerts = c.alerts(id, cli)
-	}
 	d, err := New(Options{Client: cli, Rules: detect.DefaultConfig(), Interval: 200 * time.Millisecond,
 		ResolveAfter: time.Second, LeaseTTL: 2 * time.Second, ID: id, Logger: slog.New(slog.DiscardHandler),
 		Registerer: reg, hooks: f.hooks(),

@@ -217,3 +217,16 @@ NCCLWATCH_PROFILER_DIR: {{ .Values.profilerPlugin.regionDir }}
 {{- define "ncclwatch.pluginPath" -}}
 {{- printf "%s/libnccl-profiler-ncclwatch.so" (trimSuffix "/" .Values.profilerPlugin.dir) -}}
 {{- end -}}
+
+{{/* The Kubernetes node actions of node incidents the detector takes with its own service
+account (detector.config.fleet.actions.kubernetes: taint, condition), space-separated;
+empty when none is on, or when api_server or token_file point the actions at another
+identity. Each one on gets its RBAC and the pod its token; none, neither. */}}
+{{- define "ncclwatch.nodeActions" -}}
+{{- $k := dig "fleet" "actions" "kubernetes" dict .Values.detector.config | default dict -}}
+{{- if not (or (get $k "api_server") (get $k "token_file")) -}}
+{{- $on := list -}}
+{{- range $a := list "taint" "condition" }}{{ if get $k $a }}{{ $on = append $on $a }}{{ end }}{{ end -}}
+{{- join " " $on -}}
+{{- end -}}
+{{- end -}}
