@@ -89,7 +89,7 @@ func EventOf(l *Line, ts int64) (e snapshot.Event, ok bool) {
 		e.Detail = ""
 	case KindTorchLagging:
 		e.Ranks, _ = frRanks(l.Text, "")
-		e.Detail = string(l.Detail)
+		e.Detail = laggingWords(l.Detail, l.Code)
 	case KindTorchBarrier:
 		e.Ranks, e.Code = frRanks(l.Text, "")
 		if len(l.Detail) > 0 {

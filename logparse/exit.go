@@ -75,7 +75,7 @@ func parseLagging(b []byte, l *Line) {
 			return
 		}
 		list = b[i+len("ranks ["):]
-		l.Detail = bytesOf("never joined any collective")
+		l.Detail = bytesOf(laggingNeverTag)
 	case contains(b, laggingUnfinish):
 		i := bytes.LastIndexByte(b[:index(b, laggingUnfinish)], '[')
 		if i < 0 {
@@ -83,7 +83,7 @@ func parseLagging(b []byte, l *Line) {
 		}
 		list = b[i+1:]
 		l.Code = int(keyValue(b, "finish collective #"))
-		l.Detail = bytesOf("joined but did not finish collective")
+		l.Detail = bytesOf(laggingUnfinishedTag)
 	case contains(b, laggingNotNext) && contains(b, "] finished collective #"):
 		i := bytes.LastIndexByte(b[:index(b, "] finished collective #")], '[')
 		if i < 0 {
@@ -91,7 +91,7 @@ func parseLagging(b []byte, l *Line) {
 		}
 		list = b[i+1:]
 		l.Code = int(keyValue(b, laggingNotNext[2:]))
-		l.Detail = bytesOf("finished the collective before it but did not join collective")
+		l.Detail = bytesOf(laggingNotJoinedTag)
 	default:
 		return
 	}
@@ -103,9 +103,25 @@ func parseLagging(b []byte, l *Line) {
 	l.Fatal = true
 	l.Msg = trimSpace(b)
 	l.Text = list[:end]
-	if l.Code > 0 {
-		l.Detail = strconv.AppendInt(append(l.Detail[:len(l.Detail):len(l.Detail)], " #"...), int64(l.Code), 10)
+}
+
+// The desync report's three verdicts, as short tags in Line.Detail (no field is longer than
+// its line, however short), worded by laggingWords when the line becomes an event.
+const (
+	laggingNeverTag      = "never"
+	laggingUnfinishedTag = "unfinished"
+	laggingNotJoinedTag  = "not joined"
+)
+
+// laggingWords is a desync verdict in words, with the collective it names.
+func laggingWords(tag []byte, code int) string {
+	w := map[string]string{laggingNeverTag: "never joined any collective",
+		laggingUnfinishedTag: "joined but did not finish collective",
+		laggingNotJoinedTag:  "finished the collective before it but did not join collective"}[string(tag)]
+	if code > 0 {
+		w += " #" + strconv.Itoa(code)
 	}
+	return w
 }
 
 // parseBarrier reads a monitored barrier's "[Rank 0]: Ranks 1, 3 failed to pass

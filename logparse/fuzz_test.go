@@ -39,6 +39,7 @@ func seedLines(f *testing.F) [][]byte {
 		"2024-02-03 12:05:06.007 +08:00 [2024-02-03 04:05:05] gpu7:4242:4242 [2] NCCL INFO Using network IB",
 		"[pod/trainer-0/main] gpu7:4242:4242 [2] NCCL INFO Using network IB",
 		"[rank0]:\t - To our best knowledge, ranks [3, 7] are the lagging ranks that caused this timeout. They never joined any collectives",
+		"[A] finished collective #, but didn't join collective #", // a short line once gave a Detail longer than itself
 		"[rank0]:\t   - [3] joined but didn't finish collective #41 (count from 1)",
 		"[rank0]:\t     [0, 1, 2] finished collective #41, but didn't join collective #42 (count from 1)",
 		"2026-03-02 11:07:41 [rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 5",
