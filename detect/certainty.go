@@ -28,15 +28,18 @@ func gradeWaits(j *Job, cfg HangConfig, fs []Finding) {
 	if j.Offline {
 		return
 	}
-	procs := map[string]*Proc{}
-	for _, p := range j.Procs {
-		procs[p.Key()] = p
-	}
+	var procs map[string]*Proc // built for the first wait to grade: most evaluations have none
 	window := cfg.PageWindow(j.Ledger.LongestPause())
 	for i := range fs {
 		f := &fs[i]
 		if f.Severity != incident.SeverityCritical || (f.Kind != incident.KindHang && f.Kind != incident.KindStuckInFlight) {
 			continue
+		}
+		if procs == nil {
+			procs = make(map[string]*Proc, len(j.Procs))
+			for _, p := range j.Procs {
+				procs[p.Key()] = p
+			}
 		}
 		if certain(f, procs) || f.FaultAt.IsZero() {
 			continue

@@ -17,7 +17,10 @@ import (
 // (within nodeTogether) into one finding per node, led by its lowest rank's, keyed by the
 // node. Two ranks of a node that stopped apart are two roots.
 func foldNodeRoots(j *Job, roots []Finding) []Finding {
-	procs := map[string]*Proc{}
+	if len(roots) < 2 {
+		return roots
+	}
+	procs := make(map[string]*Proc, len(j.Procs))
 	for _, p := range j.Procs {
 		procs[p.Key()] = p
 	}
