@@ -97,9 +97,6 @@ type measuredSample struct {
 	queue int64 // µs its kernels start after issue, beyond its peers'
 	// spread is how far its peers' own kernel times lie apart (µs): their jitter.
 	spread int64
-	// waited is how much longer its kernels of another communicator ran than its peers'
-	// there (µs per op): what it waited for first, in stream order.
-	waited int64
 }
 
 func (gl *groupLedger) keyOf(k string) int32 {

@@ -45,8 +45,7 @@ func (l *Ledger) observeMeasured(j *Job, sc SlowdownConfig) {
 				continue
 			}
 			s := measuredSample{at: j.Now, group: g.ID, late: late, queue: self.t.Queue - median(queue),
-				share: float64(self.t.N*late) / float64(self.t.Window), spread: slices.Max(busy) - slices.Min(busy),
-				waited: waitedBehind(self.m.Proc, g.ID, j)}
+				share: float64(self.t.N*late) / float64(self.t.Window), spread: slices.Max(busy) - slices.Min(busy)}
 			k := self.m.Proc.Key()
 			h := l.measured[k]
 			if n := len(h); n > 0 && h[n-1].at.Equal(j.Now) {
@@ -107,22 +106,18 @@ func (l *Ledger) endedWithin(key string, now time.Time, within time.Duration) bo
 // for someone. The GPU runs a process's collectives in stream order, so a rank whose kernel
 // of another communicator waited starts this one late: it looks late here only because it
 // waited there, and is a waiter, never a root.
-func waitedBehind(p *Proc, except string, j *Job) int64 {
+func waitedBehind(p *Proc, except string, groups map[string]*Group) int64 {
 	var most int64
 	for i := range p.Comms {
 		c := &p.Comms[i]
-		if c.ID == except || c.Done == nil || c.Done.Timing == nil || c.Done.Timing.N == 0 {
+		g := groups[c.ID]
+		if c.ID == except || g == nil || c.Done == nil || c.Done.Timing == nil || c.Done.Timing.N == 0 {
 			continue
 		}
 		var peers []int64
-		for _, g := range j.Groups {
-			if g.ID != c.ID {
-				continue
-			}
-			for _, m := range g.Members {
-				if d := m.Comm.Done; m.Proc != p && d != nil && d.Timing != nil && d.Timing.N > 0 {
-					peers = append(peers, d.Timing.Busy)
-				}
+		for _, m := range g.Members {
+			if d := m.Comm.Done; m.Proc != p && d != nil && d.Timing != nil && d.Timing.N > 0 {
+				peers = append(peers, d.Timing.Busy)
 			}
 		}
 		if len(peers) > 0 {
@@ -171,7 +166,7 @@ func (l *Ledger) measuredRoots(j *Job, sc SlowdownConfig, procs map[string]*Proc
 			// (jitter at the threshold is nobody's); then kept while above half the share.
 			continue
 		}
-		if 2*m.waited >= m.late {
+		if 2*waitedBehind(p, m.group, groups) >= m.late {
 			continue // its GPU reached this op late because it waited in another communicator's op first
 		}
 		if l.arrivedLate(k, j.Now, stallEcho, sc) || l.endedWithin(k, j.Now, stallEcho) {
