@@ -21,7 +21,7 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		HangConfig:       HangConfig{HangFloor: 10 * time.Second, HangK: 4, PageAfter: 30 * time.Second, PauseK: 3},
+		HangConfig:       HangConfig{HangFloor: 10 * time.Second, HangK: 4, PageAfter: 30 * time.Second, PauseK: 3, AbandonedAfter: 2 * time.Second},
 		CompletionConfig: CompletionConfig{CompletionFloor: 2 * time.Second, CompletionK: 10},
 		SlowdownConfig: SlowdownConfig{SlowdownShare: 0.10, SlowdownSteps: 20, SlowdownWarmupSteps: 3, MeasuredMinOps: 8,
 			SlowLinkFactor: 3, SlowLinkMinSteps: 32},

@@ -91,6 +91,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	for _, step := range mergeSteps {
 		step(j, cfg, &fs)
 	}
+	deathsOfPeersWait(j, cfg, &fs)
 	r := Result{Findings: fs.all(), Notes: timingNotes(timing), Paused: hangs.Paused}
 	gradeWaits(j, cfg.HangConfig, r.Findings)
 	if knowledgeErr != nil {

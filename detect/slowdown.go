@@ -152,8 +152,8 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 		g := groups[id]
 		gl := l.groups[id]
 		share, now, base, since := gl.slowedSteps(sc)
-		if g == nil || share < sc.SlowdownShare || share <= best.share || gl.lateShare(since, sc) >= sc.SlowdownShare/2 {
-			continue // not slower, or someone arrives late: the accounting names them
+		if g == nil || share < sc.SlowdownShare || share <= best.share || gl.lateShare(since, sc) >= share/2 {
+			continue // not slower, or late arrivals are most of it: the accounting names them
 		}
 		best.g, best.share, best.now, best.base, best.since = g, share, now, base, since
 	}
