@@ -27,6 +27,9 @@ type SlowdownConfig struct {
 	MeasuredMinOps      int     `yaml:"measured_min_ops"`
 	SlowLinkFactor      float64 `yaml:"slow_link_factor"`
 	SlowLinkMinSteps    int     `yaml:"slow_link_min_steps"`
+	// CPUStarvedPct: a rank whose threads wait this much of a core for a CPU (and three
+	// times the job's median) is starved of CPU by its host (cpustarve.go); 0 turns it off.
+	CPUStarvedPct float64 `yaml:"cpu_starved_pct"`
 }
 
 // Timing says whether arrival times can be trusted for lag claims.
@@ -106,6 +109,10 @@ func Slowdowns(j *Job, cfg Config, timing Timing) []Finding {
 	}
 	out = append(out, led.measuredRoots(j, sc, procs, groups, onLinks, out)...)
 	for _, l := range links {
+		if f, ok := l.starvedHost(j, sc); ok {
+			out = append(out, f)
+			continue
+		}
 		out = append(out, l.finding(j))
 	}
 	if timing == TimingOK {
@@ -176,6 +183,10 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 			suspects = append(suspects, m.Proc)
 			why = append(why, w)
 			f.Cause = c
+		} else if pct, others, ok := starvation(j, sc, m.Proc); ok {
+			suspects = append(suspects, m.Proc)
+			why = append(why, starvedWords(pct, others))
+			f.Cause = incident.CauseHostSlow
 		}
 	}
 	if gpu, on := oneGPU(j, suspects); gpu != nil && len(suspects) > 1 {

@@ -359,6 +359,23 @@ func TestSlowLinks(t *testing.T) {
 	if len(fs) != 2 || fs[0].Kind != incident.KindLink || len(fs[0].Culprits) != 2 {
 		t.Fatalf("%+v", fs)
 	}
+	// Rank 1's sends are slow and its threads wait for a CPU: its host starves it, the
+	// network is not at fault. Starvation every rank shares names nobody.
+	starved := ring(2000, 1)
+	for _, p := range starved.Procs {
+		p.Stat, p.RunqPct = snapshot.SchedRunning, 2
+	}
+	starved.Procs[1].RunqPct = 45
+	f = only(t, Slowdowns(starved, cfg, TimingOK), incident.KindStraggler)
+	if got := culpritRanks(f); len(got) != 1 || got[0] != 1 || f.Cause != incident.CauseHostSlow || !strings.Contains(f.Summary, "starved of CPU") {
+		t.Fatalf("culprits %v cause %s: %s", got, f.Cause, f.Summary)
+	}
+	for _, p := range starved.Procs {
+		p.RunqPct = 45
+	}
+	if f = only(t, Slowdowns(starved, cfg, TimingOK), incident.KindLink); f.Cause != incident.CauseLink {
+		t.Fatalf("cause %s: %s", f.Cause, f.Summary)
+	}
 }
 
 // Live on one H100, a two-rank communicator's send steps from rank 3 to rank 2 took 857 µs
