@@ -108,13 +108,26 @@ func Slowdowns(j *Job, cfg Config, timing Timing) []Finding {
 		out = append(out, led.resolvedStalls(j, cfg.HangFloor, procs, out)...)
 	}
 	out = append(out, led.measuredRoots(j, sc, procs, groups, onLinks, out)...)
+	slowPairs := map[string]time.Time{}
 	for _, l := range links {
 		if f, ok := l.starvedHost(j, sc); ok {
 			out = append(out, f)
 			continue
 		}
-		out = append(out, l.finding(j))
+		f := l.finding(j)
+		if l.endpoint == nil && !j.Offline {
+			since, ok := led.pairSince[f.Key]
+			if !ok {
+				since = j.Now
+			}
+			slowPairs[f.Key] = since
+			if led.pairsSeen && j.Now.Sub(since) < pairHold {
+				continue
+			}
+		}
+		out = append(out, f)
 	}
+	led.pairSince, led.pairsSeen = slowPairs, true
 	if timing == TimingOK {
 		if f, ok := led.unattributed(j, sc, groups, out); ok {
 			out = append(out, f)
@@ -122,6 +135,11 @@ func Slowdowns(j *Job, cfg Config, timing Timing) []Finding {
 	}
 	return out
 }
+
+// pairHold is how long a slow pair stays slow, live, before it is named: a NIC shows as
+// several slow pairs within a second or two of its first, and is named as the NIC, not
+// first as the pair of it seen first (whose far end is only its peer).
+const pairHold = 3 * time.Second
 
 // unattributedQuiet is how long after a named root no unattributed slowdown is said.
 const unattributedQuiet = 30 * time.Second
