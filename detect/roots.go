@@ -22,11 +22,6 @@ type Hangs struct {
 	Paused     []string  // communicators where every rank is level and every GPU idle (live)
 }
 
-// All lists the findings.
-func (h Hangs) All() []Finding {
-	return append(append(append([]Finding(nil), h.Inversions...), h.Stalls...), h.Stuck...)
-}
-
 // FindHangs gathers the open waits from every edge producer (waits.go, inversion.go),
 // follows them to their roots and cycles, and says what each root did and why.
 func FindHangs(j *Job, cfg Config) Hangs {

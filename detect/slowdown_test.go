@@ -453,28 +453,6 @@ func TestUnattributedSlowdown(t *testing.T) {
 	}
 }
 
-func TestInstances(t *testing.T) {
-	p := timedRank(0, 30*time.Millisecond, time.Millisecond)
-	p.Comms[0].Done = &snapshot.Completion{Issued: 40, Started: 39, Done: 38,
-		InFlight: &snapshot.Flight{Op: snapshot.Op{Seq: 39, Op: "AllReduce"}, GPUStart: us(time.Second)}}
-	q := rank(1, 38, fakePeriod, 0, nil)
-	g := job(5*time.Second, p, q).Groups[0]
-	for _, c := range []struct {
-		seq                             int64
-		issued, started, done, measured [2]bool
-	}{
-		{38, [2]bool{true, true}, [2]bool{true, false}, [2]bool{true, false}, [2]bool{true, false}},
-		{39, [2]bool{true, false}, [2]bool{true, false}, [2]bool{false, false}, [2]bool{true, false}},
-		{41, [2]bool{false, false}, [2]bool{false, false}, [2]bool{false, false}, [2]bool{true, false}},
-	} {
-		for i, in := range g.Instances(c.seq) {
-			if in.Issued != c.issued[i] || in.Started != c.started[i] || in.Done != c.done[i] || in.Measured != c.measured[i] {
-				t.Errorf("seq %d member %d: %+v", c.seq, i, in)
-			}
-		}
-	}
-}
-
 // A two-rank communicator has no other link to compare with: its slow direction is judged
 // against its own speed before and the other direction now (the live 2-GPU run: rank 1's
 // sends limited by the shim went from 250 µs to 3.6 ms a step, rank 0's stayed at 230 µs).
