@@ -180,6 +180,7 @@ type Detector struct {
 	// How late the evaluations run: it widens every job's windows.
 	lastEval time.Time
 	evalLag  lagPeak
+	procLag  processLag // its own lock
 	// How fast etcd answers (its own lock).
 	etcdRTT etcdRoundTrips
 }
@@ -202,9 +203,10 @@ func New(opts Options) (*Detector, error) {
 // monitoring job), until ctx ends.
 func (d *Detector) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); d.watchLoop(ctx) }()
 	go func() { defer wg.Done(); d.termLoop(ctx) }()
+	go func() { defer wg.Done(); d.procLag.pulse(ctx) }()
 	wg.Wait()
 	return nil
 }
@@ -245,7 +247,7 @@ func (d *Detector) evaluate(ctx context.Context, t *term, alerts Alerts) {
 		d.evalLag.observe(start, max(0, start.Sub(d.lastEval)-d.opts.Interval))
 	}
 	d.lastEval = start
-	evalLag := d.evalLag.worst(start)
+	evalLag := max(d.evalLag.worst(start), d.procLag.worst(start))
 	d.m.evalLag.Set(evalLag.Seconds())
 	etcd := d.etcdRTT.judge(start, d.opts.EtcdSlowFor/3, d.opts.EtcdSlow)
 	d.m.etcdP99.Set(etcd.p99.Seconds())

@@ -38,7 +38,7 @@ func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
 	m.evalTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ncclwatch_detector_evaluation_seconds",
 		Help: "Time to evaluate every job once.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)})
 	m.evalLag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_evaluation_lag_seconds",
-		Help: "Worst lateness of the detector's evaluations over the last 30 s (a starved or slowed detector): every job's windows are widened by it."})
+		Help: "Worst lateness of the detector's evaluations, or of the process itself (paused or starved), over the last 30 s: every job's windows are widened by it."})
 	m.nodes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_nodes_tracked", Help: "Nodes of every job whose snapshots the detector holds (every replica holds them all)."})
 	m.ranks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_ranks_tracked", Help: "Rank processes of the jobs this replica owns and judges (sum over replicas for all)."})
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_leader", Help: "1 on the replica that leads: it judges the watchdog's own monitoring job (each replica judges the jobs it owns)."})
