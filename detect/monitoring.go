@@ -22,6 +22,22 @@ func Monitoring(j *Job) []Finding {
 	return []Finding{f}
 }
 
+// KeyEtcdSlow is the key of the incident that says etcd answers, but slowly.
+const KeyEtcdSlow = "monitoring:etcd-slow"
+
+// EtcdSlow reports an etcd that answers too slowly for the watchdog to see in time: the
+// detector's round trips to it (its probes, reads and writes) had a p99 of p99, above
+// threshold, since since. Snapshots reach the detector and incidents reach etcd that much
+// later: the watchdog's trouble, not the jobs'.
+func EtcdSlow(p99, threshold time.Duration, roundTrips int, window time.Duration, since time.Time) []Finding {
+	f := Finding{Kind: incident.KindMonitoring, Severity: incident.MonitoringSeverity, Key: KeyEtcdSlow,
+		Culprits: []incident.Culprit{}, FaultAt: since}
+	f.Summary = fmt.Sprintf("the watchdog cannot see in time: etcd is slow, p99 %d ms (above %d ms since %s): node snapshots and incidents arrive late, and no rank is blamed for it",
+		p99.Milliseconds(), threshold.Milliseconds(), since.UTC().Format(time.RFC3339))
+	f.Evidence = []string{fmt.Sprintf("p99 of the detector's last %d round trips to etcd within %s (its probes, reads and writes): see ncclwatch_detector_etcd_request_seconds, and etcd's own disk and network metrics", roundTrips, window)}
+	return []Finding{f}
+}
+
 // Undelivered is the dead-man's check as a finding: open incidents that no notifier
 // delivered within the deadline, the oldest submitted at since. Paging is dead for them
 // whatever each notifier's health says; the operators hear of it through whichever

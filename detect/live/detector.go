@@ -59,6 +59,11 @@ type Options struct {
 	Ready func() error
 	// Fleet, when set, books the owned jobs' roots across jobs (fleet.go).
 	Fleet Fleet
+	// EtcdSlow and EtcdSlowFor: etcd answering the detector's round trips with a p99 above
+	// EtcdSlow (default 500 ms), judged over windows of a third of EtcdSlowFor, in every
+	// window for EtcdSlowFor (default 30 s), is a monitoring incident (etcdlatency.go).
+	EtcdSlow    time.Duration
+	EtcdSlowFor time.Duration
 	// ID names this replica in the election (default hostname:pid).
 	ID         string
 	Logger     *slog.Logger
@@ -101,6 +106,12 @@ func (o *Options) defaults() {
 	}
 	if o.Settle <= 0 {
 		o.Settle = 5 * time.Second
+	}
+	if o.EtcdSlow <= 0 {
+		o.EtcdSlow = 500 * time.Millisecond
+	}
+	if o.EtcdSlowFor <= 0 {
+		o.EtcdSlowFor = 30 * time.Second
 	}
 	// The mass-loss settings are no YAML keys, so a caller that builds Rules field by field
 	// leaves them zero, which would call every single loss a mass loss.
@@ -172,6 +183,9 @@ type Detector struct {
 	// How late the evaluations run: it widens every job's windows.
 	lastEval time.Time
 	evalLag  lagPeak
+	procLag  processLag // its own lock
+	// How fast etcd answers (its own lock).
+	etcdRTT etcdRoundTrips
 }
 
 // New returns a detector; Run starts it.
@@ -192,9 +206,10 @@ func New(opts Options) (*Detector, error) {
 // monitoring job), until ctx ends.
 func (d *Detector) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); d.watchLoop(ctx) }()
 	go func() { defer wg.Done(); d.termLoop(ctx) }()
+	go func() { defer wg.Done(); d.procLag.pulse(ctx) }()
 	wg.Wait()
 	return nil
 }
@@ -235,8 +250,10 @@ func (d *Detector) evaluate(ctx context.Context, t *term, alerts Alerts) {
 		d.evalLag.observe(start, max(0, start.Sub(d.lastEval)-d.opts.Interval))
 	}
 	d.lastEval = start
-	evalLag := d.evalLag.worst(start)
+	evalLag := max(d.evalLag.worst(start), d.procLag.worst(start))
 	d.m.evalLag.Set(evalLag.Seconds())
+	etcd := d.etcdRTT.judge(start, d.opts.EtcdSlowFor/3, d.opts.EtcdSlow)
+	d.m.etcdP99.Set(etcd.p99.Seconds())
 	changed := map[string]*jobChanges{}
 	add := func(job string, notify, store []incident.Incident) {
 		if len(notify)+len(store) == 0 {
@@ -257,6 +274,9 @@ func (d *Detector) evaluate(ctx context.Context, t *term, alerts Alerts) {
 			findings = append(findings, detect.Undelivered(u.Undelivered())...)
 		}
 		findings = append(findings, detect.Late("detector:"+d.opts.ID, "the detector ("+d.opts.ID+")", evalLag, now.Add(-evalLag))...)
+		if d.etcdDown.IsZero() && etcd.slowFor >= d.opts.EtcdSlowFor {
+			findings = append(findings, detect.EtcdSlow(etcd.p99, d.opts.EtcdSlow, etcd.count, d.opts.EtcdSlowFor/3, now.Add(-start.Sub(etcd.since)))...)
+		}
 		n, s := d.monitor.Update(monitoringJob, findings, now)
 		add(monitoringJob, n, s)
 	}
@@ -305,6 +325,18 @@ func (d *Detector) evaluate(ctx context.Context, t *term, alerts Alerts) {
 	d.m.nodes.Set(float64(nodes))
 	d.m.ranks.Set(float64(ranks))
 	d.m.evalTime.Observe(time.Since(start).Seconds())
+}
+
+// timed records a round trip to etcd begun at start, by what it was for (op), when it
+// succeeded: the latency metric and the etcd-slow check (etcdlatency.go).
+func (d *Detector) timed(op string, start time.Time, err error) {
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	took := now.Sub(start)
+	d.etcdRTT.observe(now, took)
+	d.m.etcdRequest.WithLabelValues(op).Observe(took.Seconds())
 }
 
 // jobChanges are one evaluation's changes to a job's incidents.

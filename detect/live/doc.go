@@ -14,5 +14,6 @@
 // and their decoding (job and node from the key, never the value); term.go a replica's
 // lease, registration and election; ownership.go how replicas share the jobs; fence.go the
 // fenced incident writes; state.go the decoded jobs; api.go the HTTP API; metrics.go the
-// detector's Prometheus metrics.
+// detector's Prometheus metrics; lag.go how late its evaluations run, etcdlatency.go how fast
+// etcd answers it.
 package live

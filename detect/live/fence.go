@@ -105,7 +105,9 @@ func (d *Detector) persist(ctx context.Context, t *term, job string, incs, paged
 			}
 		}
 		octx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		start := time.Now()
 		resp, err := d.opts.Client.Txn(octx).If(cmp).Then(ops...).Commit()
+		d.timed("store", start, err)
 		cancel()
 		switch {
 		case err != nil:

@@ -50,8 +50,10 @@ type replicaKV struct {
 func (d *Detector) heartbeat(ctx context.Context, t *term) error {
 	octx, cancel := context.WithTimeout(ctx, termOpTimeout)
 	defer cancel()
+	start := time.Now()
 	resp, err := d.opts.Client.Txn(octx).If(etcdfence.KeyAt(t.replicaKey, t.rev)).
 		Then(clientv3.OpPut(t.replicaKey, d.opts.ID, clientv3.WithLease(t.lease))).Commit()
+	d.timed("heartbeat", start, err)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,8 @@ type metrics struct {
 	nodes, ranks prometheus.Gauge
 	leader       prometheus.Gauge
 	etcdUp       prometheus.Gauge
+	etcdRequest  *prometheus.HistogramVec
+	etcdP99      prometheus.Gauge
 	events       prometheus.Counter
 	badSnapshots prometheus.Counter
 	storeErrors  prometheus.Counter
@@ -36,11 +38,19 @@ func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
 	m.evalTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ncclwatch_detector_evaluation_seconds",
 		Help: "Time to evaluate every job once.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)})
 	m.evalLag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_evaluation_lag_seconds",
-		Help: "Worst lateness of the detector's evaluations over the last 30 s (a starved or slowed detector): every job's windows are widened by it."})
+		Help: "Worst lateness of the detector's evaluations, or of the process itself (paused or starved), over the last 30 s: every job's windows are widened by it."})
 	m.nodes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_nodes_tracked", Help: "Nodes of every job whose snapshots the detector holds (every replica holds them all)."})
 	m.ranks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_ranks_tracked", Help: "Rank processes of the jobs this replica owns and judges (sum over replicas for all)."})
 	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_leader", Help: "1 on the replica that leads: it judges the watchdog's own monitoring job (each replica judges the jobs it owns)."})
 	m.etcdUp = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_etcd_up", Help: "1 while the detector's etcd watch works."})
+	m.etcdRequest = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ncclwatch_detector_etcd_request_seconds",
+		Help:    "Round trips to etcd that succeeded, by what they were for: probe (a read every probe interval), sync (the term's read of replicas and owners), heartbeat (the replica's write under its lease), store (incident writes).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"op"})
+	m.etcdP99 = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ncclwatch_detector_etcd_p99_seconds",
+		Help: "p99 of the detector's round trips to etcd in the last window judged (10 s): slow round trips (a window's p99 above 500 ms) for 30 s with no fast window between them open the monitoring incident that etcd is slow."})
+	for _, op := range []string{"probe", "sync", "heartbeat", "store"} {
+		m.etcdRequest.WithLabelValues(op)
+	}
 	m.events = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_watch_events_total", Help: "etcd watch events applied."})
 	m.badSnapshots = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_bad_snapshots_total", Help: "Node snapshots that could not be decoded."})
 	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "ncclwatch_detector_store_errors_total", Help: "Failed incident writes to etcd."})
@@ -67,7 +77,7 @@ func newMetrics(d *Detector, reg prometheus.Registerer) *metrics {
 		m.ownership.WithLabelValues(c)
 	}
 	if reg != nil {
-		reg.MustRegister(m.open, m.latency, m.evalTime, m.evalLag, m.nodes, m.ranks, m.leader, m.etcdUp, m.events,
+		reg.MustRegister(m.open, m.latency, m.evalTime, m.evalLag, m.nodes, m.ranks, m.leader, m.etcdUp, m.etcdRequest, m.etcdP99, m.events,
 			m.badSnapshots, m.storeErrors, m.watchLag, m.spoofed, m.fencedWrites, m.ownership, m.owned, m.jobOwner, m.restored)
 	}
 	return m

@@ -84,11 +84,13 @@ func mix(x uint64) uint64 {
 // had (its writes are fenced), so it goes on at once when etcd returns.
 func (d *Detector) sync(ctx context.Context, t *term, alerts Alerts) {
 	octx, cancel := context.WithTimeout(ctx, termOpTimeout)
+	start := time.Now()
 	resp, err := d.opts.Client.Txn(octx).Then(
 		clientv3.OpGet(snapshot.ShardPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(snapshot.LeaderKey+"/", clientv3.WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 	).Commit()
+	d.timed("sync", start, err)
 	cancel()
 	if err != nil {
 		t.forget()

@@ -92,7 +92,9 @@ func (d *Detector) watch(ctx context.Context, rev int64) {
 			d.apply(resp.Events)
 		case <-probe.C:
 			octx, ocancel := context.WithTimeout(ctx, d.opts.ProbeEvery)
+			start := time.Now()
 			_, err := d.opts.Client.Get(octx, snapshot.LeaderKey, clientv3.WithCountOnly())
+			d.timed("probe", start, err)
 			ocancel()
 			switch {
 			case ctx.Err() != nil:
