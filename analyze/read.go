@@ -466,7 +466,11 @@ func (fr *fileReader) applyProcLine(raw []byte, l *logparse.Line) {
 // writers' lines were glued and the first one is cut (its host glued to the second's, found
 // among the known processes with that pid).
 func (fr *fileReader) mergedAt(l *logparse.Line) (at int, padded, ok bool) {
-	for s := range logparse.SecondPrefixes(l.Msg) {
+	from := 0
+	if l.Kind == logparse.KindColl {
+		from = l.Coll.End
+	}
+	for s := range logparse.SecondPrefixesFrom(l.Msg, from) {
 		if s.Padded {
 			return s.At, true, true
 		}
