@@ -83,6 +83,9 @@ type proc struct {
 	lostColl int64 // collective lines of it lost to interleaving
 	files    []string
 	named    bool // from an nccl.<host>.<pid>.log name only
+	// task is the launcher's label its NCCL lines carry (srun's "N: "), -1 for none yet:
+	// a line of no kind under another label is another task's output, never this one's.
+	task int
 	// What is kept once the file is read: the rendered process and the tracker's counts
 	// (rendering in the reading worker keeps it parallel).
 	snap     snapshot.Process
@@ -294,7 +297,7 @@ func (fr *fileReader) proc(k procKey) *proc {
 		t := logparse.NewTracker(logparse.TrackerOptions{RingSize: fr.opts.RingSize, Times: 8 * fr.opts.RingSize, Location: fr.opts.Location,
 			MaxEvents: 64, KeepFirst: 24})
 		t.Host, t.PID = k.host, k.pid
-		p = &proc{key: k, t: t, files: []string{fr.res.stat.Path}}
+		p = &proc{key: k, t: t, files: []string{fr.res.stat.Path}, task: -1}
 		fr.res.procs[k] = p
 		fr.res.order = append(fr.res.order, k)
 		if k.anon == "" {
@@ -378,6 +381,7 @@ func (fr *fileReader) apply(raw []byte) {
 			p = fr.proc(k)
 		}
 		fr.cur = p
+		p.noteTask(l)
 		fr.count(l)
 		p.t.Apply(l, raw, time.Time{})
 	case l.Kind.FromTorch():
@@ -388,7 +392,7 @@ func (fr *fileReader) apply(raw []byte) {
 		if fr.res.version == "" {
 			fr.res.version = string(l.Text)
 		}
-		if fr.cur != nil {
+		if fr.cur.owns(l) {
 			fr.cur.t.Apply(l, raw, time.Time{})
 		}
 	case l.Kind == logparse.KindBlank:
@@ -401,7 +405,7 @@ func (fr *fileReader) apply(raw []byte) {
 		if fr.rejoin(raw) {
 			return
 		}
-		if fr.cur != nil {
+		if fr.cur.owns(l) {
 			fr.cur.t.Apply(l, raw, time.Time{})
 			if l.Kind == logparse.KindContinuation {
 				st.NCCL++
@@ -455,8 +459,25 @@ func (fr *fileReader) applyProcLine(raw []byte, l *logparse.Line) {
 		fr.keepPending(p, raw)
 		return
 	}
+	p.noteTask(l)
 	fr.count(l)
 	p.t.Apply(l, raw, time.Time{})
+}
+
+// noteTask keeps the launcher's label of the process's first NCCL line that has one.
+func (p *proc) noteTask(l *logparse.Line) {
+	if p.task < 0 {
+		p.task = l.Task
+	}
+}
+
+// owns reports whether a line with no NCCL prefix that follows the process's lines may be
+// its own: unlabelled, or under the label its NCCL lines carry. Under another label it is
+// another task's (srun --label interleaves the tasks' Python tracebacks with NCCL's lines):
+// given to this process it would tell the rank resolver that the process prints under
+// several labels, and none of them is its rank.
+func (p *proc) owns(l *logparse.Line) bool {
+	return p != nil && (l.Task < 0 || p.task < 0 || l.Task == p.task)
 }
 
 // mergedAt finds a second NCCL prefix inside a line's message and returns the index in the
