@@ -387,15 +387,18 @@ func (t *Tracker) observeColl(l *Line, ts int64) {
 	}
 	c.LastT = ts
 	t.Issued++
-	rec := OpRecord{T: ts, Idx: t.Issued, Count: l.Coll.Count, RedOp: l.Coll.RedOp, Root: int32(l.Coll.Root),
-		Op: l.Coll.Op, Dtype: l.Coll.Datatype}
 	if !l.Coll.Op.Collective() {
-		t.observeP2P(c, l, rec)
+		t.observeP2P(c, l, OpRecord{T: ts, Idx: t.Issued, Count: l.Coll.Count, RedOp: l.Coll.RedOp,
+			Root: int32(l.Coll.Root), Op: l.Coll.Op, Dtype: l.Coll.Datatype})
 		return
 	}
 	c.Count++
-	rec.Seq = c.Count
-	c.ring[int(c.Count-1)&(len(c.ring)-1)] = rec
+	// The record is written in its ring slot field by field: built aside and copied, its
+	// 48 bytes were read back in 16-byte loads from 8-byte stores just made, which the CPU
+	// cannot forward (a stall on every per-op line).
+	rec := &c.ring[int(c.Count-1)&(len(c.ring)-1)]
+	rec.Seq, rec.T, rec.Idx, rec.Count, rec.RedOp = c.Count, ts, t.Issued, l.Coll.Count, l.Coll.RedOp
+	rec.Root, rec.Op, rec.Dtype = int32(l.Coll.Root), l.Coll.Op, l.Coll.Datatype
 	if n := t.opts.Times; n > 0 {
 		if len(c.times) >= n {
 			half := len(c.times) / 2
@@ -414,7 +417,7 @@ func (t *Tracker) observeColl(l *Line, ts int64) {
 		}
 		c.times = append(c.times, snapshot.Micros(ts))
 	}
-	c.Digest = chainDigest(c.Digest, &rec)
+	c.Digest = chainDigest(c.Digest, rec)
 	for i, every := range markLevels {
 		if c.Count&(every-1) != 0 { // levels are powers of two
 			break
