@@ -132,11 +132,11 @@ type fileReader struct {
 	// pending are heads of NCCL lines cut by another writer, waiting for their rest.
 	pending []fragment
 	comms   map[uint64]*proc // communicator pointers by owner, to catch misattributed lines
-	// lastComm and lastOwner are the previous per-op line's communicator and its owner:
-	// most per-op lines repeat them.
-	lastComm  uint64
-	lastOwner *proc
-	scratch   []byte
+	// lastComms and lastOwners are the last two per-op lines' communicators and their
+	// owners, the newer first: most per-op lines repeat one of them.
+	lastComms  [2]uint64
+	lastOwners [2]*proc
+	scratch    []byte
 	// quoteFor is the rank whose PyTorch error said "Last error:" at the end of its line:
 	// the next line is NCCL's last WARN, quoted (-2: none pending).
 	quoteFor int
@@ -440,7 +440,8 @@ func (fr *fileReader) applyProcLine(raw []byte, l *logparse.Line) {
 		p = fr.proc(procKey{host: string(l.Host), pid: l.PID})
 		fr.cur = p
 	}
-	if l.Kind == logparse.KindColl && (l.Coll.Comm != fr.lastComm || p != fr.lastOwner) {
+	if l.Kind == logparse.KindColl && (l.Coll.Comm != fr.lastComms[0] || p != fr.lastOwners[0]) &&
+		(l.Coll.Comm != fr.lastComms[1] || p != fr.lastOwners[1]) {
 		// A per-op line naming another process's communicator is two writers' text glued
 		// together: its op belongs to neither with certainty.
 		owner := fr.comms[l.Coll.Comm]
@@ -452,7 +453,8 @@ func (fr *fileReader) applyProcLine(raw []byte, l *logparse.Line) {
 		if owner == nil {
 			fr.comms[l.Coll.Comm] = p
 		}
-		fr.lastComm, fr.lastOwner = l.Coll.Comm, p
+		fr.lastComms = [2]uint64{l.Coll.Comm, fr.lastComms[0]}
+		fr.lastOwners = [2]*proc{p, fr.lastOwners[0]}
 	}
 	if l.Kind == logparse.KindInfo && l.Level == logparse.LevelInfo && logparse.CollHead(l.Msg) {
 		// The start of a per-op line whose end was written later (or never): keep it.

@@ -118,11 +118,14 @@ type Tracker struct {
 	FirstTime int64 // µs of the first timed line
 	LastTime  int64 // µs of the newest line
 
-	lastComm *Comm  // the communicator of the previous op: consecutive ops often share one
-	hourKey  [4]int // the hour of the previous timestamp and its µs, to skip time.Date
-	hourUS   int64
-	line     Line     // scratch, so Observe allocates nothing
-	scratch  [96]byte // scratch for keys
+	// lastComms are the communicators of the last ops, the newer first: a rank's ops
+	// mostly alternate between two (data and tensor parallel), and a map lookup on each
+	// switch cost more than the rest of recording the op.
+	lastComms [2]*Comm
+	hourKey   [4]int // the hour of the previous timestamp and its µs, to skip time.Date
+	hourUS    int64
+	line      Line     // scratch, so Observe allocates nothing
+	scratch   [96]byte // scratch for keys
 
 	lastTransport    [64]byte // the previous channel line's path, to skip the runs
 	lastTransportLen int
@@ -377,13 +380,15 @@ func (t *Tracker) timeOf(l *Line, readAt time.Time) int64 {
 
 func (t *Tracker) observeColl(l *Line, ts int64) {
 	t.ops++
-	c := t.lastComm
+	c := t.lastComms[0]
 	if c == nil || c.Ptr != l.Coll.Comm {
-		c = t.comms[l.Coll.Comm]
-		if c == nil {
-			c = t.placeholder(l.Coll.Comm, l.Coll.NRanks, ts)
+		if c = t.lastComms[1]; c == nil || c.Ptr != l.Coll.Comm {
+			c = t.comms[l.Coll.Comm]
+			if c == nil {
+				c = t.placeholder(l.Coll.Comm, l.Coll.NRanks, ts)
+			}
 		}
-		t.lastComm = c
+		t.lastComms[0], t.lastComms[1] = c, t.lastComms[0]
 	}
 	c.LastT = ts
 	t.Issued++
@@ -490,7 +495,7 @@ func (t *Tracker) newComm(ptr uint64, ts int64) *Comm {
 	if len(t.all) >= t.opts.MaxComms {
 		t.evictOne()
 	}
-	t.lastComm = nil
+	t.lastComms = [2]*Comm{}
 	c := &Comm{Ptr: ptr, Created: ts, SplitCount: -1, ring: make([]OpRecord, t.opts.RingSize)}
 	t.comms[ptr] = c
 	t.all = append(t.all, c)
@@ -507,7 +512,7 @@ func (t *Tracker) evictOne() {
 		}
 	}
 	c := t.all[victim]
-	t.lastComm = nil
+	t.lastComms = [2]*Comm{}
 	if t.comms[c.Ptr] == c {
 		delete(t.comms, c.Ptr)
 	}
