@@ -102,6 +102,7 @@ func (p *proc) render() {
 	p.claims = t.RankClaims()
 	p.snap = t.Snapshot(logparse.SnapshotOptions{Recent: -1, Final: true})
 	p.kinds, p.version, p.tsDigits, p.lines = t.Kinds, t.Version, t.TimestampDigits, t.Lines
+	t.Release()
 	p.t = nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ncclwatch/watchdog/snapshot"
@@ -416,7 +417,7 @@ func (t *Tracker) observeColl(l *Line, ts int64) {
 		if len(c.times) == cap(c.times) {
 			// Straight to the bound after a first step: growing by doubling copied and
 			// cleared a tenth of a post-mortem's time.
-			grown := make([]snapshot.Micros, len(c.times), min(n, max(1024, 8*cap(c.times))))
+			grown := make([]snapshot.Micros, len(c.times), min(n, max(2048, 8*cap(c.times))))
 			copy(grown, c.times)
 			c.times = grown
 		}
@@ -496,10 +497,37 @@ func (t *Tracker) newComm(ptr uint64, ts int64) *Comm {
 		t.evictOne()
 	}
 	t.lastComms = [2]*Comm{}
-	c := &Comm{Ptr: ptr, Created: ts, SplitCount: -1, ring: make([]OpRecord, t.opts.RingSize)}
+	c := &Comm{Ptr: ptr, Created: ts, SplitCount: -1, ring: newRing(t.opts.RingSize)}
 	t.comms[ptr] = c
 	t.all = append(t.all, c)
 	return c
+}
+
+// rings keeps the rings of released trackers (Release) for new communicators: a folder of
+// hundreds of logs is read one file after another, and each file's rings are garbage once
+// it is rendered, which a process that does not collect (analyze) never reuses.
+var rings sync.Pool // of *[]OpRecord
+
+// newRing is a cleared ring of n records, one given back if there is one of that size.
+func newRing(n int) []OpRecord {
+	if p, _ := rings.Get().(*[]OpRecord); p != nil && len(*p) == n {
+		clear(*p)
+		return *p
+	}
+	return make([]OpRecord, n)
+}
+
+// Release gives the tracker's rings back for other trackers' communicators. The tracker is
+// not used again: a snapshot taken before keeps copies of the ops, not the rings.
+func (t *Tracker) Release() {
+	for _, c := range t.all {
+		if c.ring != nil {
+			r := c.ring
+			c.ring = nil
+			rings.Put(&r)
+		}
+	}
+	t.lastComms = [2]*Comm{}
 }
 
 // evictOne drops the oldest destroyed communicator, else the oldest one.
