@@ -92,8 +92,12 @@ bench-analyze: build
 # Issue 31's two ratios in one run beside grep: watchdog analyze on one ~210 MB log (--one-mb 280) against
 # grep -c opCount, and on the 304-file folder against xargs -P2 grep -c (grep's time over
 # analyze's: target >= 0.5x both, peak RSS < 256 MiB).
+# The ratios move with the machine's load (grep on one core, the analysis on all): the load
+# averages before and after are printed with them.
 bench: build
+	@echo "load before: $$(cut -d' ' -f1-3 /proc/loadavg) ($$(nproc) CPUs)"
 	$(GO) run ./internal/benchanalyze --watchdog $(BIN)/watchdog --dir $(BIN)/bench-analyze --one $(BIN)/bench-analyze-one/job.log --one-mb 280 --grep-procs 2 --runs 3
+	@echo "load after: $$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # The sidecar under load: 8 simulated ranks x 2,000 collective lines/s for 60 s; prints its
 # CPU s/s, peak RSS and etcd writes/s (targets: < 5% of a core, < 64 MiB, <= 1/s).

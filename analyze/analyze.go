@@ -423,6 +423,17 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result, []string) {
 		byPID[p.PID] = p
 		newest = max(newest, int64(p.LastLine))
 	}
+	// rankProc is the process of a rank PyTorch names; one known by its rank alone where
+	// the rank's NCCL lines were not captured, to keep its evidence on.
+	rankProc := func(rank int) *detect.Proc {
+		p := byRank[rank]
+		if p == nil {
+			p = &detect.Proc{Process: snapshot.Process{Host: "?", Rank: rank, LocalRank: -1, CudaDev: -1}, Node: "?"}
+			byRank[rank] = p
+			jb.procs = append(jb.procs, p)
+		}
+		return p
+	}
 	var anon *detect.Proc
 	for _, te := range jb.torch {
 		if te.ev.T == 0 && te.yearless.Month != 0 {
@@ -450,17 +461,14 @@ func evaluate(jb *job, opts *Options) (*detect.Job, detect.Result, []string) {
 			p = hostProc(jb, te.host, te.pid, te.ev)
 		case te.rank < 0 && (te.task >= 0 || te.local >= 0):
 			// Under a label that is one process's, the line is that process's; under a
-			// task of several, or a rank on one of several nodes, no one's.
-			p = rr.eventProc(te, jb.procs)
-		case te.rank >= 0:
-			p = byRank[te.rank]
-			if p == nil {
-				// PyTorch names a rank whose NCCL lines were not captured: keep its
-				// evidence on a process known by its rank alone.
-				p = &detect.Proc{Process: snapshot.Process{Host: "?", Rank: te.rank, LocalRank: -1, CudaDev: -1}, Node: "?"}
-				byRank[te.rank] = p
-				jb.procs = append(jb.procs, p)
+			// task of several, or a rank on one of several nodes, no one's. In a file
+			// whose labels are ranks, a label no NCCL line came under is a rank whose
+			// NCCL lines were not captured.
+			if p = rr.eventProc(te, jb.procs); p == nil && te.task >= 0 && rr.labelIsRank(te.file) {
+				p = rankProc(te.task)
 			}
+		case te.rank >= 0:
+			p = rankProc(te.rank)
 		}
 		if p == nil {
 			// A launcher's line for a pid no log has, PyTorch's error without a rank (a

@@ -2,9 +2,11 @@ package analyze
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -133,4 +135,30 @@ func FuzzReadModes(f *testing.F) {
 			t.Fatalf("pipelined read in blocks of %d differs:\n got  %+v\n want %+v", 1+int(block%4096), got.Stat, want.Stat)
 		}
 	})
+}
+
+// TestReadCancelled: a cancelled analysis stops reading a file in every mode, says why,
+// and leaves no goroutine of the pipelined read behind.
+func TestReadCancelled(t *testing.T) {
+	line := "node0:4097:4097 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x7f00 recvbuff 0x7f00 count 8 datatype 7 op 0 root 0 comm 0x55d0 [nranks=2] stream (nil)\n"
+	p := filepath.Join(t.TempDir(), "big.log")
+	if err := os.WriteFile(p, []byte(strings.Repeat(line, 3<<16)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	before := runtime.NumGoroutine()
+	opts := &Options{Location: time.UTC, RingSize: 64}
+	for _, m := range []readMode{{}, {pipeline: true}, {pipeline: true, block: 4096}} {
+		r := readFile(ctx, p, opts, m)
+		if !errors.Is(r.err, context.Canceled) || r.stat.Lines >= 3<<16 {
+			t.Errorf("%+v: error %v after %d lines, want it cancelled before the end", m, r.err, r.stat.Lines)
+		}
+	}
+	for end := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines left, %d before", n, before)
+	}
 }

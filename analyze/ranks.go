@@ -44,10 +44,13 @@ type rankResolver struct {
 	// ranks (every label on one process).
 	tasks  map[string]map[int][]*detect.Proc
 	labels map[string]bool
+	// tasksNotRanks: files whose labels a strong source showed to be tasks, not ranks.
+	tasksNotRanks map[string]bool
 }
 
 func newRankResolver(procs []*detect.Proc, claims map[*detect.Proc]procClaims) *rankResolver {
-	rr := &rankResolver{claims: claims, tasks: map[string]map[int][]*detect.Proc{}, labels: map[string]bool{}}
+	rr := &rankResolver{claims: claims, tasks: map[string]map[int][]*detect.Proc{}, labels: map[string]bool{},
+		tasksNotRanks: map[string]bool{}}
 	for _, p := range procs {
 		c, ok := claims[p]
 		if !ok || c.Task < 0 && !c.TaskMixed {
@@ -133,6 +136,7 @@ func (rr *rankResolver) resolve(procs []*detect.Proc, records map[int]int) []str
 	files := make([]string, 0, len(notLabels))
 	for f := range notLabels {
 		files = append(files, f)
+		rr.tasksNotRanks[f] = true
 	}
 	sort.Strings(files)
 	for _, f := range files {
@@ -178,6 +182,12 @@ func strongRank(votes []rankVote) bool {
 		}
 	}
 	return false
+}
+
+// labelIsRank reports whether a label of file names a rank: every label of the file is on
+// one process, and no strong source said a task runs another rank (resolve runs first).
+func (rr *rankResolver) labelIsRank(file string) bool {
+	return rr.labels[file] && !rr.tasksNotRanks[file]
 }
 
 // eventProc is the process a PyTorch or launcher line under a label or "[defaultN]:" is

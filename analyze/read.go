@@ -83,6 +83,9 @@ type proc struct {
 	lostColl int64 // collective lines of it lost to interleaving
 	files    []string
 	named    bool // from an nccl.<host>.<pid>.log name only
+	// task is the launcher's label its NCCL lines carry (srun's "N: "), -1 for none yet:
+	// a line of no kind under another label is another task's output, never this one's.
+	task int
 	// What is kept once the file is read: the rendered process and the tracker's counts
 	// (rendering in the reading worker keeps it parallel).
 	snap     snapshot.Process
@@ -99,6 +102,7 @@ func (p *proc) render() {
 	p.claims = t.RankClaims()
 	p.snap = t.Snapshot(logparse.SnapshotOptions{Recent: -1, Final: true})
 	p.kinds, p.version, p.tsDigits, p.lines = t.Kinds, t.Version, t.TimestampDigits, t.Lines
+	t.Release()
 	p.t = nil
 }
 
@@ -129,11 +133,11 @@ type fileReader struct {
 	// pending are heads of NCCL lines cut by another writer, waiting for their rest.
 	pending []fragment
 	comms   map[uint64]*proc // communicator pointers by owner, to catch misattributed lines
-	// lastComm and lastOwner are the previous per-op line's communicator and its owner:
-	// most per-op lines repeat them.
-	lastComm  uint64
-	lastOwner *proc
-	scratch   []byte
+	// lastComms and lastOwners are the last two per-op lines' communicators and their
+	// owners, the newer first: most per-op lines repeat one of them.
+	lastComms  [2]uint64
+	lastOwners [2]*proc
+	scratch    []byte
 	// quoteFor is the rank whose PyTorch error said "Last error:" at the end of its line:
 	// the next line is NCCL's last WARN, quoted (-2: none pending).
 	quoteFor int
@@ -294,7 +298,7 @@ func (fr *fileReader) proc(k procKey) *proc {
 		t := logparse.NewTracker(logparse.TrackerOptions{RingSize: fr.opts.RingSize, Times: 8 * fr.opts.RingSize, Location: fr.opts.Location,
 			MaxEvents: 64, KeepFirst: 24})
 		t.Host, t.PID = k.host, k.pid
-		p = &proc{key: k, t: t, files: []string{fr.res.stat.Path}}
+		p = &proc{key: k, t: t, files: []string{fr.res.stat.Path}, task: -1}
 		fr.res.procs[k] = p
 		fr.res.order = append(fr.res.order, k)
 		if k.anon == "" {
@@ -378,6 +382,7 @@ func (fr *fileReader) apply(raw []byte) {
 			p = fr.proc(k)
 		}
 		fr.cur = p
+		p.noteTask(l)
 		fr.count(l)
 		p.t.Apply(l, raw, time.Time{})
 	case l.Kind.FromTorch():
@@ -388,7 +393,7 @@ func (fr *fileReader) apply(raw []byte) {
 		if fr.res.version == "" {
 			fr.res.version = string(l.Text)
 		}
-		if fr.cur != nil {
+		if fr.cur.owns(l) {
 			fr.cur.t.Apply(l, raw, time.Time{})
 		}
 	case l.Kind == logparse.KindBlank:
@@ -401,7 +406,7 @@ func (fr *fileReader) apply(raw []byte) {
 		if fr.rejoin(raw) {
 			return
 		}
-		if fr.cur != nil {
+		if fr.cur.owns(l) {
 			fr.cur.t.Apply(l, raw, time.Time{})
 			if l.Kind == logparse.KindContinuation {
 				st.NCCL++
@@ -436,7 +441,8 @@ func (fr *fileReader) applyProcLine(raw []byte, l *logparse.Line) {
 		p = fr.proc(procKey{host: string(l.Host), pid: l.PID})
 		fr.cur = p
 	}
-	if l.Kind == logparse.KindColl && (l.Coll.Comm != fr.lastComm || p != fr.lastOwner) {
+	if l.Kind == logparse.KindColl && (l.Coll.Comm != fr.lastComms[0] || p != fr.lastOwners[0]) &&
+		(l.Coll.Comm != fr.lastComms[1] || p != fr.lastOwners[1]) {
 		// A per-op line naming another process's communicator is two writers' text glued
 		// together: its op belongs to neither with certainty.
 		owner := fr.comms[l.Coll.Comm]
@@ -448,15 +454,33 @@ func (fr *fileReader) applyProcLine(raw []byte, l *logparse.Line) {
 		if owner == nil {
 			fr.comms[l.Coll.Comm] = p
 		}
-		fr.lastComm, fr.lastOwner = l.Coll.Comm, p
+		fr.lastComms = [2]uint64{l.Coll.Comm, fr.lastComms[0]}
+		fr.lastOwners = [2]*proc{p, fr.lastOwners[0]}
 	}
 	if l.Kind == logparse.KindInfo && l.Level == logparse.LevelInfo && logparse.CollHead(l.Msg) {
 		// The start of a per-op line whose end was written later (or never): keep it.
 		fr.keepPending(p, raw)
 		return
 	}
+	p.noteTask(l)
 	fr.count(l)
 	p.t.Apply(l, raw, time.Time{})
+}
+
+// noteTask keeps the launcher's label of the process's first NCCL line that has one.
+func (p *proc) noteTask(l *logparse.Line) {
+	if p.task < 0 {
+		p.task = l.Task
+	}
+}
+
+// owns reports whether a line with no NCCL prefix that follows the process's lines may be
+// its own: unlabelled, or under the label its NCCL lines carry. Under another label it is
+// another task's (srun --label interleaves the tasks' Python tracebacks with NCCL's lines):
+// given to this process it would tell the rank resolver that the process prints under
+// several labels, and none of them is its rank.
+func (p *proc) owns(l *logparse.Line) bool {
+	return p != nil && (l.Task < 0 || p.task < 0 || l.Task == p.task)
 }
 
 // mergedAt finds a second NCCL prefix inside a line's message and returns the index in the
@@ -466,7 +490,11 @@ func (fr *fileReader) applyProcLine(raw []byte, l *logparse.Line) {
 // writers' lines were glued and the first one is cut (its host glued to the second's, found
 // among the known processes with that pid).
 func (fr *fileReader) mergedAt(l *logparse.Line) (at int, padded, ok bool) {
-	for s := range logparse.SecondPrefixes(l.Msg) {
+	from := 0
+	if l.Kind == logparse.KindColl {
+		from = l.Coll.End
+	}
+	for s := range logparse.SecondPrefixesFrom(l.Msg, from) {
 		if s.Padded {
 			return s.At, true, true
 		}

@@ -3,6 +3,7 @@ package logparse
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -69,6 +70,8 @@ func seedLines(f *testing.F) [][]byte {
 		"0: [default1]:gpu7:4242:4242 [1] NCCL INFO Using network IB",
 		"2: Traceback (most recent call last):",
 		"2: torch.distributed.DistBackendError: NCCL communicator was aborted on rank 2.",
+		"n1:7:7 [0] NCCL INFO AllReduce: opCount 3 sendbuff 0x7f recvbuff 0x7f count 1 datatype 7 op 0 root 0 comm 0x5d [nranks=2]n2:8:8 [1] NCCL INFO Using network IB",
+		"n1:7:7 [0] NCCL INFO AllReduce: opCount 3 sendbuff 0x7f recvbuff 0x7f count 1 datatype 7 op 0 root 0 comm 0x5d [nranks=2] stream (nil)      n1:7:9 [0] NCCL INFO Using network IB",
 		"allreduce_perf.gpu7 [stderr] gpu7:4242:4250 [2] transport/net_ib.cc:1683 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<4821> with sta",
 	} {
 		lines = append(lines, []byte(s))
@@ -96,6 +99,19 @@ func FuzzParse(f *testing.F) {
 		}
 		if l.Kind == KindColl && l.Coll.Op != ParseOpName(l.Coll.OpName) {
 			t.Fatalf("op %v does not match its name %q", l.Coll.Op, l.Coll.OpName)
+		}
+		// A per-op line's second prefixes are searched for after its fields only.
+		if l.Kind == KindColl {
+			var all, after []Second
+			for s := range SecondPrefixes(l.Msg) {
+				all = append(all, s)
+			}
+			for s := range SecondPrefixesFrom(l.Msg, l.Coll.End) {
+				after = append(after, s)
+			}
+			if fmt.Sprint(all) != fmt.Sprint(after) {
+				t.Fatalf("second prefixes %+v, after the fields read (%d) %+v", all, l.Coll.End, after)
+			}
 		}
 		for _, b := range [][]byte{l.Host, l.Msg, l.Text, l.File, l.Dev2, l.Detail, l.Coll.OpName, l.Init.API, l.Channel.Transport, l.Channel.Net, l.Torch.OpType, l.Torch.PGDesc, l.Torch.PG, l.Torch.Host, l.Label} {
 			if len(b) > len(line) {

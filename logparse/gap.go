@@ -14,5 +14,5 @@ func (t *Tracker) Gap() {
 	for _, c := range t.all {
 		c.ID = "unjoined:" + t.Host + ":" + strconv.Itoa(t.PID) + ":0x" + strconv.FormatUint(c.Ptr, 16) + "/gap"
 	}
-	t.lastComm = nil
+	t.lastComms = [2]*Comm{}
 }

@@ -71,11 +71,20 @@ func hotColl(m []byte, l *Line) bool {
 	} else if j = collTailFields(m, j, c); j < 0 {
 		return false
 	}
-	// "<hex> [nranks=<d>]" mostly repeats the previous per-op line's: one comparison.
-	tc := &l.prefixes().tail
-	if tc.n > 0 && j+32 <= len(m) && tc.matches(m, j) {
-		c.Comm, c.NRanks = tc.comm, tc.nranks
-		return true
+	// "<hex> [nranks=<d>]" mostly repeats one of the last two per-op lines' (a process
+	// alternates between two communicators, data and tensor parallel): a comparison each,
+	// the newer first.
+	pc := l.prefixes()
+	if j+32 <= len(m) {
+		if tc := &pc.tails[pc.newer]; tc.n > 0 && tc.matches(m, j) {
+			c.Comm, c.NRanks, c.End = tc.comm, tc.nranks, j+tc.n
+			return true
+		}
+		if tc := &pc.tails[pc.newer^1]; tc.n > 0 && tc.matches(m, j) {
+			c.Comm, c.NRanks, c.End = tc.comm, tc.nranks, j+tc.n
+			pc.newer ^= 1
+			return true
+		}
 	}
 	start := j
 	n = 0
@@ -105,9 +114,10 @@ func hotColl(m []byte, l *Line) bool {
 	if !ok || j >= len(m) || m[j] != ']' {
 		return false
 	}
-	c.NRanks = int(nr)
+	c.NRanks, c.End = int(nr), j+1
 	if start+32 <= len(m) && j+1-start <= 32 {
-		tc.remember(m, start, j+1-start, c.Comm, c.NRanks)
+		pc.newer ^= 1
+		pc.tails[pc.newer].remember(m, start, j+1-start, c.Comm, c.NRanks)
 	}
 	return true
 }

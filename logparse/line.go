@@ -272,7 +272,8 @@ type prefixCache struct {
 	sec      [3]uint64 // "[YYYY-MM-DD HH:MM:SS" as three overlapping words
 	secOK    bool
 	ts       Timestamp    // that second, parsed
-	tail     tailCache    // the previous per-op line's "<comm> [nranks=<n>]"
+	tails    [2]tailCache // the last two per-op lines' "<comm> [nranks=<n>]"
+	newer    uint8        // the index in tails of the newer
 	channel  channelCache // the previous channel line
 }
 
@@ -301,6 +302,9 @@ type Coll struct {
 	Root     int // the peer for Send/Recv
 	Comm     uint64
 	NRanks   int
+	// End is where, in the message, the fields read end (after "[nranks=N]"), when the
+	// line took the per-op fast path; 0 otherwise. No second line starts before it.
+	End int
 }
 
 // Init is an Init START/COMPLETE line.

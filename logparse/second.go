@@ -37,9 +37,13 @@ func (s Second) GluedAt(host string) (int, bool) {
 
 // SecondPrefixes yields, left to right, the places in m where a second NCCL line may start.
 // It runs on every NCCL line, so it looks for the rare 'N' first: per-op messages have none.
-func SecondPrefixes(m []byte) iter.Seq[Second] {
+func SecondPrefixes(m []byte) iter.Seq[Second] { return SecondPrefixesFrom(m, 0) }
+
+// SecondPrefixesFrom is SecondPrefixes where no second line's "NCCL" starts before from
+// (a per-op line's fields read, Coll.End): what yields is the same, and the search shorter.
+func SecondPrefixesFrom(m []byte, from int) iter.Seq[Second] {
 	return func(yield func(Second) bool) {
-		off := 0
+		off := from
 		for {
 			i := bytes.IndexByte(m[off:], 'N')
 			if i < 0 {

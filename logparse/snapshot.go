@@ -84,7 +84,7 @@ func (c *Comm) snapshot(o SnapshotOptions) snapshot.Comm {
 			// A slot not yet refilled after a restore holds another position: skip it.
 			if r := &c.ring[int(s-1)&(len(c.ring)-1)]; r.Seq == s {
 				at--
-				out[at] = SnapshotOp(*r)
+				fillOp(&out[at], r)
 			}
 		}
 		out = out[at:]
@@ -145,13 +145,19 @@ func (t *Tracker) localRank() int {
 
 // SnapshotOp renders an op record.
 func SnapshotOp(r OpRecord) snapshot.Op {
-	op := snapshot.Op{Seq: r.Seq, Op: r.Op.String(), Count: r.Count, Dtype: r.Dtype.String(), T: snapshot.Micros(r.T),
-		Idx: r.Idx}
+	var op snapshot.Op
+	fillOp(&op, &r)
+	return op
+}
+
+// fillOp renders r into a zero op in place: a rendered ring is thousands of them, and one
+// built aside and copied in is read back from stores the CPU cannot forward.
+func fillOp(op *snapshot.Op, r *OpRecord) {
+	op.Seq, op.Op, op.Count, op.Dtype, op.T, op.Idx = r.Seq, r.Op.String(), r.Count, r.Dtype.String(), snapshot.Micros(r.T), r.Idx
 	if r.Op.Reduces() {
 		op.Red = RedOpName(r.RedOp)
 	}
 	if r.Op.Rooted() {
 		op.Root = int(r.Root)
 	}
-	return op
 }

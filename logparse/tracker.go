@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ncclwatch/watchdog/snapshot"
@@ -118,11 +119,14 @@ type Tracker struct {
 	FirstTime int64 // µs of the first timed line
 	LastTime  int64 // µs of the newest line
 
-	lastComm *Comm  // the communicator of the previous op: consecutive ops often share one
-	hourKey  [4]int // the hour of the previous timestamp and its µs, to skip time.Date
-	hourUS   int64
-	line     Line     // scratch, so Observe allocates nothing
-	scratch  [96]byte // scratch for keys
+	// lastComms are the communicators of the last ops, the newer first: a rank's ops
+	// mostly alternate between two (data and tensor parallel), and a map lookup on each
+	// switch cost more than the rest of recording the op.
+	lastComms [2]*Comm
+	hourKey   [4]int // the hour of the previous timestamp and its µs, to skip time.Date
+	hourUS    int64
+	line      Line     // scratch, so Observe allocates nothing
+	scratch   [96]byte // scratch for keys
 
 	lastTransport    [64]byte // the previous channel line's path, to skip the runs
 	lastTransportLen int
@@ -377,25 +381,30 @@ func (t *Tracker) timeOf(l *Line, readAt time.Time) int64 {
 
 func (t *Tracker) observeColl(l *Line, ts int64) {
 	t.ops++
-	c := t.lastComm
+	c := t.lastComms[0]
 	if c == nil || c.Ptr != l.Coll.Comm {
-		c = t.comms[l.Coll.Comm]
-		if c == nil {
-			c = t.placeholder(l.Coll.Comm, l.Coll.NRanks, ts)
+		if c = t.lastComms[1]; c == nil || c.Ptr != l.Coll.Comm {
+			c = t.comms[l.Coll.Comm]
+			if c == nil {
+				c = t.placeholder(l.Coll.Comm, l.Coll.NRanks, ts)
+			}
 		}
-		t.lastComm = c
+		t.lastComms[0], t.lastComms[1] = c, t.lastComms[0]
 	}
 	c.LastT = ts
 	t.Issued++
-	rec := OpRecord{T: ts, Idx: t.Issued, Count: l.Coll.Count, RedOp: l.Coll.RedOp, Root: int32(l.Coll.Root),
-		Op: l.Coll.Op, Dtype: l.Coll.Datatype}
 	if !l.Coll.Op.Collective() {
-		t.observeP2P(c, l, rec)
+		t.observeP2P(c, l, OpRecord{T: ts, Idx: t.Issued, Count: l.Coll.Count, RedOp: l.Coll.RedOp,
+			Root: int32(l.Coll.Root), Op: l.Coll.Op, Dtype: l.Coll.Datatype})
 		return
 	}
 	c.Count++
-	rec.Seq = c.Count
-	c.ring[int(c.Count-1)&(len(c.ring)-1)] = rec
+	// The record is written in its ring slot field by field: built aside and copied, its
+	// 48 bytes were read back in 16-byte loads from 8-byte stores just made, which the CPU
+	// cannot forward (a stall on every per-op line).
+	rec := &c.ring[int(c.Count-1)&(len(c.ring)-1)]
+	rec.Seq, rec.T, rec.Idx, rec.Count, rec.RedOp = c.Count, ts, t.Issued, l.Coll.Count, l.Coll.RedOp
+	rec.Root, rec.Op, rec.Dtype = int32(l.Coll.Root), l.Coll.Op, l.Coll.Datatype
 	if n := t.opts.Times; n > 0 {
 		if len(c.times) >= n {
 			half := len(c.times) / 2
@@ -408,13 +417,13 @@ func (t *Tracker) observeColl(l *Line, ts int64) {
 		if len(c.times) == cap(c.times) {
 			// Straight to the bound after a first step: growing by doubling copied and
 			// cleared a tenth of a post-mortem's time.
-			grown := make([]snapshot.Micros, len(c.times), min(n, max(1024, 8*cap(c.times))))
+			grown := make([]snapshot.Micros, len(c.times), min(n, max(2048, 8*cap(c.times))))
 			copy(grown, c.times)
 			c.times = grown
 		}
 		c.times = append(c.times, snapshot.Micros(ts))
 	}
-	c.Digest = chainDigest(c.Digest, &rec)
+	c.Digest = chainDigest(c.Digest, rec)
 	for i, every := range markLevels {
 		if c.Count&(every-1) != 0 { // levels are powers of two
 			break
@@ -487,11 +496,38 @@ func (t *Tracker) newComm(ptr uint64, ts int64) *Comm {
 	if len(t.all) >= t.opts.MaxComms {
 		t.evictOne()
 	}
-	t.lastComm = nil
-	c := &Comm{Ptr: ptr, Created: ts, SplitCount: -1, ring: make([]OpRecord, t.opts.RingSize)}
+	t.lastComms = [2]*Comm{}
+	c := &Comm{Ptr: ptr, Created: ts, SplitCount: -1, ring: newRing(t.opts.RingSize)}
 	t.comms[ptr] = c
 	t.all = append(t.all, c)
 	return c
+}
+
+// rings keeps the rings of released trackers (Release) for new communicators: a folder of
+// hundreds of logs is read one file after another, and each file's rings are garbage once
+// it is rendered, which a process that does not collect (analyze) never reuses.
+var rings sync.Pool // of *[]OpRecord
+
+// newRing is a cleared ring of n records, one given back if there is one of that size.
+func newRing(n int) []OpRecord {
+	if p, _ := rings.Get().(*[]OpRecord); p != nil && len(*p) == n {
+		clear(*p)
+		return *p
+	}
+	return make([]OpRecord, n)
+}
+
+// Release gives the tracker's rings back for other trackers' communicators. The tracker is
+// not used again: a snapshot taken before keeps copies of the ops, not the rings.
+func (t *Tracker) Release() {
+	for _, c := range t.all {
+		if c.ring != nil {
+			r := c.ring
+			c.ring = nil
+			rings.Put(&r)
+		}
+	}
+	t.lastComms = [2]*Comm{}
 }
 
 // evictOne drops the oldest destroyed communicator, else the oldest one.
@@ -504,7 +540,7 @@ func (t *Tracker) evictOne() {
 		}
 	}
 	c := t.all[victim]
-	t.lastComm = nil
+	t.lastComms = [2]*Comm{}
 	if t.comms[c.Ptr] == c {
 		delete(t.comms, c.Ptr)
 	}
