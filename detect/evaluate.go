@@ -1,6 +1,9 @@
 package detect
 
-import "github.com/ncclwatch/watchdog/incident"
+import (
+	"github.com/ncclwatch/watchdog/detect/knowledge"
+	"github.com/ncclwatch/watchdog/incident"
+)
 
 // Result is one evaluation of a job.
 type Result struct {
@@ -47,18 +50,18 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		errors:     setup,
 		ras:        ras,
 	}
-	// What the table's rows say a message's finding explains (knowledge.csv, role).
+	// What the table's rows say a message's finding explains (knowledge/messages.csv, role).
 	for _, f := range msgs {
 		switch f.role {
-		case roleLink:
+		case knowledge.RoleLink:
 			fs.links = append(fs.links, f)
-		case roleCrash:
+		case knowledge.RoleCrash:
 			fs.crashes = append(fs.crashes, f)
-		case roleStall:
+		case knowledge.RoleStall:
 			fs.stalls = append(fs.stalls, f)
-		case roleNote:
+		case knowledge.RoleNote:
 			fs.rest = append(fs.rest, f)
-		case roleFallback:
+		case knowledge.RoleFallback:
 			fs.nccl = append(fs.nccl, f)
 		default:
 			fs.errors = append(fs.errors, f)
@@ -93,8 +96,8 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	}
 	r := Result{Findings: fs.all(), Notes: timingNotes(timing), Paused: hangs.Paused}
 	gradeWaits(j, cfg.HangConfig, r.Findings)
-	if knowledgeErr != nil {
-		r.Notes = append(r.Notes, "part of the knowledge table was left out, so some messages are not judged: "+knowledgeErr.Error())
+	if err := knowledge.MessagesErr; err != nil {
+		r.Notes = append(r.Notes, "part of the knowledge table was left out, so some messages are not judged: "+err.Error())
 	}
 	sortFindings(r.Findings)
 	return r

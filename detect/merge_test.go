@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ncclwatch/watchdog/detect/knowledge"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -88,7 +89,8 @@ func TestAMismatchExplainsItsMembersAndTheSizes(t *testing.T) {
 		culpritKeys: []string{ps[1].Key()}, Summary: "rank 1's GPU has not started the world op"}
 	other := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Comm: "0xc0ffee", Key: "rank:" + ps[2].Key(),
 		culpritKeys: []string{ps[2].Key()}, Summary: "rank 2 stopped"}
-	size := Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical, Key: "net-size:node3", Summary: "a message of another size"}
+	size := Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical, Key: "net-size:node3", Summary: "a message of another size",
+		origin: knowledge.NetSize}
 	fs := findings{mism: []Finding{mism}, stalls: []Finding{hang, other}, rest: []Finding{size}}
 	mismatchExplainsItsCommunicator(j, DefaultConfig(), &fs)
 	if len(fs.stalls) != 1 || fs.stalls[0].Key != other.Key || len(fs.rest) != 0 || len(fs.mism[0].Evidence) != 2 {

@@ -1,8 +1,7 @@
 package detect
 
 import (
-	"strings"
-
+	"github.com/ncclwatch/watchdog/detect/knowledge"
 	"github.com/ncclwatch/watchdog/incident"
 )
 
@@ -54,7 +53,7 @@ func errorsExplainFailures(_ *Job, _ Config, fs *findings) {
 	fs.stuck = explain(fs.stuck)
 	var rest []Finding
 	for _, f := range fs.rest {
-		if f.Kind == incident.KindHang && strings.HasPrefix(f.Key, "init:") {
+		if f.origin == knowledge.InitHang {
 			first.addEvidence("then: %s", f.Summary)
 			continue
 		}
@@ -70,7 +69,7 @@ func errorsExplainFailures(_ *Job, _ Config, fs *findings) {
 func silentInitEchoesAnError(_ *Job, _ Config, fs *findings) {
 	var silent, other []Finding
 	for _, f := range fs.errors {
-		if strings.HasPrefix(f.Key, silentKey) {
+		if f.origin == knowledge.SilentInit {
 			silent = append(silent, f)
 		} else {
 			other = append(other, f)
@@ -97,7 +96,7 @@ func criticalLink(links []Finding) bool {
 func versionsExplainSizes(_ *Job, _ Config, fs *findings) {
 	var versions *Finding
 	for i := range fs.errors {
-		if strings.HasPrefix(fs.errors[i].Key, "config:version") {
+		if fs.errors[i].origin == knowledge.Versions {
 			versions = &fs.errors[i]
 			break
 		}
@@ -107,7 +106,7 @@ func versionsExplainSizes(_ *Job, _ Config, fs *findings) {
 	}
 	var rest []Finding
 	for _, f := range fs.rest {
-		if strings.HasPrefix(f.Key, "net-size:") {
+		if f.origin == knowledge.NetSize {
 			absorb(versions, &f)
 			continue
 		}

@@ -2,8 +2,8 @@ package detect
 
 import (
 	"sort"
-	"strings"
 
+	"github.com/ncclwatch/watchdog/detect/knowledge"
 	"github.com/ncclwatch/watchdog/incident"
 )
 
@@ -55,7 +55,7 @@ func mismatchExplainsItsCommunicator(j *Job, _ Config, fs *findings) {
 			case m != nil && f.Comm != "" && (group != &fs.rest || f.Kind == incident.KindStraggler):
 			case group == &fs.stalls || group == &fs.stuck:
 				m = stuckIn(&f)
-			case strings.HasPrefix(f.Key, "net-size:"):
+			case f.origin == knowledge.NetSize:
 				m = first
 			default:
 				m = nil
