@@ -1,6 +1,8 @@
 package detect
 
 import (
+	"errors"
+
 	"github.com/ncclwatch/watchdog/detect/knowledge"
 	"github.com/ncclwatch/watchdog/incident"
 )
@@ -12,10 +14,11 @@ type Result struct {
 	Paused   []string // communicators where all ranks are level and GPUs idle (live)
 }
 
-// Evaluate runs every rule, then the merge steps (merge.go), so that each root cause is one
-// finding, with its consequences as evidence, and is paged once. The rules are pure
-// functions of the job, so they run at once; the merge steps run in their order. Hangs are
-// one engine (FindHangs): the waits-for graph, followed to its roots and cycles.
+// Evaluate runs every rule, then the explains table (knowledge/explains.csv, merge.go), so
+// that each root cause is one finding, with its consequences as evidence, and is paged once.
+// The rules are pure functions of the job, so they run at once; the table's steps run in
+// their order. Hangs are one engine (FindHangs): the waits-for graph, followed to its roots
+// and cycles.
 func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	var (
 		crashes, mism, links, setup, ras, msgs, flight []Finding
@@ -50,23 +53,8 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		errors:     setup,
 		ras:        ras,
 	}
-	// What the table's rows say a message's finding explains (knowledge/messages.csv, role).
-	for _, f := range msgs {
-		switch f.role {
-		case knowledge.RoleLink:
-			fs.links = append(fs.links, f)
-		case knowledge.RoleCrash:
-			fs.crashes = append(fs.crashes, f)
-		case knowledge.RoleStall:
-			fs.stalls = append(fs.stalls, f)
-		case knowledge.RoleNote:
-			fs.rest = append(fs.rest, f)
-		case knowledge.RoleFallback:
-			fs.nccl = append(fs.nccl, f)
-		default:
-			fs.errors = append(fs.errors, f)
-		}
-	}
+	// The knowledge table's rows say a message's finding's role.
+	fs.add(msgs...)
 	// Flight Recorder's analyzer names mismatches and ranks that never joined.
 	for _, f := range flight {
 		switch f.Kind {
@@ -91,13 +79,11 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	for _, rule := range [][]Finding{gpu, lost, monitoring, diagnostics} {
 		fs.rest = append(fs.rest, rule...)
 	}
-	for _, step := range mergeSteps {
-		step(j, cfg, &fs)
-	}
+	explain(j, cfg, &fs)
 	r := Result{Findings: fs.all(), Notes: timingNotes(timing), Paused: hangs.Paused}
 	gradeWaits(j, cfg.HangConfig, r.Findings)
-	if err := knowledge.MessagesErr; err != nil {
-		r.Notes = append(r.Notes, "part of the knowledge table was left out, so some messages are not judged: "+err.Error())
+	if err := errors.Join(knowledge.MessagesErr, knowledge.ExplainsErr); err != nil {
+		r.Notes = append(r.Notes, "part of the knowledge tables was left out, so some messages or explanations are not judged: "+err.Error())
 	}
 	sortFindings(r.Findings)
 	return r

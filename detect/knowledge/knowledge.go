@@ -5,6 +5,14 @@
 // and reported, never a crash.
 package knowledge
 
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+)
+
 // Role is the part a finding plays in the explains table: the findings of one role are
 // explained, and explain others, alike.
 type Role string
@@ -41,3 +49,33 @@ const (
 
 // Origins lists every origin.
 var Origins = []Origin{Witness, SilentInit, NetSize, InitHang, Versions}
+
+// readTable reads a table: comment lines start with '#', the header must be header, and
+// each record goes to row; the fault of every bad one is returned with its line, and the
+// rest are read.
+func readTable(r io.Reader, name string, header []string, row func([]string) error) error {
+	cr := csv.NewReader(r)
+	cr.Comment, cr.FieldsPerRecord = '#', -1
+	got, err := cr.Read()
+	if err != nil {
+		return fmt.Errorf("%s table: header: %w", name, err)
+	}
+	if !slices.Equal(got, header) {
+		return fmt.Errorf("%s table: header is %q, want %q", name, got, header)
+	}
+	var errs []error
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		line, _ := cr.FieldPos(0)
+		if err != nil {
+			return errors.Join(append(errs, fmt.Errorf("%s table: %w", name, err))...)
+		}
+		if err := row(rec); err != nil {
+			errs = append(errs, fmt.Errorf("%s table line %d (%s): %w", name, line, rec[0], err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -2,7 +2,6 @@ package knowledge
 
 import (
 	_ "embed"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -109,45 +108,20 @@ var (
 
 // ReadMessages reads the table. It keeps the good rows and returns every bad one's fault.
 func ReadMessages(r io.Reader) ([]Row, error) {
-	cr := csv.NewReader(r)
-	cr.Comment = '#'
-	cr.FieldsPerRecord = -1 // the optional columns may be left out; parseRow checks the count
-	header, err := cr.Read()
-	if err != nil {
-		return nil, fmt.Errorf("knowledge table: header: %w", err)
-	}
-	if !slices.Equal(header, columns) {
-		return nil, fmt.Errorf("knowledge table: header is %q, want %q", header, columns)
-	}
 	var rows []Row
-	var errs []error
 	ids := map[string]bool{}
-	for {
-		rec, err := cr.Read()
-		if err == io.EOF {
-			break
-		}
-		line, _ := cr.FieldPos(0)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("knowledge table: %w", err))
-			if rec == nil {
-				break
-			}
-			continue
-		}
+	err := readTable(r, "knowledge", columns, func(rec []string) error {
 		rw, err := parseRow(rec)
 		if err == nil && ids[rw.ID] {
 			err = errors.New("the id is used twice")
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("knowledge table line %d (%s): %w", line, rec[0], err))
-			continue
+		if err == nil {
+			ids[rw.ID], rw.Index = true, len(rows)
+			rows = append(rows, rw)
 		}
-		ids[rw.ID] = true
-		rw.Index = len(rows)
-		rows = append(rows, rw)
-	}
-	return rows, errors.Join(errs...)
+		return err
+	})
+	return rows, err
 }
 
 // parseRow reads and checks one record.
