@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -186,7 +187,8 @@ func TestExitedRankStateIsStale(t *testing.T) {
 	dead := pluginRank(0, 31, 30, 3100*time.Millisecond, 20*time.Millisecond)
 	dead.State, dead.ExitedAt = snapshot.ProcExited, us(3200*time.Millisecond)
 	j := job(20*time.Second, dead, pluginRank(1, 30, 30, 0, 20*time.Millisecond))
-	for _, f := range FindHangs(j, DefaultConfig()).All() {
+	h := FindHangs(j, DefaultConfig())
+	for _, f := range slices.Concat(h.Inversions, h.Stalls, h.Stuck) {
 		if f.measured {
 			t.Fatalf("a finding from a dead rank's state: %+v", f)
 		}

@@ -21,10 +21,10 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		HangConfig:       HangConfig{HangFloor: 10 * time.Second, HangK: 4, PageAfter: 30 * time.Second, PauseK: 3},
+		HangConfig:       HangConfig{HangFloor: 10 * time.Second, HangK: 4, PageAfter: 30 * time.Second, PauseK: 3, AbandonedAfter: 2 * time.Second},
 		CompletionConfig: CompletionConfig{CompletionFloor: 2 * time.Second, CompletionK: 10},
 		SlowdownConfig: SlowdownConfig{SlowdownShare: 0.10, SlowdownSteps: 20, SlowdownWarmupSteps: 3, MeasuredMinOps: 8,
-			SlowLinkFactor: 3, SlowLinkMinSteps: 32},
+			SlowLinkFactor: 3, SlowLinkMinSteps: 32, CPUStarvedPct: 20},
 		LinkConfig:      LinkConfig{XmitWaitPerSecond: 1e6},
 		EventConfig:     EventConfig{EventMaxAge: 10 * time.Minute},
 		LostConfig:      LostConfig{MassLossNodes: 3, MassLossFraction: 0.25, MassLossWindow: 15 * time.Second},

@@ -172,6 +172,7 @@ func Crash(j *Job, cfg Config) []Finding {
 			f.Summary += ": " + reason
 		}
 		f.Cause = incident.CauseDied
+		f.witness = why.blamesPeer(p)
 		if d.when != 0 {
 			f.FaultAt = snapshot.Micros(d.when).Time()
 		}

@@ -18,6 +18,22 @@ type deaths struct {
 	exits map[int]snapshot.Event // the launcher's failure records by pid, built on first use
 }
 
+// blamesPeer says whether a dead process's own last word blames another: NCCL's remote
+// error ("remote process exited or there was a network error") is what a rank dies of when a
+// peer went away first. Its death is real, but its cause is elsewhere: it waits, live, for
+// that root to show (witnessStands), as any witness does.
+func (d *deaths) blamesPeer(r *Proc) bool {
+	for _, ev := range r.Events {
+		switch {
+		case ev.Kind == snapshot.EventRankExit && ev.Src == snapshot.ExitTraceback, ev.Kind == snapshot.EventSignal && ev.Code > 0:
+			return false
+		case ev.Kind == snapshot.EventTorchNCCLError || ev.Kind == snapshot.EventCudaError && ev.Fatal:
+			return ev.Kind == snapshot.EventTorchNCCLError && ev.Code == snapshot.NCCLRemoteError
+		}
+	}
+	return false
+}
+
 // reason says why a dead process ended ("" when nothing said).
 func (d *deaths) reason(r *Proc) string {
 	for _, ev := range r.Events {

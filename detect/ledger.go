@@ -45,6 +45,10 @@ type Ledger struct {
 	// longestPause is the longest wait booked (µs): the longest pause the job recovered
 	// from, which an open wait must outlast to page while its root is alive (certainty.go).
 	longestPause int64
+	// pairSince is when each slow pair (by its finding's key) was first seen slow, live,
+	// from the second evaluation on (pairsSeen): see pairHold.
+	pairSince map[string]time.Time
+	pairsSeen bool
 }
 
 // NewLedger returns an empty ledger.

@@ -147,10 +147,11 @@ func (l *Lifecycle) Update(job string, findings []Finding, now time.Time) (notif
 		t.clearAt = time.Time{}
 		prev := t.inc
 		next := f.Incident(job, prev.OpenedAt)
-		if prev.Kind == next.Kind && (len(prev.Ops) > 0 && len(next.Ops) == 0 || f.vague && !t.vague) {
+		wider := prev.Kind == incident.KindLink && next.Kind == incident.KindLink && len(next.Culprits) > len(prev.Culprits)
+		if prev.Kind == next.Kind && (len(prev.Ops) > 0 && len(next.Ops) == 0 || f.vague && !t.vague || wider) {
 			// A vaguer view of the same root cause (a mismatch seen through digests once
-			// its ops aged out, or once the history that told its culprit apart did) does
-			// not replace the precise one.
+			// its ops aged out, or once the history that told its culprit apart did; one
+			// slow pair of a NIC already named) does not replace the precise one.
 			next.Comm, next.Seq, next.Culprits, next.Ops = prev.Comm, prev.Seq, prev.Culprits, prev.Ops
 			next.Summary, next.Evidence, next.Victims = prev.Summary, prev.Evidence, prev.Victims
 		} else {

@@ -13,6 +13,13 @@ import (
 // file system or its network stalled, the node was paused), the fault is the node's, and
 // one incident names it with its ranks: an 8-GPU node pages once, not eight times.
 
+// nodeWide says whether a root's cause may be its node's: a rank that stopped or died without
+// a reason of its own. A rank that left its communicator, skipped an op or waits on its GPU
+// has its own cause, whatever its node's other ranks do.
+func nodeWide(c incident.Cause) bool {
+	return c == incident.CauseHostStalled || c == incident.CauseDied
+}
+
 // foldNodeRoots folds the single-rank hang roots that share a node and stopped together
 // (within nodeTogether) into one finding per node, led by its lowest rank's, keyed by the
 // node. Two ranks of a node that stopped apart are two roots.
@@ -26,7 +33,7 @@ func foldNodeRoots(j *Job, roots []Finding) []Finding {
 	}
 	byNode := map[string][]int{}
 	for i, f := range roots {
-		if f.Kind != incident.KindHang || len(f.culpritKeys) != 1 {
+		if f.Kind != incident.KindHang || len(f.culpritKeys) != 1 || !nodeWide(f.Cause) {
 			continue
 		}
 		if p := procs[f.culpritKeys[0]]; p != nil && p.Node != "" {

@@ -22,11 +22,6 @@ type Hangs struct {
 	Paused     []string  // communicators where every rank is level and every GPU idle (live)
 }
 
-// All lists the findings.
-func (h Hangs) All() []Finding {
-	return append(append(append([]Finding(nil), h.Inversions...), h.Stalls...), h.Stuck...)
-}
-
 // FindHangs gathers the open waits from every edge producer (waits.go, inversion.go),
 // follows them to their roots and cycles, and says what each root did and why.
 func FindHangs(j *Job, cfg Config) Hangs {
@@ -223,6 +218,9 @@ func (e *engine) rootFinding(r *Proc) (Finding, bool) {
 	var why string
 	if f.Cause, why = e.rootCause(r, first, f.FaultAt); why != "" {
 		f.addEvidence("%s", why)
+	}
+	if t := leftAt(r, first.Comm); !t.IsZero() && (f.FaultAt.IsZero() || t.Before(f.FaultAt)) {
+		f.FaultAt = t // it left after its last op there: the deaths its leaving caused come later
 	}
 	for _, v := range views[1:] {
 		absorb(&f, &v)
@@ -423,6 +421,20 @@ func left(p *Proc, id string) bool {
 		}
 	}
 	return false
+}
+
+// leftAt is when a live process that ended its member of communicator id issued its last
+// op there (zero when it did not leave, or the time is unknown).
+func leftAt(p *Proc, id string) time.Time {
+	if !left(p, id) {
+		return time.Time{}
+	}
+	for i := range p.Comms {
+		if c := &p.Comms[i]; c.ID == id && c.Last != nil && c.Last.T > 0 {
+			return c.Last.T.Time()
+		}
+	}
+	return time.Time{}
 }
 
 // ranksOn counts the job's ranks on a GPU: NVML's state of a GPU that several share is not

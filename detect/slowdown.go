@@ -27,6 +27,9 @@ type SlowdownConfig struct {
 	MeasuredMinOps      int     `yaml:"measured_min_ops"`
 	SlowLinkFactor      float64 `yaml:"slow_link_factor"`
 	SlowLinkMinSteps    int     `yaml:"slow_link_min_steps"`
+	// CPUStarvedPct: a rank whose threads wait this much of a core for a CPU (and three
+	// times the job's median) is starved of CPU by its host (cpustarve.go); 0 turns it off.
+	CPUStarvedPct float64 `yaml:"cpu_starved_pct"`
 }
 
 // Timing says whether arrival times can be trusted for lag claims.
@@ -105,9 +108,26 @@ func Slowdowns(j *Job, cfg Config, timing Timing) []Finding {
 		out = append(out, led.resolvedStalls(j, cfg.HangFloor, procs, out)...)
 	}
 	out = append(out, led.measuredRoots(j, sc, procs, groups, onLinks, out)...)
+	slowPairs := map[string]time.Time{}
 	for _, l := range links {
-		out = append(out, l.finding(j))
+		if f, ok := l.starvedHost(j, sc); ok {
+			out = append(out, f)
+			continue
+		}
+		f := l.finding(j)
+		if l.endpoint == nil && !j.Offline {
+			since, ok := led.pairSince[f.Key]
+			if !ok {
+				since = j.Now
+			}
+			slowPairs[f.Key] = since
+			if led.pairsSeen && j.Now.Sub(since) < pairHold {
+				continue
+			}
+		}
+		out = append(out, f)
 	}
+	led.pairSince, led.pairsSeen = slowPairs, true
 	if timing == TimingOK {
 		if f, ok := led.unattributed(j, sc, groups, out); ok {
 			out = append(out, f)
@@ -115,6 +135,11 @@ func Slowdowns(j *Job, cfg Config, timing Timing) []Finding {
 	}
 	return out
 }
+
+// pairHold is how long a slow pair stays slow, live, before it is named: a NIC shows as
+// several slow pairs within a second or two of its first, and is named as the NIC, not
+// first as the pair of it seen first (whose far end is only its peer).
+const pairHold = 3 * time.Second
 
 // unattributedQuiet is how long after a named root no unattributed slowdown is said.
 const unattributedQuiet = 30 * time.Second
@@ -152,8 +177,8 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 		g := groups[id]
 		gl := l.groups[id]
 		share, now, base, since := gl.slowedSteps(sc)
-		if g == nil || share < sc.SlowdownShare || share <= best.share || gl.lateShare(since, sc) >= sc.SlowdownShare/2 {
-			continue // not slower, or someone arrives late: the accounting names them
+		if g == nil || share < sc.SlowdownShare || share <= best.share || gl.lateShare(since, sc) >= share/2 {
+			continue // not slower, or late arrivals are most of it: the accounting names them
 		}
 		best.g, best.share, best.now, best.base, best.since = g, share, now, base, since
 	}
@@ -176,6 +201,10 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 			suspects = append(suspects, m.Proc)
 			why = append(why, w)
 			f.Cause = c
+		} else if pct, others, ok := starvation(j, sc, m.Proc); ok {
+			suspects = append(suspects, m.Proc)
+			why = append(why, starvedWords(pct, others))
+			f.Cause = incident.CauseHostSlow
 		}
 	}
 	if gpu, on := oneGPU(j, suspects); gpu != nil && len(suspects) > 1 {

@@ -100,61 +100,7 @@ func (g *WaitGraph) pick(ix []int, open bool) []Wait {
 	return out
 }
 
-// Trace is where following a member's waits ends.
-type Trace struct {
-	// Roots are the members that wait for nothing further on the followed path.
-	Roots []*Proc
-	// Cycle holds the members of a cycle the path entered (nil when none): each waits for
-	// the next, so none of them will ever move.
-	Cycle []*Proc
-}
-
-// maxFollow bounds a trace: a 100k-rank job's chains are short (a rank waits in one op at a
-// time), so a long one is a cycle the bound cuts.
-const maxFollow = 4096
-
-// Follow follows p's open waits to their roots. A member that waits for nothing is its own
-// root.
-func (g *WaitGraph) Follow(p *Proc) Trace {
-	var t Trace
-	seen := map[*Proc]bool{}
-	onPath := map[*Proc]int{}
-	var path []*Proc
-	var walk func(q *Proc)
-	walk = func(q *Proc) {
-		if len(seen) > maxFollow {
-			return
-		}
-		if i, ok := onPath[q]; ok {
-			if t.Cycle == nil {
-				t.Cycle = append([]*Proc(nil), path[i:]...)
-			}
-			return
-		}
-		if seen[q] {
-			return
-		}
-		seen[q] = true
-		next := g.Waits(q, true)
-		if len(next) == 0 {
-			t.Roots = append(t.Roots, q)
-			return
-		}
-		onPath[q] = len(path)
-		path = append(path, q)
-		for _, e := range next {
-			walk(e.Awaited)
-		}
-		path = path[:len(path)-1]
-		delete(onPath, q)
-	}
-	walk(p)
-	sort.SliceStable(t.Roots, func(a, b int) bool { return t.Roots[a].Rank < t.Roots[b].Rank })
-	return t
-}
-
-// Ends is where every open wait of the graph ends, found at once (Follow answers for one
-// member): Roots are the members waited for that wait for nothing, in the order the edges
+// Ends is where every open wait of the graph ends, found at once: Roots are the members waited for that wait for nothing, in the order the edges
 // first name them; Cycles the sets of members that wait for each other and for no one
 // outside, each ordered by rank.
 func (g *WaitGraph) Ends() (roots []*Proc, cycles [][]*Proc) {

@@ -26,6 +26,10 @@ type HangConfig struct {
 	HangK     float64       `yaml:"hang_k"`
 	PageAfter time.Duration `yaml:"page_after"`
 	PauseK    float64       `yaml:"pause_k"`
+	// AbandonedAfter: a communicator that a member ended while another member, still in
+	// it, has issued past that point waits for an op that can never complete; it counts as
+	// stalled once it sat still this long (a rank's log may lag its plugin's last word).
+	AbandonedAfter time.Duration `yaml:"abandoned_after"`
 }
 
 // PageWindow is how long an uncertain wait lasts before it pages, given the longest pause
@@ -116,12 +120,34 @@ func stalled(j *Job, g *Group, cfg HangConfig) (bool, time.Duration) {
 	if last == 0 {
 		return false, 0
 	}
+	if abandoned(g) {
+		if still := j.Now.Sub(last.Time()); still >= cfg.AbandonedAfter+j.InputLag {
+			return true, still
+		}
+	}
 	end := j.Now
 	if died, ok := allExited(g); ok && died.Before(end) {
 		end = died
 	}
 	still := end.Sub(last.Time())
 	return still >= cfg.HangWindow(g)+j.InputLag, still
+}
+
+// abandoned says whether a member ended the communicator (destroyed or aborted it) at a
+// position a member that has not ended it has passed: the ops beyond it can never complete,
+// so the communicator is stalled once it sat still for AbandonedAfter, whatever its pace.
+func abandoned(g *Group) bool {
+	var ended, ahead int64 = -1, -1
+	for _, m := range g.Members {
+		if m.Comm.State.Ended() {
+			if ended < 0 || m.Comm.Count < ended {
+				ended = m.Comm.Count
+			}
+		} else {
+			ahead = max(ahead, m.Comm.Count)
+		}
+	}
+	return ended >= 0 && ahead > ended
 }
 
 // allExited says whether every member's process has exited, and when the first did.

@@ -87,6 +87,7 @@ func (s *Sidecar) addProcStats(procs []snapshot.Process) {
 		}
 		p.Stat = snapshot.SchedState([]byte{info.Sched})
 		p.CPU, p.CPUPct = math.Round(info.CPUSeconds()*100)/100, info.CPUPct
+		p.RunqPct = max(info.RunqPct, 0)
 	}
 }
 

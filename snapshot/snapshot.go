@@ -107,6 +107,10 @@ type Process struct {
 	Stat   SchedState `json:"stat,omitempty"`
 	CPU    float64    `json:"cpu,omitempty"`
 	CPUPct float64    `json:"cpupct,omitempty"`
+	// RunqPct is, with Stat, the time its threads waited on a run queue for a CPU over the
+	// same interval, in percent of one core: a process starved of CPU (other processes on
+	// its cores, a CPU limit) waits there. 0 when not measured (no schedstat).
+	RunqPct float64 `json:"runq,omitempty"`
 }
 
 // Comm is one communicator as one rank sees it.

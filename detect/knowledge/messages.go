@@ -95,7 +95,7 @@ var (
 	knownStages = []string{"init", "ready", "first", "run", "undated", "quoted", "stuck"}
 	knownAddrs  = []string{"", "named", "loopback", "unlogged", "stray"}
 	knownRoles  = []Role{RoleCause, RoleLink, RoleCrash, RoleStall, RoleNote, RoleFallback}
-	rowOrigins  = []Origin{"", Witness, SilentInit, NetSize}
+	rowOrigins  = []Origin{"", Witness, SilentInit, NetSize, Versions}
 	knownCauses = []incident.Cause{"unknown", incident.CauseDied, incident.CauseHostStalled, incident.CauseHostSlow,
 		incident.CauseGPUBusy, incident.CauseGPUThrottled, incident.CauseGPUFault, incident.CauseLink, incident.CauseNetwork,
 		incident.CauseMismatch, incident.CauseOrder, incident.CauseInit, incident.CauseSetup, incident.CauseApplication,

@@ -140,6 +140,9 @@ type Detector struct {
 	opts Options
 	m    *metrics
 	wire snapshot.Wire
+	// changed wakes the term's loop when the watch applied snapshots: a job is judged
+	// within half an interval of new evidence, not up to a whole interval later.
+	changed chan struct{}
 
 	mu        sync.Mutex // guards everything below
 	state     *State     // the decoded nodes of the jobs this replica owns
@@ -177,7 +180,7 @@ func New(opts Options) (*Detector, error) {
 		return nil, errors.New("detector: no etcd client")
 	}
 	opts.defaults()
-	d := &Detector{opts: opts, state: NewState(), inbox: newInbox(), owned: map[string]*ownedJob{},
+	d := &Detector{opts: opts, changed: make(chan struct{}, 1), state: NewState(), inbox: newInbox(), owned: map[string]*ownedJob{},
 		incidents: map[string]incident.Incident{}, paused: map[string][]string{}, lostTimes: map[string][]time.Time{},
 		owners: map[string]string{}}
 	d.m = newMetrics(d, opts.Registerer)

@@ -128,9 +128,13 @@ func (d *Detector) applyChanges(chs []change) {
 	rds := d.prepare(chs)
 	now := d.opts.Now()
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	for i, c := range chs {
 		d.applyChange(c, rds[i], now)
+	}
+	d.mu.Unlock()
+	select {
+	case d.changed <- struct{}{}:
+	default: // a wake-up is already pending
 	}
 }
 

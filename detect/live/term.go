@@ -179,13 +179,25 @@ func (d *Detector) runTerm(ctx context.Context, t *term) {
 			return
 		}
 		d.opts.hooks.run(func(h *hooks) func() { return h.evaluate })
+		evaluated := time.Now()
 		d.evaluate(tctx, t, alerts)
+		tick.Reset(d.opts.Interval)
 		select {
 		case <-tctx.Done():
 			return
 		case <-t.done:
 			return
 		case <-tick.C:
+		case <-d.changed:
+			// New evidence: judge it half an interval after the last evaluation began at
+			// the soonest, so that a busy watch at most doubles the evaluations.
+			select {
+			case <-tctx.Done():
+				return
+			case <-t.done:
+				return
+			case <-time.After(d.opts.Interval/2 - time.Since(evaluated)):
+			}
 		}
 	}
 }

@@ -171,3 +171,19 @@ func clip(b []byte) string {
 	}
 	return string(b)
 }
+
+// ParseSchedstat reads a task's /proc/<pid>/task/<tid>/schedstat: the time it ran on a
+// CPU, the time it waited on a run queue for one (both in nanoseconds) and its timeslices.
+// It returns the run-queue wait: a process whose threads wait long for a CPU is starved of
+// one (other processes on its cores, a CPU limit), whatever its own CPU use says.
+func ParseSchedstat(b []byte) (waitNS uint64, err error) {
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return 0, fmt.Errorf("proc schedstat: %d fields in %q", len(f), clip(b))
+	}
+	w, err := strconv.ParseUint(string(f[1]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("proc schedstat: wait %q: %w", clip(f[1]), err)
+	}
+	return w, nil
+}

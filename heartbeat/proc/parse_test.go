@@ -150,3 +150,32 @@ func FuzzParseEnviron(f *testing.F) {
 		}
 	})
 }
+
+func TestParseSchedstat(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want uint64
+		bad  bool
+	}{
+		{in: "123456789 98765 42\n", want: 98765},
+		{in: "5 0 1", want: 0},
+		{in: "5", bad: true},
+		{in: "", bad: true},
+		{in: "1 -3 2", bad: true},
+	} {
+		got, err := ParseSchedstat([]byte(tc.in))
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("ParseSchedstat(%q) = %d, %v; want %d, bad %v", tc.in, got, err, tc.want, tc.bad)
+		}
+	}
+}
+
+func FuzzParseSchedstat(f *testing.F) {
+	f.Add([]byte("123456789 98765 42\n"))
+	f.Add([]byte("1"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if _, err := ParseSchedstat(b); err != nil && err.Error() == "" {
+			t.Fatal("an error without words")
+		}
+	})
+}

@@ -89,6 +89,11 @@ type Info struct {
 	Sched    byte
 	CPUTicks uint64
 	CPUPct   float64
+	// RunqPct is the time the process's threads waited on a run queue for a CPU over the
+	// same window, in percent of one core (summed over its threads, like CPUPct); -1 when
+	// it could not be read. A process starved of CPU (other processes on its cores, a CPU
+	// limit) waits there, whatever its own CPU use.
+	RunqPct float64
 }
 
 // CPUSeconds is CPUTicks in seconds.
@@ -112,21 +117,27 @@ type entry struct {
 	// cpuTicks and cpuAt are the reading CPU use is measured from (see sample).
 	cpuTicks uint64
 	cpuAt    time.Time
+	runqNS   uint64 // the run-queue wait at cpuAt; runqOK when it was read
+	runqOK   bool
 }
 
 // sample takes one stat reading of the running process in, read at at: its state and CPU
 // time, and its CPU use since the reference reading once that lies CPUWindow back.
-func (e *entry) sample(st Stat, at time.Time) {
+func (e *entry) sample(st Stat, runq uint64, runqOK bool, at time.Time) {
 	ticks := st.CPUTicks()
 	if ticks < e.cpuTicks || e.cpuAt.IsZero() || at.Before(e.cpuAt) {
 		// No usable reference (a clock or counter that went back): start one.
-		e.cpuTicks, e.cpuAt = ticks, at
+		e.cpuTicks, e.cpuAt, e.runqNS, e.runqOK = ticks, at, runq, runqOK
 		return
 	}
 	if dt := at.Sub(e.cpuAt); dt >= CPUWindow {
 		pct := float64(ticks-e.cpuTicks) / userHZ / dt.Seconds() * 100
 		e.info.CPUPct = math.Round(pct*10) / 10
-		e.cpuTicks, e.cpuAt = ticks, at
+		e.info.RunqPct = -1
+		if runqOK && e.runqOK && runq >= e.runqNS {
+			e.info.RunqPct = math.Round(float64(runq-e.runqNS)/1e9/dt.Seconds()*1000) / 10
+		}
+		e.cpuTicks, e.cpuAt, e.runqNS, e.runqOK = ticks, at, runq, runqOK
 	} else if e.info.Sched == 0 {
 		return // no measurement yet: nothing to show
 	}
@@ -315,7 +326,9 @@ func (w *Watcher) Check(onExit func(pid int, at time.Time)) {
 	}
 	type reading struct {
 		probe
-		st Stat
+		st     Stat
+		runq   uint64
+		runqOK bool
 	}
 	var exited []probe
 	running := make([]reading, 0, len(probes))
@@ -328,7 +341,8 @@ func (w *Watcher) Check(onExit func(pid int, at time.Time)) {
 			w.log.Debug("proc: stat unreadable", "pid", p.pid, "err", err)
 			continue
 		case st.StartTicks == p.start && !st.Exited():
-			running = append(running, reading{p, st})
+			runq, err := w.readRunqWait(p.pid)
+			running = append(running, reading{p, st, runq, err == nil})
 			continue
 		}
 		exited = append(exited, p)
@@ -343,7 +357,7 @@ func (w *Watcher) Check(onExit func(pid int, at time.Time)) {
 	w.mu.Lock()
 	for _, r := range running {
 		if e, ok := w.procs[r.pid]; ok && e.info.State == Running && e.info.StartTicks == r.start {
-			e.sample(r.st, at)
+			e.sample(r.st, r.runq, r.runqOK, at)
 		}
 	}
 	for _, p := range exited {
@@ -394,6 +408,35 @@ func (w *Watcher) readStat(pid int) (Stat, error) {
 		return Stat{}, err
 	}
 	return ParseStat(b)
+}
+
+// maxTasks bounds the threads whose run-queue wait is read per process and check.
+const maxTasks = 1024
+
+// readRunqWait sums the run-queue wait of a process's threads (ns); an error when none of
+// them could be read (no schedstat: a kernel without CONFIG_SCHEDSTATS).
+func (w *Watcher) readRunqWait(pid int) (uint64, error) {
+	dir := filepath.Join(w.root, strconv.Itoa(pid), "task")
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("reading the threads of %d: %w", pid, err)
+	}
+	var sum uint64
+	read := 0
+	for _, t := range tasks[:min(len(tasks), maxTasks)] {
+		b, err := w.readFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if err != nil {
+			continue // a thread that ended since
+		}
+		if v, err := ParseSchedstat(b); err == nil {
+			sum += v
+			read++
+		}
+	}
+	if read == 0 {
+		return 0, fmt.Errorf("no schedstat of pid %d's threads", pid)
+	}
+	return sum, nil
 }
 
 func (w *Watcher) readEnviron(pid int) ([]byte, error) {
