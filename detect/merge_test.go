@@ -171,3 +171,16 @@ func TestReasoners(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionsExplainSizes: ranks that load different NCCL versions disagree on message
+// sizes: NCCL's own warning of it, like the versions the ranks printed, explains the sizes.
+func TestVersionsExplainSizes(t *testing.T) {
+	version := snapshot.Event{Kind: snapshot.EventVersionMismatch, Stage: snapshot.StageInit, Ranks: []int{2},
+		Detail: "2.18.1 and 2.19.3", Msg: "NCCL version mismatch"}
+	size := snapshot.Event{Kind: snapshot.EventNetSizeMismatch, Stage: snapshot.StageRun, Peer: "10.0.0.1<4000>",
+		Msg: "NET/IB : Message truncated : received 1048576 bytes instead of 65536"}
+	f := wantOne(t, evaluate(offlineJob(map[int][]snapshot.Event{0: {version}, 2: {size}})), incident.KindConfig, "different NCCL versions")
+	if ev := strings.Join(f.Evidence, "\n"); !strings.Contains(ev, "also: NET/IB on") {
+		t.Fatalf("the size mismatch is not the versions' evidence: %q", f.Evidence)
+	}
+}
