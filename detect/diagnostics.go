@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ncclwatch/watchdog/detect/knowledge"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -79,7 +80,7 @@ func initHangs(j *Job) []Finding {
 			}
 		}
 		f := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Comm: g.ID,
-			Culprits: []incident.Culprit{}, Victims: len(stuck), Key: "init:" + g.ID, culpritKeys: keys}
+			Culprits: []incident.Culprit{}, Victims: len(stuck), Key: "init:" + g.ID, culpritKeys: keys, origin: knowledge.InitHang}
 		f.Summary = fmt.Sprintf("initialization of communicator %s (%d ranks) did not complete on %d rank(s)", shortComm(g.ID), g.NRanks, len(stuck))
 		if len(missing) > 0 {
 			f.Summary += fmt.Sprintf("; ranks %s never logged joining it: they are the ones to look at", strings.Join(missing, ","))

@@ -5,8 +5,8 @@
 //
 // Beside comparing the ranks, the detector reads what NCCL, its network plugins, CUDA, the
 // HCA and PyTorch print when they fail, and gives the cause their maintainers give. That
-// knowledge is data: knowledge.csv holds one row per meaning (the event kind and the
-// conditions it matches on: status or code, message, source file, stage, the address it
+// knowledge is data: knowledge/messages.csv holds one row per meaning (the event kind and
+// the conditions it matches on: status or code, message, source file, stage, the address it
 // names; then the cause class, incident kind, severity, culprit, scope and the summary and
 // advice), read once and checked by a test. messages.go is the one engine that applies it:
 // the first row that matches an event wins, events whose keys come out equal are one
@@ -22,9 +22,10 @@
 // setting it. A Job is the ranks of one job as snapshots, live from etcd (detect/live) or
 // rebuilt offline from log files (analyze), plus what the live detector saw besides them:
 // lost nodes, lease losses, an etcd outage. One file per rule holds the rule and its
-// settings; Config composes the settings; Evaluate runs every rule, then the merge steps of
-// merge.go, which fold consequences into the finding of their root cause; Lifecycle keeps
-// incidents across evaluations.
+// settings; Config composes the settings; Evaluate runs every rule, then the explains table
+// (knowledge/explains.csv, one row per "a source explains a target when they share this",
+// folded by merge.go), which folds consequences into the finding of their root cause;
+// Lifecycle keeps incidents across evaluations.
 //
 // The package reads the snapshot and incident contracts only, nothing of logparse,
 // heartbeat or alert, so that the live and the offline feeds are judged alike.

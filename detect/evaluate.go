@@ -1,6 +1,11 @@
 package detect
 
-import "github.com/ncclwatch/watchdog/incident"
+import (
+	"errors"
+
+	"github.com/ncclwatch/watchdog/detect/knowledge"
+	"github.com/ncclwatch/watchdog/incident"
+)
 
 // Result is one evaluation of a job.
 type Result struct {
@@ -9,10 +14,11 @@ type Result struct {
 	Paused   []string // communicators where all ranks are level and GPUs idle (live)
 }
 
-// Evaluate runs every rule, then the merge steps (merge.go), so that each root cause is one
-// finding, with its consequences as evidence, and is paged once. The rules are pure
-// functions of the job, so they run at once; the merge steps run in their order. Hangs are
-// one engine (FindHangs): the waits-for graph, followed to its roots and cycles.
+// Evaluate runs every rule, then the explains table (knowledge/explains.csv, merge.go), so
+// that each root cause is one finding, with its consequences as evidence, and is paged once.
+// The rules are pure functions of the job, so they run at once; the table's steps run in
+// their order. Hangs are one engine (FindHangs): the waits-for graph, followed to its roots
+// and cycles.
 func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	var (
 		crashes, mism, links, setup, ras, msgs, flight []Finding
@@ -47,23 +53,8 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		errors:     setup,
 		ras:        ras,
 	}
-	// What the table's rows say a message's finding explains (knowledge.csv, role).
-	for _, f := range msgs {
-		switch f.role {
-		case roleLink:
-			fs.links = append(fs.links, f)
-		case roleCrash:
-			fs.crashes = append(fs.crashes, f)
-		case roleStall:
-			fs.stalls = append(fs.stalls, f)
-		case roleNote:
-			fs.rest = append(fs.rest, f)
-		case roleFallback:
-			fs.nccl = append(fs.nccl, f)
-		default:
-			fs.errors = append(fs.errors, f)
-		}
-	}
+	// The knowledge table's rows say a message's finding's role.
+	fs.add(msgs...)
 	// Flight Recorder's analyzer names mismatches and ranks that never joined.
 	for _, f := range flight {
 		switch f.Kind {
@@ -88,14 +79,11 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 	for _, rule := range [][]Finding{gpu, lost, monitoring, diagnostics} {
 		fs.rest = append(fs.rest, rule...)
 	}
-	for _, step := range mergeSteps {
-		step(j, cfg, &fs)
-	}
-	deathsOfPeersWait(j, cfg, &fs)
+	explain(j, cfg, &fs)
 	r := Result{Findings: fs.all(), Notes: timingNotes(timing), Paused: hangs.Paused}
 	gradeWaits(j, cfg.HangConfig, r.Findings)
-	if knowledgeErr != nil {
-		r.Notes = append(r.Notes, "part of the knowledge table was left out, so some messages are not judged: "+knowledgeErr.Error())
+	if err := errors.Join(knowledge.MessagesErr, knowledge.ExplainsErr); err != nil {
+		r.Notes = append(r.Notes, "part of the knowledge tables was left out, so some messages or explanations are not judged: "+err.Error())
 	}
 	sortFindings(r.Findings)
 	return r

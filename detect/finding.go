@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ncclwatch/watchdog/detect/knowledge"
 	"github.com/ncclwatch/watchdog/incident"
 )
 
@@ -44,8 +45,12 @@ type Finding struct {
 	measured bool
 	// comms are the communicators a finding spans beyond Comm (an order inversion's two).
 	comms []string
-	// role is the part a finding of the knowledge table plays in merging (knowledge.go).
-	role role
+	// role is the part a finding plays in the explains table (knowledge/explains.csv): the
+	// knowledge table's row says it, Evaluate files the other rules' by what they find.
+	role knowledge.Role
+	// origin tells it from others of its role there (an init that failed silently, one
+	// that hung, a message size two ends disagree on, the ranks' NCCL versions).
+	origin knowledge.Origin
 	// witness: the finding is what one process saw of another's failure (a closed
 	// connection, a remote error), not confirmed by the culprit's own evidence.
 	witness bool

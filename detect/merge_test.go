@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ncclwatch/watchdog/detect/knowledge"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -49,8 +50,8 @@ func TestOneMismatchPerCulprit(t *testing.T) {
 	other := mism("tp", time.Second)
 	other.culpritKeys, other.Key = []string{"node3:103"}, "mismatch:tp"
 	fs := findings{mism: []Finding{mism("pg0-fr-dump", 5*time.Second), mism("0xc0ffee", 2*time.Second), other}}
-	oneMismatchPerCulprit(nil, DefaultConfig(), &fs)
-	if len(fs.mism) != 2 || fs.mism[0].Key != "mismatch:tp" || fs.mism[1].Key != "mismatch:0xc0ffee" || len(fs.mism[1].Evidence) != 1 {
+	explain(nil, DefaultConfig(), &fs, "mismatch")
+	if len(fs.mism) != 2 || fs.mism[0].Key != "mismatch:0xc0ffee" || fs.mism[1].Key != "mismatch:tp" || len(fs.mism[0].Evidence) != 1 {
 		t.Fatalf("%+v", fs.mism)
 	}
 }
@@ -64,7 +65,7 @@ func TestALateHostExplainsItsSlowLinks(t *testing.T) {
 	link := Finding{Kind: incident.KindLink, Severity: incident.SeverityWarning, Cause: incident.CauseLink, measured: true,
 		Key: "link:pair:vm:1->vm:3", culpritKeys: []string{"vm:1", "vm:3"}, Summary: "the network from rank 1 to rank 3 is slow"}
 	fs := findings{rest: []Finding{strag}, links: []Finding{link}}
-	stoppedRankExplainsNeighbours(nil, DefaultConfig(), &fs)
+	explain(nil, DefaultConfig(), &fs, "neighbours")
 	if len(fs.links) != 0 || len(fs.rest[0].Evidence) != 1 {
 		t.Fatalf("links %+v, straggler evidence %v", fs.links, fs.rest[0].Evidence)
 	}
@@ -88,9 +89,10 @@ func TestAMismatchExplainsItsMembersAndTheSizes(t *testing.T) {
 		culpritKeys: []string{ps[1].Key()}, Summary: "rank 1's GPU has not started the world op"}
 	other := Finding{Kind: incident.KindHang, Severity: incident.SeverityCritical, Comm: "0xc0ffee", Key: "rank:" + ps[2].Key(),
 		culpritKeys: []string{ps[2].Key()}, Summary: "rank 2 stopped"}
-	size := Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical, Key: "net-size:node3", Summary: "a message of another size"}
+	size := Finding{Kind: incident.KindLink, Severity: incident.SeverityCritical, Key: "net-size:node3", Summary: "a message of another size",
+		origin: knowledge.NetSize}
 	fs := findings{mism: []Finding{mism}, stalls: []Finding{hang, other}, rest: []Finding{size}}
-	mismatchExplainsItsCommunicator(j, DefaultConfig(), &fs)
+	explain(j, DefaultConfig(), &fs, "mismatch-comm")
 	if len(fs.stalls) != 1 || fs.stalls[0].Key != other.Key || len(fs.rest) != 0 || len(fs.mism[0].Evidence) != 2 {
 		t.Fatalf("stalls %+v rest %+v mismatch evidence %v", fs.stalls, fs.rest, fs.mism[0].Evidence)
 	}
@@ -140,9 +142,7 @@ func TestTheLaunchersKillsAreTheRootsTeardown(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fs := c.fs
-			for _, step := range mergeSteps {
-				step(j, cfg, &fs)
-			}
+			explain(j, cfg, &fs)
 			all := fs.all()
 			if len(all) != 1 || all[0].Kind != c.want || culpritRanks(all[0])[0] != c.rank {
 				t.Fatalf("want one %s, got %+v", c.want, all)
@@ -151,5 +151,36 @@ func TestTheLaunchersKillsAreTheRootsTeardown(t *testing.T) {
 				t.Fatalf("no teardown line: %q", all[0].Evidence)
 			}
 		})
+	}
+}
+
+// TestReasoners: every reasoner the explains table names is one merge.go has, and each one
+// is named.
+func TestReasoners(t *testing.T) {
+	named := map[string]bool{}
+	for _, r := range knowledge.Explains {
+		if r.Action == "reason" {
+			if named[r.Step] = true; reasoners[r.Step] == nil {
+				t.Errorf("the table names reasoner %q, which merge.go lacks", r.Step)
+			}
+		}
+	}
+	for name := range reasoners {
+		if !named[name] {
+			t.Errorf("reasoner %q is in no row of the table", name)
+		}
+	}
+}
+
+// TestVersionsExplainSizes: ranks that load different NCCL versions disagree on message
+// sizes: NCCL's own warning of it, like the versions the ranks printed, explains the sizes.
+func TestVersionsExplainSizes(t *testing.T) {
+	version := snapshot.Event{Kind: snapshot.EventVersionMismatch, Stage: snapshot.StageInit, Ranks: []int{2},
+		Detail: "2.18.1 and 2.19.3", Msg: "NCCL version mismatch"}
+	size := snapshot.Event{Kind: snapshot.EventNetSizeMismatch, Stage: snapshot.StageRun, Peer: "10.0.0.1<4000>",
+		Msg: "NET/IB : Message truncated : received 1048576 bytes instead of 65536"}
+	f := wantOne(t, evaluate(offlineJob(map[int][]snapshot.Event{0: {version}, 2: {size}})), incident.KindConfig, "different NCCL versions")
+	if ev := strings.Join(f.Evidence, "\n"); !strings.Contains(ev, "also: NET/IB on") {
+		t.Fatalf("the size mismatch is not the versions' evidence: %q", f.Evidence)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ncclwatch/watchdog/detect/knowledge"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -23,15 +24,11 @@ type KnowledgeConfig struct {
 	Quoted int `yaml:"-"`
 }
 
-// silentKey starts the keys of an init that failed without a WARN (the table's init_failed
-// rows): merge.go folds them into an error another process printed.
-const silentKey = "silent-init:"
-
 // msgEvent is one event a row of the table matched.
 type msgEvent struct {
 	p     *Proc
 	e     snapshot.Event
-	r     *row
+	r     *knowledge.Row
 	stage string
 	// claimer is the event of the same process this one follows from (its row's then);
 	// claims, whether others follow from this one.
@@ -73,7 +70,7 @@ type building struct {
 	quoted    int
 }
 
-// Messages judges what the processes logged by the knowledge table (knowledge.csv): each
+// Messages judges what the processes logged by the knowledge table (knowledge/messages.csv): each
 // event takes the first row that matches it, and the events whose keys come out equal are
 // one finding, worded by the earliest row's first event. What stays code is what every row
 // shares: when an event came, whom a row blames, follow-up lines quoted as evidence, and
@@ -102,7 +99,7 @@ func (m *messages) classify(ec EventConfig) [][]*msgEvent {
 				// Breadcrumbs trace an error: after one that a row reads, they are its path.
 				continue
 			}
-			cause = cause || e.Kind != snapshot.EventBreadcrumb && ev.r.role != roleFallback
+			cause = cause || e.Kind != snapshot.EventBreadcrumb && ev.r.Role != knowledge.RoleFallback
 			if out == nil {
 				out = make([][]*msgEvent, len(m.j.Procs))
 			}
@@ -132,9 +129,10 @@ func (m *messages) match(p *Proc, e snapshot.Event) *msgEvent {
 	// NCCL logs the error trace of a transport it then does without (IB probed, sockets
 	// used) while the communicators are still being set up, seconds before they finish.
 	young := !m.j.Offline && e.T != 0 && m.j.Now.Sub(e.T.Time()) < m.hangFloor
-	for i := range knowledge {
-		if r := &knowledge[i]; r.matches(p, e, stage, addr, young) {
-			if r.ignore {
+	stuck := func() bool { return !young && stuckInInit(p, e) }
+	for i := range knowledge.Messages {
+		if r := &knowledge.Messages[i]; r.Matches(e, stage, addr, stuck) {
+			if r.Ignore {
 				return nil
 			}
 			return &msgEvent{p: p, e: e, r: r, stage: stage}
@@ -183,11 +181,11 @@ func (m *messages) claim(byProc [][]*msgEvent) {
 			if ev == nil {
 				continue
 			}
-			for _, f := range ev.r.then {
-				if f.adj == 0 {
+			for _, f := range ev.r.Then {
+				if f.Adj == 0 {
 					continue
 				}
-				if k := nextNonBreadcrumb(m.j.Procs[pi].Events, i, f.adj); k >= 0 && evs[k] != nil && evs[k].e.Kind == f.kind && evs[k].claimer == nil {
+				if k := nextNonBreadcrumb(m.j.Procs[pi].Events, i, f.Adj); k >= 0 && evs[k] != nil && evs[k].e.Kind == f.Kind && evs[k].claimer == nil {
 					evs[k].claimer, ev.claims = ev, true
 				}
 			}
@@ -197,7 +195,7 @@ func (m *messages) claim(byProc [][]*msgEvent) {
 				continue
 			}
 			for _, q := range evs[i+1:] {
-				if q != nil && q.claimer == nil && !q.claims && slices.Contains(ev.r.then, follow{kind: q.e.Kind}) {
+				if q != nil && q.claimer == nil && !q.claims && slices.Contains(ev.r.Then, knowledge.Follow{Kind: q.e.Kind}) {
 					q.claimer, ev.claims = ev, true
 				}
 			}
@@ -208,15 +206,15 @@ func (m *messages) claim(byProc [][]*msgEvent) {
 // assemble decides, row by row in the table's order, each event's finding (or the earlier
 // finding it is quoted in), then builds the findings in the order of the logs.
 func (m *messages) assemble(byProc [][]*msgEvent) []Finding {
-	byRow := make([][]*msgEvent, len(knowledge))
+	byRow := make([][]*msgEvent, len(knowledge.Messages))
 	m.reporters = map[string]map[string]bool{}
 	for _, evs := range byProc {
 		for _, ev := range evs {
 			if ev == nil || ev.claimer != nil {
 				continue
 			}
-			byRow[ev.r.index] = append(byRow[ev.r.index], ev)
-			if c := ev.r.culprit; c == "shared" || c == "remote" {
+			byRow[ev.r.Index] = append(byRow[ev.r.Index], ev)
+			if c := ev.r.Culprit; c == "shared" || c == "remote" {
 				if h := m.book.host(ev.e.Peer); h != "" {
 					if m.reporters[h] == nil {
 						m.reporters[h] = map[string]bool{}
@@ -229,10 +227,10 @@ func (m *messages) assemble(byProc [][]*msgEvent) []Finding {
 	leadRow := map[string]int{}
 	var order []string
 	for ri, evs := range byRow {
-		r := &knowledge[ri]
+		r := &knowledge.Messages[ri]
 		for _, ev := range evs {
-			if r.under != "" {
-				prefix := r.under.render(m.value(ev))
+			if r.Under != "" {
+				prefix := r.Under.Render(m.value(ev))
 				for _, k := range order {
 					if leadRow[k] < ri && strings.HasPrefix(k, prefix) {
 						ev.target = k
@@ -243,7 +241,7 @@ func (m *messages) assemble(byProc [][]*msgEvent) []Finding {
 					continue
 				}
 			}
-			ev.key = r.key.render(m.value(ev))
+			ev.key = r.Key.Render(m.value(ev))
 			if _, ok := leadRow[ev.key]; !ok {
 				leadRow[ev.key] = ri
 				order = append(order, ev.key)
@@ -261,7 +259,7 @@ func (m *messages) assemble(byProc [][]*msgEvent) []Finding {
 				b = &building{f: &Finding{Key: ev.key, Culprits: []incident.Culprit{}}}
 				found[ev.key] = b
 			}
-			if b.lead == nil && ev.r.index == leadRow[ev.key] {
+			if b.lead == nil && ev.r.Index == leadRow[ev.key] {
 				b.lead = ev
 			}
 			m.join(b, ev)
@@ -276,7 +274,7 @@ func (m *messages) assemble(byProc [][]*msgEvent) []Finding {
 					b.quote(m.cfg, "then %s: %s", ev.p.Name(), ev.e.Msg)
 				}
 			case ev.target != "":
-				found[ev.target].quote(m.cfg, "then, as a consequence, %s: %s (%s)", ev.p.Name(), ev.e.Msg, ev.r.summary.render(m.value(ev)))
+				found[ev.target].quote(m.cfg, "then, as a consequence, %s: %s (%s)", ev.p.Name(), ev.e.Msg, ev.r.Summary.Render(m.value(ev)))
 			}
 		}
 	}
@@ -327,22 +325,22 @@ func (b *building) quote(cfg KnowledgeConfig, format string, args ...any) {
 // finish words a finding by its lead row and event.
 func (m *messages) finish(b *building) Finding {
 	f, r := b.f, b.lead.r
-	f.Kind, f.Severity, f.Cause, f.role = r.kind, r.severity, r.cause, r.role
+	f.Kind, f.Severity, f.Cause, f.role, f.origin = r.Kind, r.Severity, r.Cause, r.Role, r.Origin
 	v := m.value(b.lead)
-	f.Summary = r.summary.render(v)
-	if r.advice != "" {
-		f.Summary += ": " + r.advice.render(v)
+	f.Summary = r.Summary.Render(v)
+	if r.Advice != "" {
+		f.Summary += ": " + r.Advice.Render(v)
 	}
 	// What the reporters saw of the culprit, not its own word: it folds into the root that
 	// explains it (witnessesFoldIntoTheirRoot), and is a suspicion until confirmed.
-	f.witness = r.witness
-	if r.witness && !m.confirmed(b) {
+	f.witness = r.Origin == knowledge.Witness
+	if f.witness && !m.confirmed(b) {
 		f.Summary += fmt.Sprintf("; only what %s saw of it: likely, not a confirmed death (the suspect's own log, a launcher record or a RAS report would confirm it)", b.reporters[0].Name())
 	}
-	if (r.culprit == "reporter" || r.culprit == "peers") && len(b.reporters) > 1 {
+	if (r.Culprit == "reporter" || r.Culprit == "peers") && len(b.reporters) > 1 {
 		f.Summary += fmt.Sprintf("; %d processes failed alike", len(b.reporters))
 	}
-	if r.culprit == "peers" && len(b.peers) > 1 {
+	if r.Culprit == "peers" && len(b.peers) > 1 {
 		f.Summary += fmt.Sprintf(", with %d peers in all", len(b.peers))
 	}
 	if bl := m.blame(b.lead); bl.viaShare {
@@ -388,7 +386,7 @@ func (m *messages) blame(ev *msgEvent) *blamed {
 			b.culprits = []incident.Culprit{{Rank: -1, Host: name}}
 		}
 	}
-	switch ev.r.culprit {
+	switch ev.r.Culprit {
 	case "reporter":
 		reporter()
 	case "host":
@@ -405,9 +403,9 @@ func (m *messages) blame(ev *msgEvent) *blamed {
 		}
 	case "remote", "shared":
 		h := m.book.host(e.Peer)
-		if h != "" && h != p.Host && (ev.r.culprit == "remote" || len(m.reporters[h]) >= max(m.cfg.PeerReporters, 2)) {
+		if h != "" && h != p.Host && (ev.r.Culprit == "remote" || len(m.reporters[h]) >= max(m.cfg.PeerReporters, 2)) {
 			peer(h)
-			b.viaShare = ev.r.culprit == "shared"
+			b.viaShare = ev.r.Culprit == "shared"
 		} else {
 			reporter()
 		}
@@ -426,13 +424,13 @@ func (m *messages) blame(ev *msgEvent) *blamed {
 	case "rank", "coderank":
 		b.involved = false
 		r := e.Code
-		if ev.r.culprit == "rank" {
+		if ev.r.Culprit == "rank" {
 			r = e.Ranks[0]
 		}
 		switch q := procOfRank(m.j, r); {
 		case q != nil:
 			b.culprits, b.own = []incident.Culprit{q.Culprit()}, []string{q.Key()}
-		case ev.r.culprit == "rank":
+		case ev.r.Culprit == "rank":
 			b.culprits = []incident.Culprit{{Rank: r}}
 		default:
 			b.culprits, b.own = []incident.Culprit{p.Culprit()}, []string{p.Key()}
@@ -440,4 +438,18 @@ func (m *messages) blame(ev *msgEvent) *blamed {
 	}
 	ev.bl = b
 	return b
+}
+
+// stuckInInit: the event came during init, from a process none of whose communicators
+// finished it (or that has none): an error it never got past.
+func stuckInInit(p *Proc, e snapshot.Event) bool {
+	if e.Stage != snapshot.StageInit {
+		return false
+	}
+	for _, c := range p.Comms {
+		if c.State != snapshot.CommInit {
+			return false
+		}
+	}
+	return true
 }

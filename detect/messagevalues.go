@@ -12,7 +12,7 @@ import (
 // What a message's finding says of whom: the placeholders of the table's summaries, and
 // whether a witnessed death is confirmed by another source.
 
-// value names the placeholders of an event's templates (see knowledge.csv).
+// value names the placeholders of an event's templates (see knowledge/messages.csv).
 func (m *messages) value(ev *msgEvent) map[string]string {
 	if ev.values != nil {
 		return ev.values

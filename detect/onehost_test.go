@@ -136,7 +136,7 @@ func TestMismatchExplainsItsCommunicator(t *testing.T) {
 		links: []Finding{mk(incident.KindLink, "dp13", "link:3-1", 3, 1)},
 		rest: []Finding{mk(incident.KindStraggler, "dp13", "straggler:vm:1", 1), mk(incident.KindStraggler, "dp02", "straggler:vm:2", 2),
 			mk(incident.KindGPU, "dp13", "gpu:vm:1", 1)}}
-	mismatchExplainsItsCommunicator(&Job{}, DefaultConfig(), &fs)
+	explain(&Job{}, DefaultConfig(), &fs, "mismatch-comm")
 	var keys []string
 	for _, f := range fs.all() {
 		keys = append(keys, f.Key)

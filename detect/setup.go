@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ncclwatch/watchdog/detect/knowledge"
 	"github.com/ncclwatch/watchdog/incident"
 )
 
@@ -44,7 +45,8 @@ func versionLines(j *Job) []Finding {
 		}
 		return versions[a] < versions[b]
 	})
-	f := Finding{Kind: incident.KindConfig, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{}, Key: "config:versions"}
+	f := Finding{Kind: incident.KindConfig, Severity: incident.SeverityCritical, Culprits: []incident.Culprit{}, Key: "config:versions",
+		origin: knowledge.Versions}
 	var odd []string
 	for _, v := range versions[1:] {
 		for _, p := range byVersion[v] {

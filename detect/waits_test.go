@@ -189,7 +189,7 @@ func TestSlowLinkToAStoppedRank(t *testing.T) {
 			culpritKeys: []string{fmt.Sprintf("vm:%d", a), fmt.Sprintf("vm:%d", b)}, Culprits: []incident.Culprit{{Rank: a}, {Rank: b}}}
 	}
 	fs := findings{stalls: []Finding{stopped}, links: []Finding{link(3, 2), link(0, 1)}}
-	stoppedRankExplainsNeighbours(nil, DefaultConfig(), &fs)
+	explain(nil, DefaultConfig(), &fs, "neighbours")
 	if len(fs.links) != 1 || fs.links[0].Key != "link:0-1" || len(fs.stalls[0].Evidence) != 1 {
 		t.Fatalf("%+v", fs.all())
 	}

@@ -1,7 +1,6 @@
 package detect
 
 import (
-	"slices"
 	"time"
 
 	"github.com/ncclwatch/watchdog/incident"
@@ -91,14 +90,6 @@ func witnessesFoldIntoTheirRoot(j *Job, cfg Config, fs *findings) {
 		dead.Victims = max(dead.Victims, hf.Victims)
 	}
 	fs.crashes = kept
-}
-
-// deathsOfPeersWait: a rank that died of a peer's going away (blamesPeer), that no root
-// explained, waits, live, for that root to show before its death is reported on its own.
-func deathsOfPeersWait(j *Job, cfg Config, fs *findings) {
-	fs.crashes = slices.DeleteFunc(fs.crashes, func(f Finding) bool {
-		return f.witness && f.Kind == incident.KindCrash && !witnessStands(j, cfg, &f)
-	})
 }
 
 // witnessStands says whether a witness with no root to fold into is reported: offline, or
