@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -107,6 +108,9 @@ func TestSlurmLabelsMixNCCLAndPython(t *testing.T) {
 				t.Fatalf("%d findings, want 1 (the ring that does not close)\n%s", len(rep.Findings), text.String())
 			}
 			f := rep.Findings[0]
+			if f.Kind != incident.KindConfig {
+				t.Errorf("kind %s, want config (a topology the ranks disagree on, not a crash of the ranks that found it)\n%s", f.Kind, text.String())
+			}
 			for _, s := range append([]string{f.Summary}, f.Evidence...) {
 				for _, w := range []string{"Traceback", `File "`, "group.barrier", "rank -1"} {
 					if strings.Contains(s, w) {

@@ -69,7 +69,7 @@ func Evaluate(j *Job, cfg Config, timing Timing) Result {
 		}
 	}
 	for _, f := range stragglers {
-		// A slow link is a link fault, which the merge steps weigh with the other links.
+		// A slow link is a link fault, which the explains table weighs with the other links.
 		if f.Kind == incident.KindLink {
 			fs.links = append(fs.links, f)
 		} else {

@@ -192,7 +192,7 @@ func TestNoPointersOutsideTheRepository(t *testing.T) {
 // sets the goal at 7,200 lines; engineCeiling is the ratchet toward it: lower it whenever the
 // engine shrinks, never raise it to land a change (fold the new rule into the model instead).
 const (
-	engineCeiling  = 12600
+	engineCeiling  = 12400
 	engineFileMost = 500
 )
 
