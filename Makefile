@@ -192,7 +192,7 @@ bench-plugin-overhead-dry: $(PLUGIN_SO) $(STANDIN_SO) $(BIN)/profdump-linux-amd6
 # plumbing here against the stub torch (every class once, WARN logs + the plugin, ~7 min on
 # 2 cores; MATRIX_ENV / MATRIX_ARGS pick others, e.g. MATRIX_ENV="MODE=info SEED=2").
 matrix-bins: $(PLUGIN_SO) $(BIN)/profdump-linux-amd64 $(BIN)/ratelimit.so
-	CGO_ENABLED=1 GOOS=linux GOARCH=amd64 $(GO) build -o $(BIN)/watchdog-linux-amd64 ./cmd/watchdog
+	CGO_ENABLED=1 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/watchdog-linux-amd64 ./cmd/watchdog
 
 matrix-dry: matrix-bins
 	env DRYRUN=1 OUT=$(BIN)/matrix-dry $(MATRIX_ENV) bash e2e/gpu/matrix.sh $(MATRIX_ARGS)
