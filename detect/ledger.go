@@ -292,11 +292,14 @@ func (gl *groupLedger) stepsIn(a, b snapshot.Micros) int {
 // maxSteps bounds the step times kept per communicator.
 const maxSteps = 512
 
+// minWindowSteps is the fewest steps a window of the job's pace holds: a median of fewer
+// follows the noise.
+const minWindowSteps = 8
+
 // slowedSteps compares the step period over the newest window of steps with the job's own
 // baseline (the shortest window median seen after the warm-up): the share of wall time the
 // job now loses, whoever causes it; 0 when there is no baseline yet.
 func (gl *groupLedger) slowedSteps(cfg SlowdownConfig) (share float64, now, base int64, since snapshot.Micros) {
-	win := max(cfg.SlowdownSteps, 2)
 	var d []int64
 	var at []snapshot.Micros
 	for i := 1; i < len(gl.steps); i++ {
@@ -305,6 +308,9 @@ func (gl *groupLedger) slowedSteps(cfg SlowdownConfig) (share float64, now, base
 			d, at = append(d, int64(b.t-a.t)), append(at, a.t)
 		}
 	}
+	// A window of slowdown_steps, or half the steps there are (a short job, or slow steps:
+	// 30 steps of a second), but never fewer than minWindowSteps.
+	win := max(min(cfg.SlowdownSteps, len(d)/2), minWindowSteps)
 	if len(d) < 2*win {
 		return 0, 0, 0, 0
 	}

@@ -71,6 +71,23 @@ func TestALateHostExplainsItsSlowLinks(t *testing.T) {
 	}
 }
 
+// A slow NIC fills its peers' buffers: a smaller slow pair upstream of it on its communicator
+// is its back-pressure (live on one H200, a throttled rank 0 was named, then a pair 2->3 at
+// 135 against 38 µs opened beside it, naming two ranks that only waited).
+func TestASlowNICExplainsTheBackPressureOnItsCommunicator(t *testing.T) {
+	nic := Finding{Kind: incident.KindLink, Severity: incident.SeverityWarning, Cause: incident.CauseLink, measured: true, Comm: "c",
+		Key: "link:nic:vm:0", culpritKeys: []string{"vm:0"}, origin: knowledge.NIC, Summary: "the network of rank 0 is slow"}
+	pair := Finding{Kind: incident.KindLink, Severity: incident.SeverityWarning, Cause: incident.CauseLink, measured: true, Comm: "c",
+		Key: "link:pair:vm:2->vm:3", culpritKeys: []string{"vm:2", "vm:3"}, Summary: "the network from rank 2 to rank 3 is slow"}
+	elsewhere := pair
+	elsewhere.Comm, elsewhere.Key = "d", "link:pair:vm:4->vm:5"
+	fs := findings{links: []Finding{nic, pair, elsewhere}}
+	explain(nil, DefaultConfig(), &fs, "back-pressure")
+	if len(fs.links) != 2 || fs.links[1].Key != elsewhere.Key || len(fs.links[0].Evidence) != 1 {
+		t.Fatalf("links %+v", fs.links)
+	}
+}
+
 // A mismatch's members are stuck inside the mismatched op: a hang naming one of them on
 // another communicator, and a message size its receiver did not expect, are the mismatch's
 // (live on one H200, a wrong op on a data-parallel pair paged a size disagreement and named

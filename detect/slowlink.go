@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ncclwatch/watchdog/detect/knowledge"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -215,7 +216,7 @@ func (r linkRoot) finding(j *Job) Finding {
 	}
 	if r.endpoint != nil {
 		p := r.endpoint
-		f.Key = "link:nic:" + p.Key()
+		f.Key, f.origin = "link:nic:"+p.Key(), knowledge.NIC
 		f.Culprits = []incident.Culprit{p.Culprit()}
 		f.culpritKeys = []string{p.Key()}
 		if hca := hcaOf(p); hca != "" {

@@ -45,10 +45,11 @@ const (
 	NetSize    Origin = "net-size"    // two ends disagree on a message's size
 	InitHang   Origin = "init-hang"   // a communicator whose init never completed
 	Versions   Origin = "versions"    // the ranks load different NCCL versions
+	NIC        Origin = "nic"         // slow links that share one end: that end's NIC or host
 )
 
 // Origins lists every origin.
-var Origins = []Origin{Witness, SilentInit, NetSize, InitHang, Versions}
+var Origins = []Origin{Witness, SilentInit, NetSize, InitHang, Versions, NIC}
 
 // readTable reads a table: comment lines start with '#', the header must be header, and
 // each record goes to row; the fault of every bad one is returned with its line, and the
