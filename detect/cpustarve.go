@@ -32,6 +32,16 @@ func starvation(j *Job, sc SlowdownConfig, p *Proc) (pct, others float64, ok boo
 	return p.RunqPct, others, p.RunqPct >= 3*others
 }
 
+// starvedMember says whether a member of a communicator is starved of CPU.
+func starvedMember(j *Job, sc SlowdownConfig, g *Group) bool {
+	for _, m := range g.Members {
+		if _, _, ok := starvation(j, sc, m.Proc); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // starvedWords says a process's starvation in evidence words.
 func starvedWords(pct, others float64) string {
 	return fmt.Sprintf("its threads waited %.0f%% of a core for a CPU (the job's other ranks %.0f%%): its host starves it of CPU (other processes on its cores, a CPU limit)", pct, others)

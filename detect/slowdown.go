@@ -155,6 +155,7 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 		share     float64
 		now, base int64
 		since     snapshot.Micros
+		late      bool // late arrivals are most of it
 	}
 	for _, f := range named {
 		if f.Episode != nil || f.Kind == incident.KindLink {
@@ -177,10 +178,14 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 		g := groups[id]
 		gl := l.groups[id]
 		share, now, base, since := gl.slowedSteps(sc)
-		if g == nil || share < sc.SlowdownShare || share <= best.share || gl.lateShare(since, sc) >= share/2 {
-			continue // not slower, or late arrivals are most of it: the accounting names them
+		if g == nil || share < sc.SlowdownShare || share <= best.share {
+			continue
 		}
-		best.g, best.share, best.now, best.base, best.since = g, share, now, base, since
+		late := gl.lateShare(since, sc) >= share/2
+		if late && !starvedMember(j, sc, g) {
+			continue // late arrivals are most of it: the accounting names them
+		}
+		best.g, best.share, best.now, best.base, best.since, best.late = g, share, now, base, since, late
 	}
 	if best.g == nil {
 		return Finding{}, false
@@ -197,7 +202,7 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 	for _, m := range g.Members {
 		e := episode{}
 		// NVML's word only: the plugin's timings are what the slowdown distorts.
-		if c, w := slowCause(j, m.Proc, e, nil); c == incident.CauseGPUBusy || c == incident.CauseGPUThrottled || c == incident.CauseGPUFault {
+		if c, w := slowCause(j, m.Proc, e, nil); !best.late && (c == incident.CauseGPUBusy || c == incident.CauseGPUThrottled || c == incident.CauseGPUFault) {
 			suspects = append(suspects, m.Proc)
 			why = append(why, w)
 			f.Cause = c
@@ -230,6 +235,12 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 		f.Culprits, f.culpritKeys, f.Victims = []incident.Culprit{p.Culprit()}, []string{p.Key()}, len(g.Members)-1
 		f.Summary = fmt.Sprintf("%s slows the job: %s; no rank arrives late, so every rank waits on the GPUs, and %s: %s",
 			p.Name(), what, p.Name(), why[0])
+		if best.late {
+			// Late arrivals no single rank makes stand above the noise: the one rank
+			// starved of CPU is theirs.
+			f.Summary = fmt.Sprintf("%s slows the job: %s; the ranks arrive late at their collectives, and %s: %s",
+				p.Name(), what, p.Name(), why[0])
+		}
 		processEvidence(j, p, &f)
 		return f, true
 	}

@@ -443,6 +443,18 @@ func TestUnattributedSlowdown(t *testing.T) {
 	if f.Key != "slowdown:j" || f.Cause != incident.CauseGPUBusy || len(f.Culprits) != 1 || f.Culprits[0].Rank != -1 || f.Culprits[0].GPU != "0 (bus 1b000)" {
 		t.Fatalf("%+v %s: %s", f.Culprits, f.Cause, f.Summary)
 	}
+	// One rank's threads wait for a CPU (its host starves it): it is the root, whether or
+	// not the others' arrivals show it (live on one H200, a rank at 5 % CPU and 245 % of a
+	// core waiting on the run queue went unnamed from INFO logs).
+	j = slower(50, 150*time.Millisecond, 0)
+	for _, p := range j.Procs {
+		p.Stat, p.RunqPct = snapshot.SchedRunning, 0.1
+	}
+	j.Procs[1].RunqPct = 245
+	f = only(t, Slowdowns(j, cfg, TimingOK), incident.KindStraggler)
+	if got := culpritRanks(f); len(got) != 1 || got[0] != 1 || f.Cause != incident.CauseHostSlow || !strings.Contains(f.Summary, "starves it of CPU") {
+		t.Fatalf("%v %s: %s", got, f.Cause, f.Summary)
+	}
 	for _, c := range []struct {
 		name string
 		j    *Job
