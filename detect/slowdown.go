@@ -232,7 +232,10 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 	}
 	if len(suspects) == 1 {
 		p := suspects[0]
+		// One rank is one incident, whatever view names it (its lateness, its starved
+		// links, the job's slowdown): its key.
 		f.Culprits, f.culpritKeys, f.Victims = []incident.Culprit{p.Culprit()}, []string{p.Key()}, len(g.Members)-1
+		f.Key = "rank:" + p.Key()
 		f.Summary = fmt.Sprintf("%s slows the job: %s; no rank arrives late, so every rank waits on the GPUs, and %s: %s",
 			p.Name(), what, p.Name(), why[0])
 		if best.late {
