@@ -71,6 +71,23 @@ func TestALateHostExplainsItsSlowLinks(t *testing.T) {
 	}
 }
 
+// NCCL RAS names a rank of a split communicator the logs know by hash alone: while a
+// straggler is named, the skew is its lateness caught between two launches (live on one
+// H200, host lag on rank 3 was named, then a culprit-less "RAS reports rank 3 of
+// communicator 0x968a... behind" warning opened beside it).
+func TestARootExplainsAnUnmappedRASSkew(t *testing.T) {
+	strag := Finding{Kind: incident.KindStraggler, Severity: incident.SeverityWarning, Cause: incident.CauseHostSlow,
+		Key: "rank:vm:3", culpritKeys: []string{"vm:3"}, Summary: "rank 3 is a straggler", role: knowledge.RoleNote}
+	skew := Finding{Kind: incident.KindHang, Severity: incident.SeverityWarning, Key: "ras:0x968a/3",
+		Culprits: []incident.Culprit{{Rank: -1}}, Summary: "NCCL RAS reports rank 3 of communicator 0x968a behind", role: knowledge.RoleRAS}
+	fs := findings{}
+	fs.add(strag, skew)
+	explain(nil, DefaultConfig(), &fs, "ras")
+	if all := fs.all(); len(all) != 1 || all[0].Key != strag.Key || len(all[0].Evidence) != 1 {
+		t.Fatalf("%+v", all)
+	}
+}
+
 // A slow NIC fills its peers' buffers: a smaller slow pair upstream of it on its communicator
 // is its back-pressure (live on one H200, a throttled rank 0 was named, then a pair 2->3 at
 // 135 against 38 µs opened beside it, naming two ranks that only waited).
