@@ -122,15 +122,16 @@ type entry struct {
 }
 
 // sample takes one stat reading of the running process in, read at at: its state and CPU
-// time, and its CPU use since the reference reading once that lies CPUWindow back.
-func (e *entry) sample(st Stat, runq uint64, runqOK bool, at time.Time) {
+// time, and its CPU use (and its threads' run-queue wait) since the reference reading once
+// that lies CPUWindow back, as the check found before it read (window).
+func (e *entry) sample(st Stat, window bool, runq uint64, runqOK bool, at time.Time) {
 	ticks := st.CPUTicks()
 	if ticks < e.cpuTicks || e.cpuAt.IsZero() || at.Before(e.cpuAt) {
 		// No usable reference (a clock or counter that went back): start one.
 		e.cpuTicks, e.cpuAt, e.runqNS, e.runqOK = ticks, at, runq, runqOK
 		return
 	}
-	if dt := at.Sub(e.cpuAt); dt >= CPUWindow {
+	if dt := at.Sub(e.cpuAt); window && dt >= CPUWindow {
 		pct := float64(ticks-e.cpuTicks) / userHZ / dt.Seconds() * 100
 		e.info.CPUPct = math.Round(pct*10) / 10
 		e.info.RunqPct = -1
@@ -241,6 +242,8 @@ func (w *Watcher) Watch(pid int) (Info, error) {
 		w.log.Debug("proc: environment read failed", "pid", pid, "err", err)
 	}
 
+	runq, runqErr := w.readRunqWait(pid)
+
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if e, ok := w.procs[pid]; ok { // a concurrent Watch won
@@ -249,7 +252,7 @@ func (w *Watcher) Watch(pid int) (Info, error) {
 	if len(w.procs) >= w.maxPIDs && !w.evictLocked() {
 		return Info{}, fmt.Errorf("proc: watch pid %d: %w (%d pids)", pid, ErrFull, w.maxPIDs)
 	}
-	w.procs[pid] = &entry{info: info, envRetries: retries, cpuTicks: st.CPUTicks(), cpuAt: w.now()}
+	w.procs[pid] = &entry{info: info, envRetries: retries, cpuTicks: st.CPUTicks(), cpuAt: w.now(), runqNS: runq, runqOK: runqErr == nil}
 	return info, nil
 }
 
@@ -308,12 +311,17 @@ func (w *Watcher) Check(onExit func(pid int, at time.Time)) {
 		pid   int
 		start uint64
 		env   bool // its environment is still to be read
+		// window: a CPU window is due (or none began): the threads' run-queue wait is read
+		// then only (a process has hundreds of threads; the liveness check runs 4 times a
+		// second).
+		window bool
 	}
+	due := w.now().Add(-CPUWindow)
 	w.mu.Lock()
 	probes := make([]probe, 0, len(w.procs))
 	for pid, e := range w.procs {
 		if e.info.State == Running {
-			probes = append(probes, probe{pid, e.info.StartTicks, e.envRetries > 0})
+			probes = append(probes, probe{pid, e.info.StartTicks, e.envRetries > 0, e.cpuAt.IsZero() || !e.cpuAt.After(due)})
 		}
 	}
 	w.mu.Unlock()
@@ -341,8 +349,12 @@ func (w *Watcher) Check(onExit func(pid int, at time.Time)) {
 			w.log.Debug("proc: stat unreadable", "pid", p.pid, "err", err)
 			continue
 		case st.StartTicks == p.start && !st.Exited():
-			runq, err := w.readRunqWait(p.pid)
-			running = append(running, reading{p, st, runq, err == nil})
+			r := reading{probe: p, st: st}
+			if p.window {
+				runq, err := w.readRunqWait(p.pid)
+				r.runq, r.runqOK = runq, err == nil
+			}
+			running = append(running, r)
 			continue
 		}
 		exited = append(exited, p)
@@ -357,7 +369,7 @@ func (w *Watcher) Check(onExit func(pid int, at time.Time)) {
 	w.mu.Lock()
 	for _, r := range running {
 		if e, ok := w.procs[r.pid]; ok && e.info.State == Running && e.info.StartTicks == r.start {
-			e.sample(r.st, r.runq, r.runqOK, at)
+			e.sample(r.st, r.window, r.runq, r.runqOK, at)
 		}
 	}
 	for _, p := range exited {

@@ -3,6 +3,7 @@ package proc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -396,6 +397,56 @@ func TestWatcherCPU(t *testing.T) {
 	w.Check(nil)
 	if info, _ := w.Info(100); info.State != Exited || info.Sched != 't' || info.CPUTicks != 43 {
 		t.Errorf("after the exit: %+v", info)
+	}
+}
+
+// TestWatcherRunQueue: the threads' run-queue wait is summed over /proc/<pid>/task/*/schedstat
+// and measured over the CPU window, read only when a window is due (the liveness check runs
+// four times a second); a thread that ended makes the sum go back: no measurement then.
+func TestWatcherRunQueue(t *testing.T) {
+	fp := newFakeProc(t)
+	now := time.Date(2026, 11, 29, 5, 0, 0, 0, time.UTC)
+	w := New(Options{ProcRoot: fp.root, Now: func() time.Time { return now }})
+	fp.set(100, "python3", 'R', 5000, "")
+	writeTasks := func(waits ...uint64) {
+		t.Helper()
+		dir := filepath.Join(fp.root, "100", "task")
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		for i, ns := range waits {
+			td := filepath.Join(dir, strconv.Itoa(100+i))
+			if err := os.MkdirAll(td, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(td, "schedstat"), []byte(fmt.Sprintf("1000 %d 7\n", ns)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	writeTasks(0, 0)
+	if _, err := w.Watch(100); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		name  string
+		after time.Duration
+		waits []uint64
+		runq  float64
+	}{
+		{"within the window from Watch: not read", 250 * time.Millisecond, []uint64{9e9, 9e9}, 0},
+		{"not yet", 250 * time.Millisecond, []uint64{9e9, 9e9}, 0},
+		{"not yet", 250 * time.Millisecond, []uint64{9e9, 9e9}, 0},
+		{"a window: two threads waited 0.3 s and 0.15 s", 250 * time.Millisecond, []uint64{3e8, 1.5e8}, 45},
+		{"a thread ended: the sum went back", time.Second, []uint64{4e8}, -1},
+		{"a window after it", time.Second, []uint64{6e8}, 20},
+	} {
+		now = now.Add(step.after)
+		writeTasks(step.waits...)
+		w.Check(nil)
+		if info, _ := w.Info(100); info.RunqPct != step.runq {
+			t.Errorf("%s: run queue %.1f%%, want %.1f%%", step.name, info.RunqPct, step.runq)
+		}
 	}
 }
 
