@@ -39,7 +39,11 @@ type DetectorConfig struct {
 	Interval           time.Duration `yaml:"interval"`
 	ResolveAfter       time.Duration `yaml:"resolve_after"`
 	LeaseTTL           time.Duration `yaml:"lease_ttl"`
-	Rules              detect.Config `yaml:"rules"`
+	// EtcdSlow and EtcdSlowFor: etcd answering the detector with a p99 above EtcdSlow for
+	// EtcdSlowFor is a monitoring warning (the watchdog cannot see in time).
+	EtcdSlow    time.Duration `yaml:"etcd_slow"`
+	EtcdSlowFor time.Duration `yaml:"etcd_slow_for"`
+	Rules       detect.Config `yaml:"rules"`
 	// Alerts is the alert routing configuration (alert.Config); secrets come from the
 	// environment or files it names.
 	Alerts *alert.Config `yaml:"alerts"`
@@ -52,7 +56,8 @@ type DetectorConfig struct {
 
 func defaultDetectorConfig() DetectorConfig {
 	return DetectorConfig{EmbeddedEtcdListen: "127.0.0.1:2379", HTTP: "127.0.0.1:9300", Interval: time.Second,
-		ResolveAfter: 5 * time.Second, LeaseTTL: 10 * time.Second, Rules: detect.DefaultConfig(), Fleet: fleet.DefaultConfig()}
+		ResolveAfter: 5 * time.Second, LeaseTTL: 10 * time.Second, EtcdSlow: 500 * time.Millisecond, EtcdSlowFor: 30 * time.Second,
+		Rules: detect.DefaultConfig(), Fleet: fleet.DefaultConfig()}
 }
 
 func runDetector(ctx context.Context, args []string) error {
@@ -74,6 +79,8 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 	interval := fs.Duration("interval", cfg.Interval, "time between evaluations")
 	resolveAfter := fs.Duration("resolve-after", cfg.ResolveAfter, "how long a condition must stay clear before its incident resolves")
 	leaseTTL := fs.Duration("lease-ttl", cfg.LeaseTTL, "replica lease: a dead replica's jobs and leadership pass to the others within it")
+	etcdSlow := fs.Duration("etcd-slow", cfg.EtcdSlow, "etcd round trips with a p99 above this ...")
+	etcdSlowFor := fs.Duration("etcd-slow-for", cfg.EtcdSlowFor, "... for this long are a monitoring warning (the watchdog cannot see in time)")
 	id := fs.String("id", "", "this replica's name among the detector replicas, unique; empty: hostname:pid")
 	hangFloor := fs.Duration("hang-floor", cfg.Rules.HangFloor, "shortest hang window")
 	hangK := fs.Float64("hang-k", cfg.Rules.HangK, "hang window = max(floor, k x the communicator's recent p99 gap between ops)")
@@ -111,6 +118,8 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 	override("interval", func() { cfg.Interval = *interval })
 	override("resolve-after", func() { cfg.ResolveAfter = *resolveAfter })
 	override("lease-ttl", func() { cfg.LeaseTTL = *leaseTTL })
+	override("etcd-slow", func() { cfg.EtcdSlow = *etcdSlow })
+	override("etcd-slow-for", func() { cfg.EtcdSlowFor = *etcdSlowFor })
 	override("hang-floor", func() { cfg.Rules.HangFloor = *hangFloor })
 	override("hang-k", func() { cfg.Rules.HangK = *hangK })
 	override("slowdown-share", func() { cfg.Rules.SlowdownShare = *slowShare })
@@ -163,7 +172,7 @@ watchdog's own monitoring; any replica answers the API. With no --etcd-endpoints
 	defer cli.Close()
 	alertOpts := assemble.AlertOptions{Logger: log, Health: health, OutageInBand: true}
 	d, err := assemble.Detector(cli, assemble.DetectorConfig{Rules: cfg.Rules, Interval: cfg.Interval,
-		ResolveAfter: cfg.ResolveAfter, LeaseTTL: cfg.LeaseTTL, ID: *id, Logger: log, Registerer: reg, Version: stamped,
+		ResolveAfter: cfg.ResolveAfter, LeaseTTL: cfg.LeaseTTL, EtcdSlow: cfg.EtcdSlow, EtcdSlowFor: cfg.EtcdSlowFor, ID: *id, Logger: log, Registerer: reg, Version: stamped,
 		Ready: health.Ready, Alerts: assemble.Alerts(alerts, cli, alertOpts), IncidentKeyFile: cfg.IncidentKeyFile, Fleet: &cfg.Fleet})
 	if err != nil {
 		return err
@@ -281,6 +290,7 @@ func (c *DetectorConfig) validate() error {
 		name string
 		v    time.Duration
 	}{{"interval", c.Interval}, {"resolve_after", c.ResolveAfter}, {"lease_ttl", c.LeaseTTL},
+		{"etcd_slow", c.EtcdSlow}, {"etcd_slow_for", c.EtcdSlowFor},
 		{"rules.hang_floor", c.Rules.HangFloor}, {"rules.event_max_age", c.Rules.EventMaxAge}} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s %s: must be positive", d.name, d.v))

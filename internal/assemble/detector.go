@@ -27,6 +27,9 @@ type DetectorConfig struct {
 	Interval     time.Duration
 	ResolveAfter time.Duration
 	LeaseTTL     time.Duration
+	// EtcdSlow and EtcdSlowFor: etcd's p99 round trip above EtcdSlow for EtcdSlowFor is a
+	// monitoring warning (live.Options).
+	EtcdSlow, EtcdSlowFor time.Duration
 	// ID names the replica among the detector replicas (default hostname:pid).
 	ID string
 	// Alerts makes the alert dispatcher of each term of the replica (see Alerts); nil: no
@@ -74,7 +77,7 @@ func Detector(cli *clientv3.Client, cfg DetectorConfig) (*live.Detector, error) 
 	}
 	ledger := fleet.New(cli, fc, fleet.Options{Logger: log.With("part", "fleet"), Registerer: cfg.Registerer})
 	return live.New(live.Options{Client: cli, Rules: cfg.Rules, Interval: cfg.Interval, ResolveAfter: cfg.ResolveAfter,
-		LeaseTTL: cfg.LeaseTTL, ID: cfg.ID, NewAlerts: cfg.Alerts, Ready: cfg.Ready, Incidents: incidents, Logger: cfg.Logger,
+		LeaseTTL: cfg.LeaseTTL, EtcdSlow: cfg.EtcdSlow, EtcdSlowFor: cfg.EtcdSlowFor, ID: cfg.ID, NewAlerts: cfg.Alerts, Ready: cfg.Ready, Incidents: incidents, Logger: cfg.Logger,
 		Registerer: cfg.Registerer, Fleet: ledger})
 }
 
