@@ -64,7 +64,7 @@ func certain(f *Finding, procs map[string]*Proc) bool {
 		if p == nil {
 			continue
 		}
-		if p.State == snapshot.ProcExited || left(p, f.Comm) {
+		if gone, _ := left(p, f.Comm); gone || p.State == snapshot.ProcExited {
 			return true
 		}
 		switch p.Stat {

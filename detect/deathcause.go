@@ -18,37 +18,41 @@ type deaths struct {
 	exits map[int]snapshot.Event // the launcher's failure records by pid, built on first use
 }
 
+// lastWord is the event a dead process's own death is told by, best first: the exception
+// that ended its traceback, a signal, an NCCL or CUDA error; false when none.
+func lastWord(r *Proc) (snapshot.Event, bool) {
+	for _, ev := range r.Events {
+		if ev.Kind == snapshot.EventRankExit && ev.Src == snapshot.ExitTraceback || ev.Kind == snapshot.EventSignal && ev.Code > 0 ||
+			ev.Kind == snapshot.EventTorchNCCLError || ev.Kind == snapshot.EventCudaError && ev.Fatal {
+			return ev, true
+		}
+	}
+	return snapshot.Event{}, false
+}
+
 // blamesPeer says whether a dead process's own last word blames another: NCCL's remote
 // error ("remote process exited or there was a network error") is what a rank dies of when a
 // peer went away first. Its death is real, but its cause is elsewhere: it waits, live, for
 // that root to show (witnessStands), as any witness does.
 func (d *deaths) blamesPeer(r *Proc) bool {
-	for _, ev := range r.Events {
-		switch {
-		case ev.Kind == snapshot.EventRankExit && ev.Src == snapshot.ExitTraceback, ev.Kind == snapshot.EventSignal && ev.Code > 0:
-			return false
-		case ev.Kind == snapshot.EventTorchNCCLError || ev.Kind == snapshot.EventCudaError && ev.Fatal:
-			return ev.Kind == snapshot.EventTorchNCCLError && ev.Code == snapshot.NCCLRemoteError
-		}
-	}
-	return false
+	ev, ok := lastWord(r)
+	return ok && ev.Kind == snapshot.EventTorchNCCLError && ev.Code == snapshot.NCCLRemoteError
 }
 
 // reason says why a dead process ended ("" when nothing said).
 func (d *deaths) reason(r *Proc) string {
-	for _, ev := range r.Events {
+	if ev, ok := lastWord(r); ok {
 		switch {
-		case ev.Kind == snapshot.EventRankExit && ev.Src == snapshot.ExitTraceback:
+		case ev.Kind == snapshot.EventRankExit:
 			why := fmt.Sprintf("it ended with %s: %s", ev.Detail, ev.Msg)
 			if ev.Bytes > 0 {
 				why += fmt.Sprintf(" (it could not allocate %s more)", sizeWords(ev.Bytes))
 			}
 			return why
-		case ev.Kind == snapshot.EventSignal && ev.Code > 0:
+		case ev.Kind == snapshot.EventSignal:
 			return fmt.Sprintf("it was killed by signal %d (%s)", ev.Code, ev.Detail)
-		case ev.Kind == snapshot.EventTorchNCCLError || ev.Kind == snapshot.EventCudaError && ev.Fatal:
-			return "its last error: " + ev.Msg
 		}
+		return "its last error: " + ev.Msg
 	}
 	if d.exits == nil {
 		d.exits = map[int]snapshot.Event{}

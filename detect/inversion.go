@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ncclwatch/watchdog/detect/blame"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -40,7 +41,7 @@ type orderVerdict struct {
 func (v *orderVerdict) waits() []Wait {
 	edge := func(g *Group, pos int64) func(w, a *Proc) Wait {
 		return func(w, a *Proc) Wait {
-			return Wait{Waiter: w, Awaited: a, Comm: g.ID, Seq: pos, Class: WaitGPU, Open: true, Seen: SeenOrder}
+			return Wait{Waiter: w, Awaited: a, Comm: g.ID, Seq: pos, Class: blame.WaitGPU, Open: true, Seen: blame.SeenOrder}
 		}
 	}
 	return append(connect(v.aFirst, v.bFirst, edge(v.o.a, v.o.posA)), connect(v.bFirst, v.aFirst, edge(v.o.b, v.o.posB))...)

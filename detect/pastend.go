@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ncclwatch/watchdog/detect/blame"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -31,8 +32,8 @@ func pastEnd(g *Group, lo int64, past, ended []*Proc) bool {
 // ended wait, in words, for those to end too.
 func pastEndWaits(j *Job, g *Group, lo int64, ended, past []*Proc, still time.Duration) []Wait {
 	return connect(ended, past, func(w, a *Proc) Wait {
-		return Wait{Waiter: w, Awaited: a, Comm: g.ID, Seq: lo + 1, Class: WaitHost, Since: j.Now.Add(-still), For: still,
-			Open: true, Seen: SeenPastEnd}
+		return Wait{Waiter: w, Awaited: a, Comm: g.ID, Seq: lo + 1, Class: blame.WaitHost, Since: j.Now.Add(-still), For: still,
+			Open: true, Seen: blame.SeenPastEnd}
 	})
 }
 

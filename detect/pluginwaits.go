@@ -4,6 +4,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ncclwatch/watchdog/detect/blame"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
 
@@ -87,18 +88,18 @@ func pluginWaits(j *Job, g *Group, window time.Duration) []Wait {
 		if d == nil {
 			continue
 		}
-		class := WaitHost
+		class := blame.WaitHost
 		switch q := queuedColl(d); {
 		case m.Proc.State == snapshot.ProcExited && d.Done < k:
 			// A dead member completes nothing, whatever it had issued.
 		case q != nil && q.Seq == k:
-			class = WaitGPU
+			class = blame.WaitGPU
 		case d.Issued >= k || d.InFlight != nil || d.Done < d.Issued:
 			continue
 		}
 		out = append(out, connect(in, []*Proc{m.Proc}, func(w, a *Proc) Wait {
 			return Wait{Waiter: w, Awaited: a, Comm: g.ID, Seq: k, Class: class, Since: since, For: waited, Open: true,
-				Seen: SeenByPlugin, Op: &flights[w].Op}
+				Seen: blame.SeenByPlugin, Op: &flights[w].Op}
 		})...)
 	}
 	return out
@@ -144,8 +145,8 @@ func transferWaits(j *Job, g *Group, window time.Duration) ([]Wait, *Finding) {
 	var out []Wait
 	for _, m := range g.Members {
 		if m.Proc != root {
-			out = append(out, Wait{Waiter: m.Proc, Awaited: root, Comm: g.ID, Seq: seq, Class: WaitLink, Since: last,
-				For: still, Open: true, Seen: SeenTransfers, Op: &onGPU(m).Op, Peer: peer})
+			out = append(out, Wait{Waiter: m.Proc, Awaited: root, Comm: g.ID, Seq: seq, Class: blame.WaitLink, Since: last,
+				For: still, Open: true, Seen: blame.SeenTransfers, Op: &onGPU(m).Op, Peer: peer})
 		}
 	}
 	return out, nil

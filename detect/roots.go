@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ncclwatch/watchdog/detect/blame"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -131,7 +132,7 @@ func (e *engine) gather(h *Hangs) ([]Wait, []Finding) {
 	edges = append(edges, e.follow(edges, produced)...)
 	hostAwaited := map[*Proc]bool{}
 	for _, w := range edges {
-		hostAwaited[w.Awaited] = hostAwaited[w.Awaited] || w.Class == WaitHost && w.Open
+		hostAwaited[w.Awaited] = hostAwaited[w.Awaited] || w.Class == blame.WaitHost && w.Open
 	}
 	var order [][2]*Group
 	e.verdicts, order = orderVerdicts(j, cfg, e.ix)
@@ -161,7 +162,7 @@ func (e *engine) follow(edges []Wait, produced map[*Group]bool) []Wait {
 	var out []Wait
 	for _, w := range edges {
 		p := w.Awaited
-		if w.Class != WaitGPU || waits[p] {
+		if w.Class != blame.WaitGPU || waits[p] {
 			continue
 		}
 		waits[p] = true
@@ -187,7 +188,7 @@ func (e *engine) rootFinding(r *Proc) (Finding, bool) {
 	in := e.graph.WaitedBy(r, true)
 	queuedOnly := true
 	for _, w := range in {
-		queuedOnly = queuedOnly && w.Class == WaitGPU
+		queuedOnly = queuedOnly && w.Class == blame.WaitGPU
 	}
 	if queuedOnly && ncclRunning(r) {
 		return Finding{}, false
@@ -195,8 +196,8 @@ func (e *engine) rootFinding(r *Proc) (Finding, bool) {
 	waiters, via := e.graph.Waiters(r)
 	var views []Finding
 	var lead []Wait // the waits of the first view
-	for _, ws := range runs(in, func(w Wait) WaitSeen { return w.Seen }) {
-		if ws[0].Seen <= SeenTransfers {
+	for _, ws := range runs(in, func(w Wait) blame.WaitSeen { return w.Seen }) {
+		if ws[0].Seen <= blame.SeenTransfers {
 			if lead == nil {
 				lead = ws
 			}
@@ -219,7 +220,7 @@ func (e *engine) rootFinding(r *Proc) (Finding, bool) {
 	if f.Cause, why = e.rootCause(r, first, f.FaultAt); why != "" {
 		f.addEvidence("%s", why)
 	}
-	if t := leftAt(r, first.Comm); !t.IsZero() && (f.FaultAt.IsZero() || t.Before(f.FaultAt)) {
+	if _, t := left(r, first.Comm); !t.IsZero() && (f.FaultAt.IsZero() || t.Before(f.FaultAt)) {
 		f.FaultAt = t // it left after its last op there: the deaths its leaving caused come later
 	}
 	for _, v := range views[1:] {
@@ -346,10 +347,10 @@ func pathOf(from *Proc, via map[*Proc]*Wait, root *Proc) []Wait {
 func waitsInWords(path []Wait) string {
 	parts := make([]string, len(path))
 	for i, w := range path {
-		what := map[WaitClass]string{WaitHost: "for %s to issue it", WaitGPU: "for the GPU of %s to start it",
-			WaitLink: "for data from %s"}[w.Class]
+		what := map[blame.WaitClass]string{blame.WaitHost: "for %s to issue it", blame.WaitGPU: "for the GPU of %s to start it",
+			blame.WaitLink: "for data from %s"}[w.Class]
 		op := fmt.Sprintf("op %d", w.Seq)
-		if w.Seen == SeenP2P {
+		if w.Seen == blame.SeenP2P {
 			op, what = "a send or receive", "for %s to post its match"
 		}
 		parts[i] = fmt.Sprintf("%s waits in %s of communicator %s "+what, w.Waiter.Name(), op, shortComm(w.Comm), w.Awaited.Name())
@@ -374,30 +375,30 @@ func ncclRunning(p *Proc) bool {
 // computes), with another process if NVML lists one; its link; else its host is stalled,
 // in the state /proc shows.
 func (e *engine) rootCause(r *Proc, w Wait, faultAt time.Time) (incident.Cause, string) {
-	if w.Seen == SeenP2P {
+	if w.Seen == blame.SeenP2P {
 		return incident.CauseMismatch, ""
 	}
-	if w.Seen == SeenPastEnd {
+	if w.Seen == blame.SeenPastEnd {
 		return incident.CauseApplication, pastEndCause
 	}
 	if r.State == snapshot.ProcExited && (faultAt.IsZero() || r.ExitedAt == 0 || r.ExitedAt.Time().Sub(faultAt) <= e.cfg.HangFloor) {
 		return incident.CauseDied, e.deaths.reason(r)
 	}
-	if left(r, w.Comm) {
+	if gone, _ := left(r, w.Comm); gone {
 		return incident.CauseApplication, "it destroyed its communicator (destroy_process_group, ncclCommDestroy) and lives on: it left the job early (fewer steps or batches than its peers, an early return), and will never join the op its peers wait in"
 	}
 	g := gpuOf(e.j, r)
 	switch {
 	case g != nil && e.gpuFaulted(g):
 		return incident.CauseGPUFault, ""
-	case w.Class == WaitGPU || g != nil && g.State == snapshot.GPUComputing && e.ranksOn(g) == 1:
+	case w.Class == blame.WaitGPU || g != nil && g.State == snapshot.GPUComputing && e.ranksOn(g) == 1:
 		if g != nil {
 			if n, _ := gpuShared(e.j, r, g); n > 0 {
 				return incident.CauseGPUBusy, fmt.Sprintf("its GPU %d also runs %d other process(es) (NVML)", g.Index, n)
 			}
 		}
 		return incident.CauseGPUBusy, ""
-	case w.Class == WaitLink && w.Peer != nil:
+	case w.Class == blame.WaitLink && w.Peer != nil:
 		return incident.CauseLink, ""
 	}
 	state := map[snapshot.SchedState]string{snapshot.SchedStopped: "the process is stopped (SIGSTOP, job control)",
@@ -410,31 +411,18 @@ func (e *engine) rootCause(r *Proc, w Wait, faultAt time.Time) (incident.Cause, 
 	return incident.CauseHostStalled, state
 }
 
-// left says whether a live process destroyed its member of communicator id.
-func left(p *Proc, id string) bool {
-	if p.State == snapshot.ProcExited {
-		return false
-	}
+// left says whether a live process destroyed its member of communicator id, and when it
+// issued its last op there (zero when unknown).
+func left(p *Proc, id string) (bool, time.Time) {
 	for i := range p.Comms {
-		if p.Comms[i].ID == id {
-			return p.Comms[i].State.Ended()
+		if c := &p.Comms[i]; c.ID == id && p.State != snapshot.ProcExited && c.State.Ended() {
+			if c.Last != nil && c.Last.T > 0 {
+				return true, c.Last.T.Time()
+			}
+			return true, time.Time{}
 		}
 	}
-	return false
-}
-
-// leftAt is when a live process that ended its member of communicator id issued its last
-// op there (zero when it did not leave, or the time is unknown).
-func leftAt(p *Proc, id string) time.Time {
-	if !left(p, id) {
-		return time.Time{}
-	}
-	for i := range p.Comms {
-		if c := &p.Comms[i]; c.ID == id && c.Last != nil && c.Last.T > 0 {
-			return c.Last.T.Time()
-		}
-	}
-	return time.Time{}
+	return false, time.Time{}
 }
 
 // ranksOn counts the job's ranks on a GPU: NVML's state of a GPU that several share is not

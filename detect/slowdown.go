@@ -108,9 +108,10 @@ func Slowdowns(j *Job, cfg Config, timing Timing) []Finding {
 		out = append(out, led.resolvedStalls(j, cfg.HangFloor, procs, out)...)
 	}
 	out = append(out, led.measuredRoots(j, sc, procs, groups, onLinks, out)...)
+	starved := findStarved(j, sc)
 	slowPairs := map[string]time.Time{}
 	for _, l := range links {
-		if f, ok := l.starvedHost(j, sc); ok {
+		if f, ok := l.starvedHost(j, starved); ok {
 			out = append(out, f)
 			continue
 		}
@@ -129,7 +130,7 @@ func Slowdowns(j *Job, cfg Config, timing Timing) []Finding {
 	}
 	led.pairSince, led.pairsSeen = slowPairs, true
 	if timing == TimingOK {
-		if f, ok := led.unattributed(j, sc, groups, out); ok {
+		if f, ok := led.unattributed(j, sc, groups, out, starved); ok {
 			out = append(out, f)
 		}
 	}
@@ -149,7 +150,7 @@ const unattributedQuiet = 30 * time.Second
 // logs, a GPU slower than its peers while the hosts wait for it). The root is then the one
 // member whose own evidence shows a cause (its GPU shared, throttled or faulted); else the
 // finding says what is known and how to see more.
-func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Group, named []Finding) (Finding, bool) {
+func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Group, named []Finding, starved cpuStarved) (Finding, bool) {
 	var best struct {
 		g         *Group
 		share     float64
@@ -182,7 +183,7 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 			continue
 		}
 		late := gl.lateShare(since, sc) >= share/2
-		if late && !starvedMember(j, sc, g) {
+		if late && !starved.inGroup(g) {
 			continue // late arrivals are most of it: the accounting names them
 		}
 		best.g, best.share, best.now, best.base, best.since, best.late = g, share, now, base, since, late
@@ -206,9 +207,9 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 			suspects = append(suspects, m.Proc)
 			why = append(why, w)
 			f.Cause = c
-		} else if pct, others, ok := starvation(j, sc, m.Proc); ok {
+		} else if s, ok := starved[m.Proc]; ok {
 			suspects = append(suspects, m.Proc)
-			why = append(why, starvedWords(pct, others))
+			why = append(why, s.words())
 			f.Cause = incident.CauseHostSlow
 		}
 	}
@@ -236,14 +237,11 @@ func (l *Ledger) unattributed(j *Job, sc SlowdownConfig, groups map[string]*Grou
 		// links, the job's slowdown): its key.
 		f.Culprits, f.culpritKeys, f.Victims = []incident.Culprit{p.Culprit()}, []string{p.Key()}, len(g.Members)-1
 		f.Key = "rank:" + p.Key()
-		f.Summary = fmt.Sprintf("%s slows the job: %s; no rank arrives late, so every rank waits on the GPUs, and %s: %s",
-			p.Name(), what, p.Name(), why[0])
-		if best.late {
-			// Late arrivals no single rank makes stand above the noise: the one rank
-			// starved of CPU is theirs.
-			f.Summary = fmt.Sprintf("%s slows the job: %s; the ranks arrive late at their collectives, and %s: %s",
-				p.Name(), what, p.Name(), why[0])
+		how := "no rank arrives late, so every rank waits on the GPUs"
+		if best.late { // lateness that stands out in no single rank: the starved rank's
+			how = "the ranks arrive late at their collectives"
 		}
+		f.Summary = fmt.Sprintf("%s slows the job: %s; %s, and %s: %s", p.Name(), what, how, p.Name(), why[0])
 		processEvidence(j, p, &f)
 		return f, true
 	}

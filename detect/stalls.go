@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ncclwatch/watchdog/detect/blame"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -12,15 +13,15 @@ import (
 // The findings of the hang engine's roots (roots.go), one view per kind of evidence that
 // showed the waits for the root; the first view leads, the others are its evidence.
 
-func (e *engine) view(r *Proc, seen WaitSeen, ws []Wait, victims int) Finding {
+func (e *engine) view(r *Proc, seen blame.WaitSeen, ws []Wait, victims int) Finding {
 	switch seen {
-	case SeenByPlugin:
+	case blame.SeenByPlugin:
 		return e.pluginView(r, ws, victims)
-	case SeenBehind:
+	case blame.SeenBehind:
 		return e.behindView(r, ws, victims)
-	case SeenP2P:
+	case blame.SeenP2P:
 		return p2pFinding(r, ws, false)
-	case SeenPastEnd:
+	case blame.SeenPastEnd:
 		return e.pastEndView(r, ws, victims)
 	}
 	named := []*Proc{r}
@@ -110,7 +111,7 @@ func (e *engine) pluginView(r *Proc, ws []Wait, victims int) Finding {
 	f.Seq, f.FaultAt, f.measured = first.Seq, first.Since, true
 	f.Ops = map[string]incident.Op{fmt.Sprint(e.member(g, waiting[0]).Comm.Rank): Op(first.Op)}
 	did := "has not issued"
-	if first.Class == WaitGPU {
+	if first.Class == blame.WaitGPU {
 		did = "issued but its GPU has not started"
 	}
 	f.Summary = fmt.Sprintf("%s %s collective %d of communicator %s, which %s %s had running on the GPU for %s, waiting for it (%d rank(s) waiting)%s",
@@ -119,7 +120,7 @@ func (e *engine) pluginView(r *Proc, ws []Wait, victims int) Finding {
 	for _, c := range comms {
 		g := e.byID[c[0].Comm]
 		d := e.member(g, r).Comm.Done
-		if c[0].Class == WaitGPU {
+		if c[0].Class == blame.WaitGPU {
 			f.addEvidence("communicator %s (%d ranks): %s issued collective %d at %s; its GPU has not started it: it is busy with something else (another communicator's collective, a kernel that does not end)",
 				shortComm(g.ID), g.NRanks, r.Name(), d.InFlight.Seq, fmtTime(d.InFlight.T.Time()))
 		} else {
@@ -203,7 +204,7 @@ func p2pFinding(r *Proc, ws []Wait, finished bool) Finding {
 func finishedP2P(edges []Wait) []Finding {
 	var closed []Wait
 	for _, w := range edges {
-		if w.Seen == SeenP2P && !w.Open {
+		if w.Seen == blame.SeenP2P && !w.Open {
 			closed = append(closed, w)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ncclwatch/watchdog/detect/blame"
 	"github.com/ncclwatch/watchdog/incident"
 	"github.com/ncclwatch/watchdog/snapshot"
 )
@@ -216,8 +217,8 @@ func behindWaits(j *Job, g *Group, cfg Config) []Wait {
 		return pastEndWaits(j, g, lo, awaited, waiters, still)
 	}
 	return connect(waiters, awaited, func(w, a *Proc) Wait {
-		return Wait{Waiter: w, Awaited: a, Comm: g.ID, Seq: lo + 1, Class: WaitHost, Since: j.Now.Add(-still), For: still,
-			Open: true, Seen: SeenBehind}
+		return Wait{Waiter: w, Awaited: a, Comm: g.ID, Seq: lo + 1, Class: blame.WaitHost, Since: j.Now.Add(-still), For: still,
+			Open: true, Seen: blame.SeenBehind}
 	})
 }
 
@@ -318,7 +319,7 @@ func p2pWaits(j *Job, g *Group, cfg Config) []Wait {
 			if d := other.Comm.Done; since == 0 && d != nil && d.InFlight != nil && d.InFlight.P2P {
 				since = d.InFlight.T
 			}
-			w := Wait{Waiter: other.Proc, Awaited: culprit.Proc, Comm: g.ID, Class: WaitHost, Open: ok, Seen: SeenP2P, Why: what}
+			w := Wait{Waiter: other.Proc, Awaited: culprit.Proc, Comm: g.ID, Class: blame.WaitHost, Open: ok, Seen: blame.SeenP2P, Why: what}
 			if since != 0 {
 				w.Since = since.Time()
 			}
