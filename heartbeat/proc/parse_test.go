@@ -1,8 +1,10 @@
 package proc
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -174,8 +176,12 @@ func FuzzParseSchedstat(f *testing.F) {
 	f.Add([]byte("123456789 98765 42\n"))
 	f.Add([]byte("1"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if _, err := ParseSchedstat(b); err != nil && err.Error() == "" {
+		w, err := ParseSchedstat(b)
+		switch {
+		case err != nil && err.Error() == "":
 			t.Fatal("an error without words")
+		case err == nil && !bytes.Contains(b, []byte(strconv.FormatUint(w, 10))):
+			t.Fatalf("ParseSchedstat(%q) = %d: not a number the input holds", b, w)
 		}
 	})
 }
